@@ -1,0 +1,75 @@
+"""axa-queue: a job queue for Python services that lives entirely in PostgreSQL.
+
+Jobs are rows in `axa_queue`, claimed with `FOR UPDATE SKIP LOCKED` by worker loops
+in any number of processes. A run is fenced by its attempt number, a person's acts
+are kept in an append-only table, schedules queue each due time exactly once, and a
+job's arguments are never shown. The tables are shared with the Rust crate
+`axa_postgres_job_queue`.
+"""
+
+from __future__ import annotations
+
+from .acts import MAX_REASON_CHARS, Act, ActKind, ActResult, acts_on, cancel, retry
+from .errors import (
+    AxaQueueError,
+    JobNotFoundError,
+    NotACodeError,
+    NotOpenError,
+    OptionsError,
+    ScheduleError,
+    SchemaError,
+)
+from .handlers import JobHandler
+from .jobs import (
+    Counts,
+    JobInfo,
+    JobState,
+    NewJob,
+    counts_on,
+    enqueue_all_on,
+    enqueue_on,
+    job_on,
+    jobs_on,
+)
+from .maintenance import Recovered
+from .options import QueueOptions
+from .queue import Queue
+from .retries import backoff
+from .schedules import Schedule, ScheduleInfo
+from .sql import SETUP_STATEMENTS
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_REASON_CHARS",
+    "SETUP_STATEMENTS",
+    "Act",
+    "ActKind",
+    "ActResult",
+    "AxaQueueError",
+    "Counts",
+    "JobHandler",
+    "JobInfo",
+    "JobNotFoundError",
+    "JobState",
+    "NewJob",
+    "NotACodeError",
+    "NotOpenError",
+    "OptionsError",
+    "Queue",
+    "QueueOptions",
+    "Recovered",
+    "Schedule",
+    "ScheduleError",
+    "ScheduleInfo",
+    "SchemaError",
+    "acts_on",
+    "backoff",
+    "cancel",
+    "counts_on",
+    "enqueue_all_on",
+    "enqueue_on",
+    "job_on",
+    "jobs_on",
+    "retry",
+]

@@ -1,0 +1,180 @@
+"""A person's acts on jobs: cancel, retry and release, kept as records.
+
+A job row is state: it changes as the job runs, and retention deletes it. What a
+person does to a job is a record. `cancel` stops a queued job; `retry` queues a
+failed one again (act `retried`) or releases one from review (act `released`). Each
+takes the caller's connection and a `by` and `reason`, and changes the job and
+appends the act in one statement, so the act, the change and the caller's own audit
+row commit together or not at all. There is no form that takes a pool.
+
+`axa_job_acts` is only ever inserted into: its triggers refuse UPDATE, DELETE and
+TRUNCATE from anyone, and fire even under `session_replication_role = replica`.
+"""
+
+from __future__ import annotations
+
+import enum
+import unicodedata
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, overload
+from uuid import UUID
+
+import psycopg
+
+from . import sql
+from .errors import NotACodeError
+from .jobs import JobState
+from .statements import Call, Connection, Row, run
+
+__all__ = [
+    "MAX_REASON_CHARS",
+    "Act",
+    "ActKind",
+    "ActResult",
+    "acts_on",
+    "cancel",
+    "check_code",
+    "retry",
+]
+
+MAX_REASON_CHARS = 200
+"""The longest `by` or `reason` kept on an act, in characters."""
+
+
+class ActKind(str, enum.Enum):
+    """What a person did to a job. The values are the `act` column's."""
+
+    CANCELLED = "cancelled"
+    """Cancelled it while it was queued."""
+    RETRIED = "retried"
+    """Queued it again after it failed."""
+    RELEASED = "released"
+    """Released it from review, to run again."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Act:
+    """One act of a person on a job, as `axa_job_acts` keeps it; it outlives the job."""
+
+    id: int
+    """The act's row; it rises with each act."""
+    job_id: UUID
+    job_name: str
+    kind: ActKind
+    attempts: int
+    """The job's runs so far when the act was done."""
+    by: str
+    reason: str
+    at: datetime
+    """When, on the database's clock."""
+
+
+@dataclass(frozen=True)
+class ActResult:
+    """What an act did: `applied` (also its truth value), the act kept, and the state the
+    job was in (`None` when there is no such job), which says why an act did not apply."""
+
+    applied: bool
+    kind: ActKind | None
+    found: JobState | None
+
+    def __bool__(self) -> bool:
+        return self.applied
+
+
+def check_code(text: object, what: str) -> str:
+    """Refuse `text` as a `by` or `reason` unless it is 1 to 200 characters with no
+    control characters. The refused text is never echoed."""
+    if (
+        not isinstance(text, str)
+        or not text
+        or len(text) > MAX_REASON_CHARS
+        or any(unicodedata.category(ch) == "Cc" for ch in text)
+    ):
+        raise NotACodeError(what, MAX_REASON_CHARS)
+    return text
+
+
+def _read_result(rows: list[Row], _count: int) -> ActResult:
+    kind, found = rows[0]
+    return ActResult(
+        applied=kind is not None,
+        kind=None if kind is None else ActKind(kind),
+        found=None if found is None else JobState(found),
+    )
+
+
+def _act_call(statement: str, job_id: UUID, by: str, reason: str) -> Call[ActResult]:
+    params = {"id": job_id, "by": check_code(by, "by"), "reason": check_code(reason, "reason")}
+    return Call(statement, params, _read_result)
+
+
+@overload
+def cancel(
+    conn: psycopg.AsyncConnection[Any], job_id: UUID, by: str, reason: str
+) -> Awaitable[ActResult]: ...
+@overload
+def cancel(conn: psycopg.Connection[Any], job_id: UUID, by: str, reason: str) -> ActResult: ...
+def cancel(
+    conn: Connection, job_id: UUID, by: str, reason: str
+) -> ActResult | Awaitable[ActResult]:
+    """Cancel job `job_id` if it is still queued, as an act of `by` for `reason`, in the
+    caller's transaction. A job in any other state, or no such job, changes nothing and
+    writes no act; the result says so. A running job runs on: cancelling cannot stop
+    work in progress. The job's row stays locked until the transaction ends.
+
+    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a code.
+    """
+    return run(conn, _act_call(sql.CANCEL, job_id, by, reason))
+
+
+@overload
+def retry(
+    conn: psycopg.AsyncConnection[Any], job_id: UUID, by: str, reason: str
+) -> Awaitable[ActResult]: ...
+@overload
+def retry(conn: psycopg.Connection[Any], job_id: UUID, by: str, reason: str) -> ActResult: ...
+def retry(conn: Connection, job_id: UUID, by: str, reason: str) -> ActResult | Awaitable[ActResult]:
+    """Queue job `job_id` again now for one more try if it failed (act `retried`) or waits
+    for review (act `released`), as an act of `by` for `reason`, in the caller's
+    transaction. A job in any other state, or no such job, changes nothing and writes
+    no act. Its last error stays until it next runs.
+
+    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a code.
+    """
+    return run(conn, _act_call(sql.RETRY, job_id, by, reason))
+
+
+def acts_call(job_id: UUID) -> Call[list[Act]]:
+    """The call that reads a job's acts, oldest first."""
+    return Call(
+        sql.ACTS,
+        (job_id,),
+        lambda rows, _n: [
+            Act(
+                id=r[0],
+                job_id=r[1],
+                job_name=r[2],
+                kind=ActKind(r[3]),
+                attempts=r[4],
+                by=r[5],
+                reason=r[6],
+                at=r[7],
+            )
+            for r in rows
+        ],
+    )
+
+
+@overload
+def acts_on(conn: psycopg.AsyncConnection[Any], job_id: UUID) -> Awaitable[list[Act]]: ...
+@overload
+def acts_on(conn: psycopg.Connection[Any], job_id: UUID) -> list[Act]: ...
+def acts_on(conn: Connection, job_id: UUID) -> list[Act] | Awaitable[list[Act]]:
+    """Every act done to job `job_id`, oldest first, kept after its row is purged."""
+    return run(conn, acts_call(job_id))

@@ -1,0 +1,79 @@
+"""The errors axa-queue raises, one base class and a short tree.
+
+::
+
+    AxaQueueError
+     ├── OptionsError (ValueError)      an option or argument makes no sense
+     │    ├── NotACodeError             a person's `by` or `reason` is not a short code
+     │    └── ScheduleError             a schedule is malformed or registered twice
+     ├── SchemaError                    the tables, columns or triggers are missing or off
+     ├── NotOpenError                   the queue was used before `open()`
+     └── JobNotFoundError (LookupError) no job with that id (retention may have deleted it)
+
+Database failures are psycopg's own errors (`psycopg.Error` and its subclasses), passed
+through unchanged so their `sqlstate` and diagnostics stay available.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+__all__ = [
+    "AxaQueueError",
+    "JobNotFoundError",
+    "NotACodeError",
+    "NotOpenError",
+    "OptionsError",
+    "ScheduleError",
+    "SchemaError",
+]
+
+
+class AxaQueueError(Exception):
+    """The base of every error axa-queue raises itself."""
+
+
+class OptionsError(AxaQueueError, ValueError):
+    """An option or argument makes no sense; the message names it and its value."""
+
+
+class NotACodeError(OptionsError):
+    """A person's `by` or `reason` is empty, too long, or has a control character.
+
+    The refused text is never echoed: it may be something a person typed.
+    """
+
+    def __init__(self, what: str, limit: int) -> None:
+        super().__init__(
+            f"`{what}` must be 1 to {limit} characters with no control characters "
+            "(line breaks, tabs); nothing was written"
+        )
+        self.what = what
+
+
+class ScheduleError(OptionsError):
+    """A schedule has a bad name or interval, or its name was registered twice."""
+
+
+class SchemaError(AxaQueueError):
+    """The queue's tables, columns or triggers are missing, out of date, or turned off."""
+
+
+class NotOpenError(AxaQueueError):
+    """The queue was asked for database work before `await queue.open()`."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the queue is not open: call `await queue.open()` (or use `async with queue:`) "
+            "before enqueueing or inspecting jobs"
+        )
+
+
+class JobNotFoundError(AxaQueueError, LookupError):
+    """No job has this id: it never existed, or retention deleted its finished row."""
+
+    def __init__(self, job_id: UUID) -> None:
+        super().__init__(
+            f"no job {job_id}: it does not exist, or retention deleted it after it finished"
+        )
+        self.job_id = job_id

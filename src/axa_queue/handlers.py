@@ -1,0 +1,165 @@
+"""Handlers: the code that runs a job, and typed jobs that can queue themselves.
+
+A handler is registered under a job name with `@queue.handler("Report")` or
+`queue.handle("Report", fn)`. Its one argument is the job's arguments: the JSON
+value as stored, or, when the parameter is annotated with a dataclass, an instance
+of it built from the stored fields.
+
+The returned `JobHandler` can queue itself: `await report.perform_later(args,
+priority=5)`. The queue's mode decides what that does (`QueueOptions.mode`, else the
+`AXA_QUEUE_MODE` variable): `queue` stores a row (the default), `inline` runs the
+handler now in the caller and raises what it raises (for tests and scripts), and
+`background` runs it as a task in this process, with no row and no retries.
+
+`async def` handlers run on the event loop; plain `def` handlers run in a thread, so
+a CPU-heavy or blocking handler never holds up heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import inspect
+import json
+import logging
+import typing
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from uuid import UUID
+
+from .jobs import NewJob
+from .options import Duration
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+__all__ = ["HandlerFunction", "JobHandler"]
+
+log = logging.getLogger("axa_queue.handlers")
+
+A = TypeVar("A")
+HandlerFunction = Callable[[A], "Awaitable[object] | object"]
+"""A job's code: takes the arguments; an `async def` or a plain function."""
+
+
+def _argument_type(fn: Callable[..., object]) -> type | None:
+    """The dataclass the handler's first parameter is annotated with, if any."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    if not parameters:
+        return None
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # unresolved forward references: treat the arguments as plain JSON
+        return None
+    hint = hints.get(parameters[0].name)
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return hint
+    return None
+
+
+def _is_async(fn: Callable[..., object]) -> bool:
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object with an async __call__
+    )
+
+
+class JobHandler(Generic[A]):
+    """A registered handler: call it like the function, or queue it with `perform_later`."""
+
+    def __init__(self, queue: Queue, name: str, fn: HandlerFunction[A]) -> None:
+        self.queue = queue
+        self.name = name
+        self.fn = fn
+        self.is_async = _is_async(fn)
+        self.argument_type = _argument_type(fn)
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<JobHandler {self.name!r} {'async' if self.is_async else 'sync'}>"
+
+    def __call__(self, args: A) -> Any:
+        """Call the handler's function directly, as if it were not registered."""
+        return self.fn(args)
+
+    def decode(self, raw: Any) -> A:
+        """The handler's argument from the stored JSON value."""
+        if self.argument_type is not None and isinstance(raw, dict):
+            return self.argument_type(**raw)  # type: ignore[no-any-return]
+        return raw  # type: ignore[no-any-return]
+
+    async def invoke(self, args: A, executor: Executor | None = None) -> None:
+        """Run the handler once with `args`: on the loop if async, else in `executor`."""
+        if self.is_async:
+            result = self.fn(args)
+            if inspect.isawaitable(result):
+                await result
+            return
+        loop = asyncio.get_running_loop()
+        result = await loop.run_in_executor(executor, self.fn, args)
+        if inspect.isawaitable(result):
+            await result
+
+    def job(
+        self,
+        args: A,
+        *,
+        priority: int = 0,
+        run_in: Duration | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: Duration | None = None,
+    ) -> NewJob:
+        """The `NewJob` that runs this handler with `args`, for `enqueue_on` or a schedule."""
+        return NewJob(
+            self.name,
+            args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+
+    async def perform_later(
+        self,
+        args: A,
+        *,
+        priority: int = 0,
+        run_in: Duration | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: Duration | None = None,
+    ) -> UUID | None:
+        """Run this handler with `args` as the queue's mode says.
+
+        `queue` (the default): store a job and return its id. `inline`: run it now, in
+        the caller, raising what it raises; returns `None`. `background`: start it as a
+        task in this process and return `None`; a failure is logged, not retried.
+        """
+        job = self.job(
+            args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+        mode = self.queue.options.resolved_mode()
+        if mode == "queue":
+            return await self.queue.enqueue(job)
+        # Round-trip through JSON, as a queued job would, so a test in inline mode
+        # catches arguments that could not be queued.
+        decoded = self.decode(json.loads(job.encoded_args()))
+        if mode == "inline":
+            await self.invoke(decoded)
+            return None
+        self.queue.start_background(self.name, self.invoke(decoded))
+        return None

@@ -1,0 +1,348 @@
+"""Jobs: what a new job is, what the queue tells of one, and queuing on any connection.
+
+`enqueue_on` and `enqueue_all_on` take the caller's psycopg connection, sync or
+async, so a job commits or rolls back with the caller's own work. Nothing here ever
+shows a job's arguments: not `repr`, not `JobInfo`, not an error message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import json
+from collections.abc import Awaitable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, overload
+from uuid import UUID, uuid4
+
+import psycopg
+
+from . import sql
+from .errors import OptionsError
+from .options import Duration, to_seconds
+from .statements import Call, Connection, Row, run
+
+__all__ = [
+    "Counts",
+    "JobInfo",
+    "JobState",
+    "NewJob",
+    "counts_on",
+    "enqueue_all_on",
+    "enqueue_on",
+    "job_on",
+    "jobs_on",
+]
+
+SMALLINT = (-32768, 32767)
+"""The range of a job's priority, a PostgreSQL smallint."""
+
+
+class JobState(str, enum.Enum):
+    """Where a job is. The values are the status strings in the `status` column."""
+
+    QUEUED = "queued"
+    """Waiting to be claimed, now or at its time."""
+    RUNNING = "running"
+    """Claimed by a job loop."""
+    COMPLETED = "completed"
+    """Finished."""
+    FAILED = "failed"
+    """Out of tries, or given up on."""
+    CANCELLED = "cancelled"
+    """Cancelled before it ran."""
+    NEEDS_REVIEW = "needs_review"
+    """Its run lost its claim and was stopped, so it may have run in part or twice.
+    It is never retried by itself: a person looks, and calls `retry` to release it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job to queue: the handler it is for, its arguments, and when and how it runs.
+
+    `args` is any JSON value, or a dataclass instance (queued as its fields). It is
+    never shown by `repr`. `run_in` (a delay on the database's clock) and `run_at`
+    (a timezone-aware time) are exclusive. `max_attempts` and `timeout` left as `None`
+    stay NULL on the row, so each worker applies its own default, as the crate does.
+    """
+
+    name: str
+    args: Any = field(default_factory=dict, repr=False)
+    priority: int = 0
+    run_in: Duration | None = None
+    run_at: datetime | None = None
+    max_attempts: int | None = None
+    timeout: Duration | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise OptionsError(f"expected a job name to be a non-empty string, got: {self.name!r}")
+        if (
+            not isinstance(self.priority, int)
+            or isinstance(self.priority, bool)
+            or not SMALLINT[0] <= self.priority <= SMALLINT[1]
+        ):
+            raise OptionsError(
+                f"expected priority of job {self.name!r} to be an integer from "
+                f"{SMALLINT[0]} to {SMALLINT[1]}, got: {self.priority!r}"
+            )
+        if self.max_attempts is not None and (
+            not isinstance(self.max_attempts, int)
+            or isinstance(self.max_attempts, bool)
+            or not 1 <= self.max_attempts <= 2**31 - 1
+        ):
+            raise OptionsError(
+                f"expected max_attempts of job {self.name!r} to be a positive integer, "
+                f"got: {self.max_attempts!r}"
+            )
+        if self.run_in is not None and self.run_at is not None:
+            raise OptionsError(f"job {self.name!r} was given both run_in and run_at: give one")
+        if self.run_in is not None:
+            to_seconds(self.run_in, "run_in")
+        if self.run_at is not None and (
+            not isinstance(self.run_at, datetime) or self.run_at.utcoffset() is None
+        ):
+            raise OptionsError(
+                f"expected run_at of job {self.name!r} to be a timezone-aware datetime, "
+                f"got: {self.run_at!r}"
+            )
+        if self.timeout is not None and to_seconds(self.timeout, "timeout") <= 0:
+            raise OptionsError(
+                f"expected timeout of job {self.name!r} to be more than zero, got: {self.timeout!r}"
+            )
+
+    def encoded_args(self) -> str:
+        """The arguments as JSON text, as the `args` column will hold them."""
+        value = self.args
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        try:
+            return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as error:
+            # The message names the type that failed, never the value.
+            raise TypeError(
+                f"the arguments of job {self.name!r} cannot be queued as JSON: {error}"
+            ) from None
+
+    def delay_seconds(self) -> float:
+        """Seconds from now to the first run (zero unless `run_in` was given)."""
+        return 0.0 if self.run_in is None else to_seconds(self.run_in, "run_in")
+
+    def timeout_ms(self) -> int | None:
+        """The time limit in milliseconds, as the `timeout_ms` column holds it."""
+        if self.timeout is None:
+            return None
+        return max(1, round(to_seconds(self.timeout, "timeout") * 1000))
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What the queue knows of one job. Its arguments are left out.
+
+    `error` is whatever the job's failure said: it is for operators, not for clients.
+    """
+
+    id: UUID
+    name: str
+    state: JobState
+    attempts: int
+    max_attempts: int | None
+    priority: int
+    error: str | None
+    timeout: timedelta | None
+    run_at: datetime
+    started_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class Counts:
+    """How many jobs are in each state, and how long the oldest ready job has waited."""
+
+    ready: int = 0
+    """Queued and due."""
+    waiting: int = 0
+    """Queued for a later time."""
+    running: int = 0
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    needs_review: int = 0
+    """Stopped after losing their claim, waiting for a person; never purged."""
+    oldest_ready_seconds: float = 0.0
+    """Seconds the oldest ready job has waited, or zero. Rising means nothing runs them."""
+
+
+def enqueue_call(job: NewJob) -> Call[UUID]:
+    """The call that queues one job; the id is made here, so it is known before it runs."""
+    job_id = uuid4()
+    return Call(
+        sql.ENQUEUE,
+        (
+            job_id,
+            job.name,
+            job.encoded_args(),
+            job.max_attempts,
+            job.priority,
+            job.run_at,
+            job.delay_seconds(),
+            job.timeout_ms(),
+        ),
+        lambda _rows, _count: job_id,
+    )
+
+
+def enqueue_many_call(jobs: Sequence[NewJob]) -> Call[list[UUID]]:
+    """The call that queues many jobs in one statement."""
+    ids = [uuid4() for _ in jobs]
+    return Call(
+        sql.ENQUEUE_MANY,
+        (
+            ids,
+            [job.name for job in jobs],
+            [job.encoded_args() for job in jobs],
+            [job.max_attempts for job in jobs],
+            [job.priority for job in jobs],
+            [job.run_at for job in jobs],
+            [job.delay_seconds() for job in jobs],
+            [job.timeout_ms() for job in jobs],
+        ),
+        lambda _rows, _count: ids,
+    )
+
+
+def job_info(row: Row) -> JobInfo:
+    """Read a row of `sql.JOB` or `sql.JOBS`."""
+    return JobInfo(
+        id=row[0],
+        name=row[1],
+        state=JobState(row[2]),
+        attempts=row[3],
+        max_attempts=row[4],
+        priority=row[5],
+        error=row[6],
+        timeout=None if row[7] is None else timedelta(milliseconds=row[7]),
+        run_at=row[8],
+        started_at=row[9],
+        created_at=row[10],
+        updated_at=row[11],
+    )
+
+
+def job_call(job_id: UUID) -> Call[JobInfo | None]:
+    """The call that reads one job."""
+    return Call(sql.JOB, (job_id,), lambda rows, _n: job_info(rows[0]) if rows else None)
+
+
+def jobs_call(
+    state: JobState | str | None = None, name: str | None = None, limit: int = 50
+) -> Call[list[JobInfo]]:
+    """The call that lists the newest jobs, optionally of one state and name."""
+    state_text = None if state is None else JobState(state).value
+    if not isinstance(limit, int) or limit < 1:
+        raise OptionsError(f"expected limit to be a positive integer, got: {limit!r}")
+    return Call(
+        sql.JOBS,
+        {"state": state_text, "name": name, "limit": limit},
+        lambda rows, _n: [job_info(row) for row in rows],
+    )
+
+
+def counts_from(row: Row) -> Counts:
+    """Read the counts columns of `sql.COUNTS` (or of `sql.COUNTS_BY_NAME` after its name)."""
+    return Counts(
+        ready=row[0],
+        waiting=row[1],
+        running=row[2],
+        completed=row[3],
+        failed=row[4],
+        cancelled=row[5],
+        needs_review=row[6],
+        oldest_ready_seconds=row[7] or 0.0,
+    )
+
+
+def counts_call() -> Call[Counts]:
+    """The call that counts jobs in each state."""
+    return Call(sql.COUNTS, (), lambda rows, _n: counts_from(rows[0]))
+
+
+def counts_by_name_call() -> Call[dict[str, Counts]]:
+    """The call that counts jobs in each state for each job name."""
+    return Call(
+        sql.COUNTS_BY_NAME, (), lambda rows, _n: {row[0]: counts_from(row[1:]) for row in rows}
+    )
+
+
+@overload
+def enqueue_on(conn: psycopg.AsyncConnection[Any], job: NewJob) -> Awaitable[UUID]: ...
+@overload
+def enqueue_on(conn: psycopg.Connection[Any], job: NewJob) -> UUID: ...
+def enqueue_on(conn: Connection, job: NewJob) -> UUID | Awaitable[UUID]:
+    """Queue `job` on the caller's connection and return its id (awaitable when async).
+
+    In the caller's transaction the job commits or rolls back with it; on an
+    autocommit connection it is queued at once. One statement, one round trip.
+    """
+    return run(conn, enqueue_call(job))
+
+
+@overload
+def enqueue_all_on(
+    conn: psycopg.AsyncConnection[Any], jobs: Iterable[NewJob]
+) -> Awaitable[list[UUID]]: ...
+@overload
+def enqueue_all_on(conn: psycopg.Connection[Any], jobs: Iterable[NewJob]) -> list[UUID]: ...
+def enqueue_all_on(conn: Connection, jobs: Iterable[NewJob]) -> list[UUID] | Awaitable[list[UUID]]:
+    """Queue every job in one statement on the caller's connection; ids in order.
+
+    They commit or roll back together with the caller's transaction.
+    """
+    return run(conn, enqueue_many_call(list(jobs)))
+
+
+@overload
+def job_on(conn: psycopg.AsyncConnection[Any], job_id: UUID) -> Awaitable[JobInfo | None]: ...
+@overload
+def job_on(conn: psycopg.Connection[Any], job_id: UUID) -> JobInfo | None: ...
+def job_on(conn: Connection, job_id: UUID) -> JobInfo | Awaitable[JobInfo | None] | None:
+    """What the queue knows of job `job_id`, or `None` (awaitable when async)."""
+    return run(conn, job_call(job_id))
+
+
+@overload
+def jobs_on(
+    conn: psycopg.AsyncConnection[Any],
+    state: JobState | str | None = None,
+    name: str | None = None,
+    limit: int = 50,
+) -> Awaitable[list[JobInfo]]: ...
+@overload
+def jobs_on(
+    conn: psycopg.Connection[Any],
+    state: JobState | str | None = None,
+    name: str | None = None,
+    limit: int = 50,
+) -> list[JobInfo]: ...
+def jobs_on(
+    conn: Connection,
+    state: JobState | str | None = None,
+    name: str | None = None,
+    limit: int = 50,
+) -> list[JobInfo] | Awaitable[list[JobInfo]]:
+    """The newest jobs, optionally of one state and name (awaitable when async)."""
+    return run(conn, jobs_call(state, name, limit))
+
+
+@overload
+def counts_on(conn: psycopg.AsyncConnection[Any]) -> Awaitable[Counts]: ...
+@overload
+def counts_on(conn: psycopg.Connection[Any]) -> Counts: ...
+def counts_on(conn: Connection) -> Counts | Awaitable[Counts]:
+    """How many jobs are in each state (awaitable when async)."""
+    return run(conn, counts_call())

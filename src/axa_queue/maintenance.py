@@ -1,0 +1,115 @@
+"""Housekeeping: stale recovery, retention, and archiving schedules no longer in code.
+
+`Queue.run` does a round at once (to recover whatever a previous process left) and
+then every `maintenance_interval`. Any number of processes may do it at once: each
+statement decides its rows in the database. A failed round is logged; the next one
+tries again.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import psycopg
+
+from . import sql
+from .jobs import JobState
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+__all__ = ["PURGE_BATCH", "Recovered", "archive_schedules", "purge", "recover_stale", "run_once"]
+
+log = logging.getLogger("axa_queue.maintenance")
+
+PURGE_BATCH = 5000
+"""Rows deleted per statement, so retention never holds long locks or bloats WAL at once."""
+
+
+@dataclass(frozen=True)
+class Recovered:
+    """A stale run that recovery queued again or failed."""
+
+    id: UUID
+    name: str
+    attempts: int
+    state: JobState
+    """`QUEUED` when it had attempts left, `FAILED` ("abandoned by its worker") if not."""
+
+
+async def recover_stale(
+    conn: psycopg.AsyncConnection[Any],
+    stale_seconds: float,
+    max_attempts: int,
+    *,
+    dry_run: bool = False,
+) -> list[Recovered]:
+    """Recover runs not heard from for `stale_seconds`: queued again with attempts left
+    (by the job's own limit, else `max_attempts`), else failed. With `dry_run`, only say
+    what would be done."""
+    params = {"stale": stale_seconds, "max": max_attempts}
+    cursor = await conn.execute(sql.STALE if dry_run else sql.RECOVER_STALE, params)
+    return [Recovered(r[0], r[1], r[2], JobState(r[3])) for r in await cursor.fetchall()]
+
+
+async def purge(
+    conn: psycopg.AsyncConnection[Any], older_than_seconds: float, *, dry_run: bool = False
+) -> int:
+    """Delete completed, failed and cancelled rows last changed more than
+    `older_than_seconds` ago, in bounded batches; never a job waiting for review.
+    Returns how many went (or, with `dry_run`, would go)."""
+    if dry_run:
+        row = await (await conn.execute(sql.PURGEABLE, (older_than_seconds,))).fetchone()
+        return int(row[0]) if row else 0
+    total = 0
+    while True:
+        cursor = await conn.execute(sql.PURGE, (older_than_seconds, PURGE_BATCH))
+        total += cursor.rowcount
+        if cursor.rowcount < PURGE_BATCH:
+            return total
+
+
+async def archive_schedules(
+    conn: psycopg.AsyncConnection[Any], in_code: list[str], stale_seconds: float
+) -> int:
+    """Archive schedules that no live process has in code (unseen for `stale_seconds`
+    and not in `in_code`); returns how many. Rows are kept, for audit."""
+    cursor = await conn.execute(sql.SCHEDULE_ARCHIVE, (in_code, stale_seconds))
+    return cursor.rowcount
+
+
+async def run_once(queue: Queue) -> None:
+    """One round of housekeeping for `queue`; failures are logged, not raised."""
+    options = queue.options
+    stale = options.seconds("stale_after")
+    try:
+        async with queue.pool.connection() as conn:
+            archived = await archive_schedules(conn, [s.name for s in queue.schedule_list], stale)
+            if archived:
+                log.info("archived schedules no longer in code", extra={"archived": archived})
+    except psycopg.Error as error:
+        log.error("could not archive schedules", extra={"error": str(error)})
+    try:
+        async with queue.pool.connection() as conn:
+            for one in await recover_stale(conn, stale, options.max_attempts):
+                log.warning(
+                    "recovered a job abandoned by its worker",
+                    extra={
+                        "job_id": str(one.id),
+                        "job": one.name,
+                        "attempt": one.attempts,
+                        "state": one.state.value,
+                    },
+                )
+    except psycopg.Error as error:
+        log.error("could not recover stale jobs", extra={"error": str(error)})
+    try:
+        async with queue.pool.connection() as conn:
+            purged = await purge(conn, options.seconds("retention"))
+            if purged:
+                log.info("purged finished jobs past retention", extra={"purged": purged})
+    except psycopg.Error as error:
+        log.error("could not purge old jobs", extra={"error": str(error)})

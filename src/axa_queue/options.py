@@ -1,0 +1,160 @@
+"""QueueOptions: how a queue runs, checked when it is made.
+
+Durations take a `timedelta` or a number of seconds and are kept as `timedelta`.
+A value that makes no sense is refused at construction with an `OptionsError`
+naming the option and the value, so a typo fails at import time, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, fields
+from datetime import timedelta
+from typing import Literal, Union, get_args
+
+from .errors import OptionsError
+
+__all__ = ["MODE_VARIABLE", "Duration", "Mode", "QueueOptions", "to_seconds", "to_timedelta"]
+
+Duration = Union[timedelta, float, int]  # noqa: UP007 - a runtime alias on Python 3.10
+"""A length of time: a `timedelta`, or a number of seconds."""
+
+Mode = Literal["queue", "inline", "background"]
+"""What `perform_later` does: queue a row, run now in the caller, or run as a task here."""
+
+MODE_VARIABLE = "AXA_QUEUE_MODE"
+"""The environment variable that picks the mode when `QueueOptions.mode` is not set."""
+
+_MODES: tuple[str, ...] = get_args(Mode)
+
+
+def to_timedelta(value: Duration, name: str = "duration") -> timedelta:
+    """`value` as a `timedelta`, refusing what is not a finite, non-negative length."""
+    if isinstance(value, timedelta):
+        result = value
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise OptionsError(f"expected {name} to be a finite number of seconds, got: {value!r}")
+        result = timedelta(seconds=value)
+    else:
+        raise OptionsError(
+            f"expected {name} to be a timedelta or a number of seconds, got: {value!r}"
+        )
+    if result < timedelta(0):
+        raise OptionsError(f"expected {name} to be zero or more, got: {value!r}")
+    return result
+
+
+def to_seconds(value: Duration, name: str = "duration") -> float:
+    """`value` as seconds, refusing what is not a finite, non-negative length."""
+    return to_timedelta(value, name).total_seconds()
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    """How a queue runs. The defaults are the reference crate's.
+
+    Every duration takes a `timedelta` or seconds, and reads back as a `timedelta`.
+    """
+
+    workers: int = 2
+    """Job loops: the most jobs this process runs at once."""
+    poll_interval: Duration = timedelta(seconds=1)
+    """Longest wait before looking for work again, and between schedule ticks.
+    With notifications on, new jobs start sooner than this."""
+    heartbeat_interval: Duration = timedelta(minutes=1)
+    """How often running jobs report in (one statement for all of this process's jobs)."""
+    stale_after: Duration = timedelta(minutes=60)
+    """A running job not heard from for this long is taken for lost with its worker."""
+    max_attempts: int = 1
+    """Tries a job gets, including the first, unless it was queued with its own limit."""
+    retry_backoff: Duration = timedelta(seconds=30)
+    """The wait before the first retry; each later one waits twice as long, up to an hour."""
+    retention: Duration = timedelta(days=7)
+    """How long completed, failed and cancelled rows are kept."""
+    maintenance_interval: Duration = timedelta(minutes=5)
+    """How often to recover stale jobs, purge old rows and archive unused schedules."""
+    mode: Mode | None = None
+    """What `perform_later` does; `None` reads `AXA_QUEUE_MODE`, else `"queue"`."""
+    listen: bool = True
+    """Wake on LISTEN/NOTIFY as well as polling. Turn off behind PgBouncer in
+    transaction mode, which cannot carry LISTEN."""
+    prepare: bool = True
+    """Use server-side prepared statements. Turn off behind PgBouncer in transaction mode."""
+    pool_size: int | None = None
+    """Connections in the queue's pool; `None` for `workers + 4`, at least 6."""
+    shutdown_grace: Duration | None = None
+    """On stop, how long to wait for jobs in progress before aborting them (they are
+    then left for stale recovery); `None` waits for as long as they take."""
+
+    def __post_init__(self) -> None:
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name in _DURATIONS or (field.name == "shutdown_grace" and value is not None):
+                object.__setattr__(self, field.name, to_timedelta(value, field.name))
+        _positive_int("workers", self.workers)
+        _positive_int("max_attempts", self.max_attempts)
+        if self.pool_size is not None:
+            _positive_int("pool_size", self.pool_size)
+        for name in ("poll_interval", "heartbeat_interval", "stale_after", "maintenance_interval"):
+            if self.seconds(name) <= 0:
+                raise OptionsError(
+                    f"expected {name} to be more than zero, got: {getattr(self, name)}"
+                )
+        if self.seconds("heartbeat_interval") >= self.seconds("stale_after"):
+            raise OptionsError(
+                "expected heartbeat_interval to be shorter than stale_after, got: "
+                f"heartbeat_interval={self.heartbeat_interval}, stale_after={self.stale_after} "
+                "(a job must report in several times before it counts as lost)"
+            )
+        if self.mode is not None and self.mode not in _MODES:
+            raise OptionsError(
+                f"expected mode to be one of {', '.join(_MODES)}, got: {self.mode!r}"
+            )
+        for name in ("listen", "prepare"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptionsError(
+                    f"expected {name} to be True or False, got: {getattr(self, name)!r}"
+                )
+
+    def resolved_mode(self) -> Mode:
+        """The mode in force: the option, else `AXA_QUEUE_MODE`, else `"queue"`."""
+        if self.mode is not None:
+            return self.mode
+        value = os.environ.get(MODE_VARIABLE, "").strip().lower()
+        if not value:
+            return "queue"
+        if value not in _MODES:
+            raise OptionsError(
+                f"expected {MODE_VARIABLE} to be one of {', '.join(_MODES)}, got: {value!r}"
+            )
+        return value  # type: ignore[return-value]
+
+    def seconds(self, name: str) -> float:
+        """The duration option `name` in seconds."""
+        value = getattr(self, name)
+        assert isinstance(value, timedelta), name
+        return value.total_seconds()
+
+    @property
+    def connections(self) -> int:
+        """Connections the queue's pool may open."""
+        return self.pool_size if self.pool_size is not None else max(self.workers + 4, 6)
+
+
+_DURATIONS = frozenset(
+    {
+        "poll_interval",
+        "heartbeat_interval",
+        "stale_after",
+        "retry_backoff",
+        "retention",
+        "maintenance_interval",
+    }
+)
+
+
+def _positive_int(name: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise OptionsError(f"expected {name} to be a positive integer, got: {value!r}")

@@ -1,0 +1,40 @@
+"""Retry arithmetic and failure text: pure functions, no I/O.
+
+Each retry waits twice as long as the last, starting from `retry_backoff`, capped
+at an hour. The error text kept on a row is cut to 1024 bytes on a character
+boundary, so a huge exception message cannot bloat the table.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+__all__ = ["MAX_BACKOFF", "MAX_ERROR_BYTES", "backoff", "cut_error", "describe"]
+
+MAX_BACKOFF = timedelta(hours=1)
+"""The longest wait between attempts."""
+
+MAX_ERROR_BYTES = 1024
+"""The longest error text kept on a row, in UTF-8 bytes."""
+
+
+def backoff(base: timedelta, attempts: int) -> timedelta:
+    """How long to wait before the attempt after `attempts` (1 for the first run),
+    doubling each time from `base`, and never more than `MAX_BACKOFF`."""
+    doublings = min(max(attempts - 1, 0), 16)
+    return min(base * (1 << doublings), MAX_BACKOFF)
+
+
+def cut_error(text: str) -> str:
+    """`text` cut to at most `MAX_ERROR_BYTES` bytes of UTF-8, on a character boundary."""
+    data = text.encode("utf-8", errors="replace")
+    if len(data) <= MAX_ERROR_BYTES:
+        return text
+    return data[:MAX_ERROR_BYTES].decode("utf-8", errors="ignore")
+
+
+def describe(error: BaseException) -> str:
+    """The text kept for a failed run: the exception's type and message."""
+    message = str(error)
+    kind = type(error).__qualname__
+    return f"{kind}: {message}" if message else kind

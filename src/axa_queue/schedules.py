@@ -1,0 +1,179 @@
+"""Schedules: a job queued every interval, each due time exactly once.
+
+Each due time becomes one ordinary job, so its retries, state, limit and recovery
+are the queue's. A schedule's row in `axa_schedule` is locked (SKIP LOCKED) in the
+transaction that queues its job, so across any number of processes each due time is
+queued once.
+
+- No drift: the next time is counted from when the last was due, not when it ran.
+- Missed times run once: after every process was down, one job is queued, and the
+  schedule keeps its place (still a whole number of intervals from the first).
+- No stacking: when the last job is still queued or running at a due time, that time
+  is skipped.
+- The first time is `first_at`, or as soon as the row is made; it applies only when
+  the row is made. Times are on the database's clock.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import psycopg
+
+from . import sql
+from .errors import OptionsError, ScheduleError
+from .jobs import JobState, NewJob, enqueue_on
+from .options import Duration, to_timedelta
+
+__all__ = ["MAX_SCHEDULE_NAME", "Schedule", "ScheduleInfo", "next_due"]
+
+log = logging.getLogger("axa_queue.schedules")
+
+MAX_SCHEDULE_NAME = 200
+"""The longest schedule name, in characters."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A job queued every `interval` under the stable name `name`.
+
+    Make one with `Schedule.every`. A delay set on the job is ignored.
+    """
+
+    name: str
+    interval: timedelta
+    job: NewJob
+    first_at: datetime | None = None
+
+    @classmethod
+    def every(
+        cls, name: str, interval: Duration, job: NewJob, *, first_at: datetime | None = None
+    ) -> Schedule:
+        """Queue `job` every `interval` (at least a second), first at `first_at` (a
+        timezone-aware time, used only when the schedule's row is made) or at once.
+
+        Raises `ScheduleError` for an empty or over-long name, an interval under a
+        second, or a naive `first_at`: mistakes in code, found at boot.
+        """
+        if not isinstance(name, str) or not name or len(name) > MAX_SCHEDULE_NAME:
+            raise ScheduleError(
+                f"a schedule name must be 1 to {MAX_SCHEDULE_NAME} characters, got: {name!r}"
+            )
+        try:
+            length = to_timedelta(interval, "interval")
+        except OptionsError as error:
+            raise ScheduleError(f"schedule {name!r}: {error}") from None
+        if length < timedelta(seconds=1):
+            raise ScheduleError(
+                f"the schedule {name!r} needs an interval of at least a second, got: {length}"
+            )
+        if first_at is not None and (
+            not isinstance(first_at, datetime) or first_at.utcoffset() is None
+        ):
+            raise ScheduleError(
+                f"expected first_at of schedule {name!r} to be a timezone-aware datetime, "
+                f"got: {first_at!r}"
+            )
+        return cls(name, length, dataclasses.replace(job, run_in=None, run_at=None), first_at)
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    """What `axa_schedule` holds of one schedule, with its last job's state."""
+
+    name: str
+    interval: timedelta | None
+    due_at: datetime
+    last_job: UUID | None
+    last_state: JobState | None
+    """None when there was no job yet, or retention deleted it."""
+    last_error: str | None
+    seen_at: datetime
+    """When a live process last had it in code, to within a minute."""
+    archived_at: datetime | None
+    """Set when no live process had it in code; a schedule of that name restores it."""
+    created_at: datetime
+
+
+def next_due(due_at: datetime, interval: timedelta, now: datetime) -> datetime:
+    """The first due time after `now`, a whole number of intervals after `due_at`.
+
+    The same arithmetic as `sql.SCHEDULE_ADVANCE`, kept here to be tested on its own.
+    """
+    step = interval.total_seconds()
+    passed = (now - due_at).total_seconds()
+    return due_at + interval * (math.floor(passed / step) + 1)
+
+
+def schedule_info(row: tuple[Any, ...]) -> ScheduleInfo:
+    """Read a row of `sql.SCHEDULES`."""
+    return ScheduleInfo(
+        name=row[0],
+        interval=None if row[1] is None else timedelta(milliseconds=row[1]),
+        due_at=row[2],
+        last_job=row[3],
+        seen_at=row[4],
+        archived_at=row[5],
+        created_at=row[6],
+        last_state=None if row[7] is None else JobState(row[7]),
+        last_error=row[8],
+    )
+
+
+async def mark_seen(conn: psycopg.AsyncConnection[Any], schedules: Sequence[Schedule]) -> None:
+    """Make the rows of `schedules`, or note they are still in code (restoring archived ones)."""
+    async with conn.cursor() as cursor:
+        await cursor.execute(
+            sql.SCHEDULES_SEEN,
+            (
+                [s.name for s in schedules],
+                [s.first_at for s in schedules],
+                [round(s.interval.total_seconds() * 1000) for s in schedules],
+            ),
+        )
+
+
+async def due(conn: psycopg.AsyncConnection[Any], schedules: Sequence[Schedule]) -> list[str]:
+    """The names of `schedules` that are due now (read without locking)."""
+    async with conn.cursor() as cursor:
+        await cursor.execute(sql.SCHEDULES_DUE, ([s.name for s in schedules],))
+        return [row[0] for row in await cursor.fetchall()]
+
+
+async def tick_one(conn: psycopg.AsyncConnection[Any], schedule: Schedule) -> UUID | None:
+    """Queue `schedule`'s job if it is due and no other process is queuing it, and move its
+    due time on; returns the job queued, if any. `conn` must be in autocommit mode: the
+    lock, the job and the new due time commit in one transaction of their own."""
+    async with conn.transaction():
+        cursor = await conn.execute(sql.SCHEDULE_LOCK, (schedule.name,))
+        row = await cursor.fetchone()
+        if row is None or not row[1]:
+            return None  # another process holds it, or it is no longer due
+        last_job = row[0]
+        busy = False
+        if last_job is not None:
+            busy_row = await (await conn.execute(sql.SCHEDULE_BUSY, (last_job,))).fetchone()
+            busy = bool(busy_row and busy_row[0])
+        job_id = None if busy else await enqueue_on(conn, schedule.job)
+        await conn.execute(
+            sql.SCHEDULE_ADVANCE,
+            {"name": schedule.name, "interval": schedule.interval.total_seconds(), "job": job_id},
+        )
+    if busy:
+        log.info(
+            "schedule skipped: its last job has not finished",
+            extra={"schedule": schedule.name, "job_id": str(last_job)},
+        )
+    else:
+        log.debug(
+            "schedule queued its job",
+            extra={"schedule": schedule.name, "job_id": str(job_id), "job": schedule.job.name},
+        )
+    return job_id

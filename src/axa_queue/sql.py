@@ -1,0 +1,492 @@
+"""Every SQL statement axa-queue sends, each named and with a line saying what it does.
+
+The tables are the reference crate's (`axa_queue`, `axa_schedule`, `axa_job_acts`)
+with the same columns, types and status strings, so a Rust service using the crate
+and a Python service using this package can share one queue. What this package adds
+is additive: indexes, a CHECK constraint marked NOT VALID, table storage settings and
+a statement-level trigger that sends one notification per INSERT statement.
+
+Nothing here is built from values: parameters go in as `%s` placeholders. Names are
+unqualified, so the connection's `search_path` decides the schema.
+"""
+
+from __future__ import annotations
+
+__all__ = ["CHANNEL", "SETUP_LOCK", "SETUP_STATEMENTS"]
+
+CHANNEL = "axa_queue"
+"""The LISTEN/NOTIFY channel; the payload is `<schema> <seconds until the earliest new job>`."""
+
+SETUP_LOCK = 0x0061_7861_5F71
+"""Advisory lock key held while setup runs: `axa_q` as bytes, as the crate uses."""
+
+# --- Schema: the crate's statements, in the crate's order ------------------------------
+
+SETUP_QUEUE = """CREATE TABLE IF NOT EXISTS axa_queue (
+    id UUID PRIMARY KEY,
+    name TEXT NOT NULL,
+    args JSONB NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    error TEXT,
+    run_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    started_at TIMESTAMPTZ,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""The jobs table as axa 0.1.0 made it; later statements bring it up to date."""
+
+SETUP_ATTEMPTS = (
+    "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS attempts INTEGER NOT NULL DEFAULT 0"
+)
+"""Runs so far; each claim adds one, and it fences every later write of that run."""
+
+SETUP_MAX_ATTEMPTS = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS max_attempts INTEGER"
+"""A job's own limit on tries, or NULL for the worker's default."""
+
+SETUP_READY_INDEX = (
+    "CREATE INDEX IF NOT EXISTS axa_queue_ready ON axa_queue (run_at) WHERE status = 'queued'"
+)
+"""Queued jobs by due time (axa 0.1.0's claim index)."""
+
+SETUP_PRIORITY = (
+    "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS priority SMALLINT NOT NULL DEFAULT 0"
+)
+"""Higher runs first."""
+
+SETUP_TIMEOUT = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS timeout_ms BIGINT"
+"""A job's own time limit per run, or NULL for none."""
+
+SETUP_CLAIM_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_claim
+    ON axa_queue (priority DESC, run_at) WHERE status = 'queued'"""
+"""Queued jobs in claim order; small, because finished rows are not in it."""
+
+SETUP_SCHEDULE = """CREATE TABLE IF NOT EXISTS axa_schedule (
+    name TEXT PRIMARY KEY,
+    due_at TIMESTAMPTZ NOT NULL,
+    last_job UUID,
+    interval_ms BIGINT,
+    seen_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    archived_at TIMESTAMPTZ,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""One row per recurring schedule: when it is next due and the last job it queued."""
+
+SETUP_ACTS = """CREATE TABLE IF NOT EXISTS axa_job_acts (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id UUID NOT NULL,
+    job_name TEXT NOT NULL,
+    act TEXT NOT NULL CHECK (act IN ('cancelled', 'retried', 'released')),
+    attempts INTEGER NOT NULL,
+    by TEXT NOT NULL CHECK (length(by) BETWEEN 1 AND 200 AND by !~ '[[:cntrl:]]'),
+    reason TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 200 AND reason !~ '[[:cntrl:]]'),
+    at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""A person's acts on jobs: a record, only ever inserted into, with no foreign key so it
+outlives the job's row."""
+
+SETUP_ACTS_INDEX = "CREATE INDEX IF NOT EXISTS axa_job_acts_job ON axa_job_acts (job_id, id)"
+"""A job's acts in order."""
+
+SETUP_ACTS_REFUSE = """CREATE OR REPLACE FUNCTION axa_job_acts_refuse() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% on % is refused: acts on jobs are only ever added to',
+        TG_OP, TG_TABLE_NAME;
+END
+$$"""
+"""Refuses whatever fired it, whoever sent it."""
+
+SETUP_ACTS_ROWS = """CREATE OR REPLACE TRIGGER axa_job_acts_refuse
+    BEFORE UPDATE OR DELETE ON axa_job_acts
+    FOR EACH ROW EXECUTE FUNCTION axa_job_acts_refuse()"""
+"""No act is ever changed or deleted."""
+
+SETUP_ACTS_TRUNCATE = """CREATE OR REPLACE TRIGGER axa_job_acts_refuse_truncate
+    BEFORE TRUNCATE ON axa_job_acts
+    FOR EACH STATEMENT EXECUTE FUNCTION axa_job_acts_refuse()"""
+"""Nor is the table emptied."""
+
+SETUP_ACTS_ALWAYS = """ALTER TABLE axa_job_acts
+    ENABLE ALWAYS TRIGGER axa_job_acts_refuse,
+    ENABLE ALWAYS TRIGGER axa_job_acts_refuse_truncate"""
+"""The refusals fire even with `session_replication_role = replica`."""
+
+# --- Schema: what this package adds, all additive --------------------------------------
+
+SETUP_RUNNING_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_running
+    ON axa_queue (updated_at) WHERE status = 'running'"""
+"""Running jobs by last report, so stale recovery reads only running rows."""
+
+SETUP_FINISHED_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_finished
+    ON axa_queue (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')"""
+"""Finished jobs by age, so retention deletes in small batches without a table scan."""
+
+SETUP_REVIEW_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_review
+    ON axa_queue (updated_at) WHERE status = 'needs_review'"""
+"""Jobs waiting for a person, for review screens."""
+
+SETUP_STATE_CHECK = """DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conname = 'axa_queue_state_valid' AND conrelid = 'axa_queue'::regclass
+    ) THEN
+        ALTER TABLE axa_queue ADD CONSTRAINT axa_queue_state_valid CHECK (
+            status IN ('queued', 'running', 'completed', 'failed', 'cancelled', 'needs_review')
+            AND attempts >= 0
+            AND (max_attempts IS NULL OR max_attempts >= 1)
+            AND (status <> 'running' OR started_at IS NOT NULL)
+        ) NOT VALID;
+    END IF;
+END
+$$"""
+"""The table refuses unknown states, and a running job without a start; NOT VALID so
+rows already there are not rescanned (an old table may hold anything)."""
+
+SETUP_STORAGE = """DO $$
+BEGIN
+    IF NOT coalesce((SELECT reloptions FROM pg_class WHERE oid = 'axa_queue'::regclass)
+                    @> ARRAY['fillfactor=80', 'autovacuum_vacuum_scale_factor=0.02',
+                             'autovacuum_analyze_scale_factor=0.02'], false) THEN
+        ALTER TABLE axa_queue SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02,
+                                   autovacuum_analyze_scale_factor = 0.02);
+    END IF;
+END
+$$"""
+"""Room on each page for heartbeats to update in place, and vacuum that keeps up with a
+hot table; set once, so later setups take no lock."""
+
+SETUP_NOTIFY_FUNCTION = """CREATE OR REPLACE FUNCTION axa_queue_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    earliest TIMESTAMPTZ;
+BEGIN
+    IF current_setting('axa_queue.notify', true) IS DISTINCT FROM 'off' THEN
+        SELECT min(run_at) INTO earliest FROM axa_queue_inserted WHERE status = 'queued';
+        IF earliest IS NOT NULL THEN
+            PERFORM pg_notify('axa_queue', TG_TABLE_SCHEMA || ' '
+                || greatest(EXTRACT(EPOCH FROM earliest - now()), 0)::float8::text);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$"""
+"""One notification per INSERT statement, however many rows, saying when the earliest
+new job is due; `SET axa_queue.notify = off` silences it for a session."""
+
+SETUP_NOTIFY_TRIGGER = """CREATE OR REPLACE TRIGGER axa_queue_notify
+    AFTER INSERT ON axa_queue REFERENCING NEW TABLE AS axa_queue_inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION axa_queue_notify()"""
+"""Wakes workers for jobs queued by anyone, the Rust crate included."""
+
+SETUP_STATEMENTS: tuple[str, ...] = (
+    SETUP_QUEUE,
+    SETUP_ATTEMPTS,
+    SETUP_MAX_ATTEMPTS,
+    SETUP_READY_INDEX,
+    SETUP_PRIORITY,
+    SETUP_TIMEOUT,
+    SETUP_CLAIM_INDEX,
+    SETUP_SCHEDULE,
+    SETUP_ACTS,
+    SETUP_ACTS_INDEX,
+    SETUP_ACTS_REFUSE,
+    SETUP_ACTS_ROWS,
+    SETUP_ACTS_TRUNCATE,
+    SETUP_ACTS_ALWAYS,
+    SETUP_RUNNING_INDEX,
+    SETUP_FINISHED_INDEX,
+    SETUP_REVIEW_INDEX,
+    SETUP_STATE_CHECK,
+    SETUP_STORAGE,
+    SETUP_NOTIFY_FUNCTION,
+    SETUP_NOTIFY_TRIGGER,
+)
+"""The ordered statements that make or update the tables, each safe to repeat; the
+first fourteen are the crate's own. Needs PostgreSQL 14 or later. Run them in one
+transaction holding `pg_advisory_xact_lock(SETUP_LOCK)`, as `Queue.setup` does."""
+
+TAKE_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s)"
+"""Run setup one service at a time; released when the transaction ends."""
+
+# --- Checks ----------------------------------------------------------------------------
+
+CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms FROM axa_queue LIMIT 0"
+"""Fails unless the jobs table has every column."""
+
+CHECK_SCHEDULE = "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at FROM axa_schedule LIMIT 0"
+"""Fails unless the schedule table has every column."""
+
+CHECK_ACTS = "SELECT id, job_id, job_name, act, attempts, by, reason, at FROM axa_job_acts LIMIT 0"
+"""Fails unless the acts table has every column."""
+
+MISSING_TRIGGERS = """SELECT want FROM unnest(%s::text[]) AS want
+    WHERE NOT EXISTS (
+        SELECT 1 FROM pg_trigger t
+        WHERE t.tgrelid = to_regclass('axa_job_acts') AND t.tgname = want
+          AND t.tgenabled::text = 'A'
+    )"""
+"""The named triggers of `axa_job_acts` that are missing or not set to fire always."""
+
+HAS_NOTIFY_TRIGGER = """SELECT EXISTS (SELECT 1 FROM pg_trigger
+    WHERE tgrelid = to_regclass('axa_queue') AND tgname = 'axa_queue_notify'
+      AND tgenabled::text <> 'D')"""
+"""Whether inserts notify; without it workers fall back to polling."""
+
+CURRENT_SCHEMA = "SELECT current_schema()"
+"""The schema the tables resolve to, which notifications name."""
+
+# --- Enqueue ---------------------------------------------------------------------------
+
+ENQUEUE = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
+    VALUES (%s, %s, %s::jsonb, %s, %s, COALESCE(%s, now() + make_interval(secs => %s)), %s)"""
+"""Queue one job; run_at is the given time, or now plus a delay on the database's clock."""
+
+ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
+    SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
+           COALESCE(j.at, now() + make_interval(secs => j.delay)), j.timeout_ms
+    FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::smallint[],
+                %s::timestamptz[], %s::float8[], %s::bigint[])
+         AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms)"""
+"""Queue many jobs in one statement (one notification, one round trip)."""
+
+# --- Running jobs ----------------------------------------------------------------------
+
+CLAIM = """WITH RECURSIVE levels(priority) AS (
+        (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.priority FROM axa_queue q
+                WHERE q.status = 'queued' AND q.priority < levels.priority
+                ORDER BY q.priority DESC LIMIT 1)
+        FROM levels WHERE levels.priority IS NOT NULL
+    ), caps AS (
+        SELECT * FROM unnest(%(capped)s::text[], %(caps)s::int[]) AS c(name, cap)
+    ), open AS MATERIALIZED (
+        SELECT j.id, j.priority, j.run_at FROM levels CROSS JOIN LATERAL (
+            SELECT id, priority, run_at FROM axa_queue
+            WHERE status = 'queued' AND priority = levels.priority AND run_at <= now()
+              AND name = ANY(%(names)s::text[])
+            ORDER BY run_at LIMIT %(free)s FOR UPDATE SKIP LOCKED
+        ) j WHERE levels.priority IS NOT NULL
+    ), limited AS MATERIALIZED (
+        SELECT j.id, j.priority, j.run_at, caps.cap,
+               row_number() OVER (PARTITION BY caps.name ORDER BY j.priority DESC, j.run_at) AS n
+        FROM levels CROSS JOIN caps CROSS JOIN LATERAL (
+            SELECT id, priority, run_at FROM axa_queue
+            WHERE status = 'queued' AND priority = levels.priority AND run_at <= now()
+              AND name = caps.name
+            ORDER BY run_at LIMIT caps.cap FOR UPDATE SKIP LOCKED
+        ) j WHERE levels.priority IS NOT NULL
+    ), picked AS MATERIALIZED (
+        SELECT id FROM (
+            SELECT id, priority, run_at FROM open
+            UNION ALL
+            SELECT id, priority, run_at FROM limited WHERE n <= cap
+        ) c ORDER BY priority DESC, run_at LIMIT %(free)s
+    )
+    UPDATE axa_queue q
+    SET status = 'running', started_at = now(), updated_at = now(), attempts = q.attempts + 1
+    FROM picked WHERE q.id = picked.id
+    RETURNING q.id, q.name, q.args::text, q.attempts, q.max_attempts, q.timeout_ms,
+              q.priority, q.run_at"""
+"""Claim up to `free` ready jobs, highest priority then oldest first, at most `cap` of each
+limited name. Walks the claim index one priority level at a time, so delayed jobs are
+never scanned, and picks in a MATERIALIZED CTE, so no more than `free` rows change."""
+
+HEARTBEAT = """UPDATE axa_queue q SET updated_at = now()
+    FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
+    WHERE q.id = r.id AND q.attempts = r.attempts AND q.status = 'running'
+    RETURNING q.id, q.attempts"""
+"""Report in for every run of this process at once; a run whose attempt no longer matches
+is not returned: it lost its claim."""
+
+FINISH = """UPDATE axa_queue q
+    SET status = r.status, error = r.error, updated_at = now(),
+        started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
+        run_at = CASE WHEN r.status = 'queued'
+                      THEN now() + make_interval(secs => r.delay) ELSE q.run_at END
+    FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::float8[])
+         AS r(id, attempts, status, error, delay)
+    WHERE q.id = r.id AND q.attempts = r.attempts AND q.status = 'running'
+    RETURNING q.id, q.attempts"""
+"""Record how runs ended (completed, failed, or queued again after a backoff), each row
+fenced by its own attempt; a run not returned had lost its claim."""
+
+MARK_LOST = """UPDATE axa_queue SET status = 'needs_review', error = %s, updated_at = now()
+    WHERE id = %s AND status IN ('queued', 'running', 'failed')"""
+"""A run that lost its claim stops and its job waits for a person. Another run may hold
+the row by now, and this stops that one too, at its next report."""
+
+# --- Housekeeping ----------------------------------------------------------------------
+
+RECOVER_STALE = """UPDATE axa_queue
+    SET status = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END,
+        error = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN error
+                     ELSE 'abandoned by its worker' END,
+        started_at = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN NULL
+                          ELSE started_at END,
+        updated_at = now()
+    WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
+    RETURNING id, name, attempts, status"""
+"""Recover runs not heard from for the stale period: queued again with attempts left,
+else failed, so a crash can never loop for ever."""
+
+STALE = """SELECT id, name, attempts,
+        CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
+    FROM axa_queue
+    WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
+    ORDER BY updated_at"""
+"""What stale recovery would do now, changing nothing (for a dry run)."""
+
+PURGE = """WITH doomed AS (
+        SELECT id FROM axa_queue
+        WHERE status IN ('completed', 'failed', 'cancelled')
+          AND updated_at < now() - make_interval(secs => %s)
+        LIMIT %s FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM axa_queue q USING doomed WHERE q.id = doomed.id"""
+"""Delete one bounded batch of finished rows older than the retention period (never a
+job in review); repeated until a batch comes back short."""
+
+PURGEABLE = """SELECT count(*) FROM axa_queue
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND updated_at < now() - make_interval(secs => %s)"""
+"""How many rows retention would delete now (for a dry run)."""
+
+# --- Inspection ------------------------------------------------------------------------
+
+JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
+    run_at, started_at, created_at, updated_at FROM axa_queue WHERE id = %s"""
+"""One job, without its arguments."""
+
+JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
+    run_at, started_at, created_at, updated_at FROM axa_queue
+    WHERE (%(state)s::text IS NULL OR status = %(state)s)
+      AND (%(name)s::text IS NULL OR name = %(name)s)
+    ORDER BY created_at DESC, id LIMIT %(limit)s"""
+"""The newest jobs, optionally of one state and name, without their arguments."""
+
+COUNTS = """SELECT
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    EXTRACT(EPOCH FROM now() - min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    FROM axa_queue"""
+"""How many jobs are in each state, and how long the oldest ready job has waited."""
+
+COUNTS_BY_NAME = """SELECT name,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    EXTRACT(EPOCH FROM now() - min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    FROM axa_queue GROUP BY name ORDER BY name"""
+"""The same counts for each job name."""
+
+PING = "SELECT 1"
+"""Whether the database answers."""
+
+# --- Acts ------------------------------------------------------------------------------
+
+CANCEL = """WITH changed AS (
+        UPDATE axa_queue SET status = 'cancelled', updated_at = now()
+        WHERE id = %(id)s AND status = 'queued'
+        RETURNING id, name, attempts
+    )
+    ), kept AS (
+        INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
+        SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
+        RETURNING act
+    )
+    SELECT (SELECT act FROM kept), (SELECT status FROM axa_queue WHERE id = %(id)s)"""
+"""Cancel a queued job and keep the act, in one statement; any other state changes
+nothing and writes no act. Returns the act kept (or NULL) and the state it found."""
+
+RETRY = """WITH target AS (
+        SELECT id, status FROM axa_queue
+        WHERE id = %(id)s AND status IN ('failed', 'needs_review')
+        FOR UPDATE
+    ), changed AS (
+        UPDATE axa_queue q
+        SET status = 'queued', run_at = now(), started_at = NULL, updated_at = now(),
+            max_attempts = q.attempts + 1
+        FROM target WHERE q.id = target.id
+        RETURNING q.id, q.name, q.attempts, target.status AS was
+    )
+    ), kept AS (
+        INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
+        SELECT id, name, CASE was WHEN 'needs_review' THEN 'released' ELSE 'retried' END,
+            attempts, %(by)s, %(reason)s
+        FROM changed
+        RETURNING act
+    )
+    SELECT (SELECT act FROM kept), (SELECT status FROM axa_queue WHERE id = %(id)s)"""
+"""Queue a failed job (act `retried`) or one in review (act `released`) for one more try,
+and keep the act, in one statement. Attempts keep rising, so an old run stays fenced.
+Returns the act kept (or NULL) and the state it found."""
+
+ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, at
+    FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
+"""Every act done to one job, oldest first."""
+
+# --- Schedules -------------------------------------------------------------------------
+
+SCHEDULES_SEEN = """INSERT INTO axa_schedule (name, due_at, interval_ms)
+    SELECT s.name, COALESCE(s.first_at, now()), s.interval_ms
+    FROM unnest(%s::text[], %s::timestamptz[], %s::bigint[]) AS s(name, first_at, interval_ms)
+    ON CONFLICT (name) DO UPDATE
+    SET seen_at = now(), archived_at = NULL, interval_ms = EXCLUDED.interval_ms
+    WHERE axa_schedule.archived_at IS NOT NULL
+       OR axa_schedule.interval_ms IS DISTINCT FROM EXCLUDED.interval_ms
+       OR axa_schedule.seen_at < now() - interval '1 minute'"""
+"""Make each schedule's row, or say it is still in code: restore it if archived, and note
+its interval. `seen_at` moves at most once a minute, so a tick rarely writes."""
+
+SCHEDULES_DUE = """SELECT name FROM axa_schedule
+    WHERE name = ANY(%s::text[]) AND archived_at IS NULL AND due_at <= now()"""
+"""Which schedules are due, without locking: most ticks stop here."""
+
+SCHEDULE_LOCK = """SELECT last_job, due_at <= now() AS due FROM axa_schedule
+    WHERE name = %s AND archived_at IS NULL FOR UPDATE SKIP LOCKED"""
+"""Take a schedule's row for this transaction; another process holding it is queuing
+this due time already."""
+
+SCHEDULE_BUSY = """SELECT EXISTS (SELECT 1 FROM axa_queue
+    WHERE id = %s AND status IN ('queued', 'running'))"""
+"""Whether the schedule's last job is still queued or running (then this time is skipped)."""
+
+SCHEDULE_ADVANCE = """UPDATE axa_schedule
+    SET due_at = due_at + make_interval(secs => %(interval)s)
+            * (floor(EXTRACT(EPOCH FROM now() - due_at)::float8 / %(interval)s) + 1),
+        last_job = COALESCE(%(job)s, last_job), updated_at = now()
+    WHERE name = %(name)s"""
+"""The next due time after now, a whole number of intervals from the last: no drift, one
+catch-up, and no stacking."""
+
+SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = now(), updated_at = now()
+    WHERE archived_at IS NULL AND name <> ALL(%s::text[])
+      AND seen_at < now() - make_interval(secs => %s)"""
+"""Archive schedules no live process has in code (unseen for the stale period)."""
+
+SCHEDULES = """SELECT s.name, s.interval_ms, s.due_at, s.last_job, s.seen_at,
+    s.archived_at, s.created_at, q.status AS last_status, q.error AS last_error
+    FROM axa_schedule s LEFT JOIN axa_queue q ON q.id = s.last_job ORDER BY s.name"""
+"""Every schedule, archived or not, with its last job's state."""
+
+# --- Notifications ---------------------------------------------------------------------
+
+LISTEN = "LISTEN axa_queue"
+"""Receive wake-ups for new jobs."""
+
+SESSION_SETTINGS = "SET jit = off"
+"""The claim's estimates can tempt the JIT, which costs far more than the query."""

@@ -1,0 +1,87 @@
+"""One statement, run on a sync or an async psycopg connection, written once.
+
+Each operation callers can do on their own connection (enqueue, acts, job info,
+counts) is a `Call`: the SQL, its parameters, and how to read the rows back. `run`
+sends a call on whichever kind of connection it is given and returns the value, or
+an awaitable of it for an `AsyncConnection`. The operations are defined once; only
+these few lines of waiting differ between sync and async.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, Union, overload
+
+import psycopg
+from psycopg.rows import tuple_row
+
+__all__ = ["Call", "Connection", "Row", "run", "run_async", "run_sync"]
+
+T = TypeVar("T")
+Row = tuple[Any, ...]
+Connection = Union["psycopg.Connection[Any]", "psycopg.AsyncConnection[Any]"]
+"""A psycopg connection, sync or async, with any row factory."""
+
+
+@dataclass(frozen=True)
+class Call(Generic[T]):
+    """A statement with its parameters and the function that reads its result.
+
+    `read` gets the rows (empty when the statement returns none) and the row count.
+    """
+
+    query: str
+    params: Sequence[Any] | Mapping[str, Any]
+    read: Callable[[list[Row], int], T]
+
+    def __repr__(self) -> str:
+        # Parameters may hold job arguments: never show them.
+        return f"Call({self.query.split(None, 3)[:3]!r}...)"
+
+
+def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
+    """Send `call` on a sync connection and read its result."""
+    with conn.cursor(row_factory=tuple_row) as cursor:
+        cursor.execute(call.query, call.params)
+        rows = cursor.fetchall() if cursor.description is not None else []
+        return call.read(rows, cursor.rowcount)
+
+
+async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
+    """Send `call` on an async connection and read its result."""
+    async with conn.cursor(row_factory=tuple_row) as cursor:
+        await cursor.execute(call.query, call.params)
+        rows = await cursor.fetchall() if cursor.description is not None else []
+        return call.read(rows, cursor.rowcount)
+
+
+@overload
+def run(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> Awaitable[T]: ...
+@overload
+def run(conn: psycopg.Connection[Any], call: Call[T]) -> T: ...
+def run(conn: Connection, call: Call[T]) -> T | Awaitable[T]:
+    """Send `call` on `conn`: the value for a sync connection, an awaitable for an async one."""
+    if isinstance(conn, psycopg.AsyncConnection):
+        return run_async(conn, call)
+    if isinstance(conn, psycopg.Connection):
+        return run_sync(conn, call)
+    raise TypeError(
+        f"expected a psycopg Connection or AsyncConnection, got {type(conn).__name__}; "
+        "with a pool, use `with pool.connection() as conn:`"
+    )
+
+
+def rowcount(_rows: list[Row], count: int) -> int:
+    """Read a statement's row count."""
+    return count
+
+
+def first_column(rows: list[Row], _count: int) -> list[Any]:
+    """Read the first column of every row."""
+    return [row[0] for row in rows]
+
+
+def nothing(_rows: list[Row], _count: int) -> None:
+    """Read nothing."""
+    return None

@@ -1,0 +1,503 @@
+"""The worker: claims jobs, runs them under supervision, and records how they ended.
+
+One `Worker` serves one `Queue.run()`. Its parts, each a task:
+
+- the fetcher claims as many ready jobs as there are free loops, in one statement
+  that honours priority order and per-name limits, whenever it is woken: by a
+  notification, by a loop coming free, or by the poll interval;
+- each run supervises one handler: its timeout, and whether its claim was lost;
+- the heartbeat reports in for all running jobs of this process in one statement
+  per interval; a run whose attempt no longer matches lost its claim, so its
+  handler is stopped and its job goes to `needs_review`;
+- the acker records how runs ended, many rows per statement, each fenced by its
+  own attempt. While one write is in flight the next batch gathers, so at low load
+  a result is written at once and at high load many share a statement. A result is
+  durable once that statement commits: a process killed in between (a window of one
+  round trip) leaves its job `running`, and stale recovery runs it again;
+- the listener wakes the fetcher on LISTEN/NOTIFY, reconnecting when it drops;
+- housekeeping and schedule ticks (see `maintenance`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import psycopg
+
+from . import maintenance, sql
+from .options import to_seconds, to_timedelta
+from .retries import backoff, cut_error, describe
+
+if TYPE_CHECKING:
+    from .handlers import JobHandler
+    from .queue import Queue
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("axa_queue.worker")
+
+MIN_HEARTBEAT = 0.02
+"""The shortest gap between heartbeats, in seconds, so a tiny setting cannot spin."""
+
+RETRY_DATABASE = 0.5
+"""Seconds between tries when the database does not answer a write that must land."""
+
+
+@dataclass(eq=False)
+class Run:
+    """One claimed run of a job, identified by its id and attempt."""
+
+    id: UUID
+    name: str
+    attempts: int
+    limit: int
+    timeout: float | None
+    args_text: str = field(repr=False)
+    lost: asyncio.Future[str]
+    last_heard: float
+    done: bool = False
+    task: asyncio.Task[None] | None = None
+
+    def lose(self, reason: str) -> None:
+        """Stop this run: its claim is gone."""
+        if not self.lost.done():
+            self.lost.set_result(reason)
+
+    def fields(self) -> dict[str, Any]:
+        """The log fields that name this run (never its arguments)."""
+        return {"job_id": str(self.id), "job": self.name, "attempt": self.attempts}
+
+
+@dataclass(frozen=True)
+class Ending:
+    """How a run ended, waiting to be written."""
+
+    run: Run
+    status: str
+    error: str | None
+    delay: float
+
+
+class Worker:
+    """Runs a queue's jobs until stopped. Made and driven by `Queue.run`."""
+
+    def __init__(self, queue: Queue, identity: str | None = None) -> None:
+        self.queue = queue
+        self.options = queue.options
+        self.pool = queue.pool
+        self.identity = identity or f"{socket.gethostname()}:{os.getpid()}"
+        self.slots = self.options.workers
+        self.runs: dict[tuple[UUID, int], Run] = {}
+        self.in_use: Counter[str] = Counter()
+        self.endings: list[Ending] = []
+        self.endings_ready = asyncio.Event()
+        self.settled = asyncio.Event()
+        self.wake = asyncio.Event()
+        self.stopping = False
+        self.executor = ThreadPoolExecutor(
+            max_workers=self.slots, thread_name_prefix="axa-queue-job"
+        )
+        self.helpers: set[asyncio.Task[Any]] = set()
+        self.wake_at: asyncio.TimerHandle | None = None
+        self.stats: Counter[str] = Counter()
+
+    # --- the whole ---------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Work until `stop` is set, then let jobs in progress finish and return.
+        Cancelled, it aborts jobs in progress and leaves them for stale recovery."""
+        background = [
+            self._spawn(self._fetch_loop(), "fetcher"),
+            self._spawn(self._heartbeat_loop(), "heartbeat"),
+            self._spawn(self._ack_loop(), "acker"),
+            self._spawn(self._maintenance_loop(), "maintenance"),
+        ]
+        if self.queue.schedule_list:
+            background.append(self._spawn(self._schedule_loop(), "schedules"))
+        if self.options.listen and self.queue.notifies:
+            background.append(self._spawn(self._listen_loop(), "listener"))
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([stopped, *background], return_when=asyncio.FIRST_COMPLETED)
+            for task in background:
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+            self.stopping = True
+            self.wake.set()
+            await self._finish_runs()
+            await self._flush_all()
+        except BaseException:
+            for one in list(self.runs.values()):
+                if one.task is not None:
+                    one.task.cancel()
+            raise
+        finally:
+            stopped.cancel()
+            for task in background:
+                task.cancel()
+            for task in [*background, *self.helpers]:
+                with contextlib.suppress(BaseException):
+                    await task
+            if self.wake_at is not None:
+                self.wake_at.cancel()
+            self.executor.shutdown(wait=False, cancel_futures=True)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        return asyncio.get_running_loop().create_task(coro, name=f"axa-queue-{name}")
+
+    async def _finish_runs(self) -> None:
+        grace = self.options.shutdown_grace
+        tasks = [r.task for r in self.runs.values() if r.task is not None]
+        if not tasks:
+            return
+        log.info("stopping: waiting for jobs in progress", extra={"running": len(tasks)})
+        timeout = None if grace is None else to_seconds(grace)
+        _, pending = await asyncio.wait(tasks, timeout=timeout)
+        if pending:
+            log.warning(
+                "stopping: aborting jobs still running after the grace period; "
+                "stale recovery will queue them again",
+                extra={"aborted": len(pending)},
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.wait(pending)
+
+    # --- claiming ----------------------------------------------------------------------
+
+    def _claimable(self, free: int) -> tuple[list[str], list[str], list[int]]:
+        """Names with no limit, and limited names with their free places."""
+        names: list[str] = []
+        capped: list[str] = []
+        caps: list[int] = []
+        for name in self.queue.handlers:
+            limit = self.queue.limits.get(name)
+            if limit is None:
+                names.append(name)
+            elif (room := min(limit - self.in_use[name], free)) > 0:
+                capped.append(name)
+                caps.append(room)
+        return names, capped, caps
+
+    async def _fetch_loop(self) -> None:
+        poll = self.options.seconds("poll_interval")
+        idle = False
+        while not self.stopping:
+            free = self.slots - len(self.runs)
+            if idle or free <= 0:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.wake.wait(), poll)
+                self.wake.clear()
+                if self.stopping:
+                    return
+                free = self.slots - len(self.runs)
+                if free <= 0:
+                    continue
+            names, capped, caps = self._claimable(free)
+            if not names and not capped:
+                idle = True
+                continue
+            try:
+                claimed = await self._claim(free, names, capped, caps)
+            except psycopg.Error as error:
+                log.error(
+                    "could not claim jobs; trying again after the poll interval",
+                    extra={"error": str(error)},
+                )
+                idle = True
+                continue
+            for one in claimed:
+                self._start(one)
+            idle = len(claimed) < free
+
+    async def _claim(
+        self, free: int, names: list[str], capped: list[str], caps: list[int]
+    ) -> list[Run]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                sql.CLAIM, {"free": free, "names": names, "capped": capped, "caps": caps}
+            )
+            rows = await cursor.fetchall()
+        rows.sort(key=lambda row: (-row[6], row[7]))
+        loop = asyncio.get_running_loop()
+        now = time.monotonic()
+        return [
+            Run(
+                id=row[0],
+                name=row[1],
+                args_text=row[2],
+                attempts=row[3],
+                limit=row[4] if row[4] is not None else self.options.max_attempts,
+                timeout=None if row[5] is None else row[5] / 1000,
+                lost=loop.create_future(),
+                last_heard=now,
+            )
+            for row in rows
+        ]
+
+    def _start(self, one: Run) -> None:
+        self.runs[(one.id, one.attempts)] = one
+        self.in_use[one.name] += 1
+        self.settled.clear()
+        one.task = self._spawn(self._execute(one), f"run-{one.id}")
+        log.debug("job started", extra={**one.fields(), "worker": self.identity})
+
+    def _release(self, one: Run) -> None:
+        self.runs.pop((one.id, one.attempts), None)
+        self.in_use[one.name] -= 1
+        if not self.runs:
+            self.settled.set()
+        self.wake.set()
+
+    # --- running -----------------------------------------------------------------------
+
+    async def _execute(self, one: Run) -> None:
+        handler = self.queue.handlers.get(one.name)
+        try:
+            if handler is None:  # only claimed names are handled; kept for safety
+                outcome: tuple[str, str | None] = ("error", f"no handler for job {one.name}")
+            else:
+                outcome = await self._supervise(one, handler)
+        finally:
+            one.done = True
+            self._release(one)
+        kind, text = outcome
+        if kind == "lost":
+            self.stats["lost"] += 1
+            log.error(
+                "job stopped: it lost its claim; it now waits for review",
+                extra={**one.fields(), "reason": text},
+            )
+            self._spawn_helper(self._mark_lost(one, f"stopped: {text}"))
+            return
+        if kind == "ok":
+            self.stats["completed"] += 1
+            self._end(Ending(one, "completed", None, 0.0))
+            return
+        error = cut_error(text or "failed")
+        if one.attempts < one.limit:
+            wait = backoff(to_timedelta(self.options.retry_backoff), one.attempts)
+            self.stats["retried"] += 1
+            log.warning(
+                "job failed, will retry",
+                extra={**one.fields(), "error": error, "retry_in": wait.total_seconds()},
+            )
+            self._end(Ending(one, "queued", error, wait.total_seconds()))
+            self._wake_in(wait)
+        else:
+            self.stats["failed"] += 1
+            log.error("job failed", extra={**one.fields(), "error": error})
+            self._end(Ending(one, "failed", error, 0.0))
+
+    async def _supervise(self, one: Run, handler: JobHandler[Any]) -> tuple[str, str | None]:
+        """Run the handler to its end, its time limit, or the loss of its claim."""
+        inner: asyncio.Future[Any] = asyncio.ensure_future(self._call(one, handler))
+        try:
+            done, _ = await asyncio.wait(
+                {inner, one.lost}, timeout=one.timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            inner.cancel()
+            raise
+        if inner in done:
+            error = inner.result()
+            return ("ok", None) if error is None else ("error", error)
+        inner.cancel()
+        if one.lost in done:
+            return "lost", one.lost.result()
+        return "error", f"timed out after {one.timeout:g} s"
+
+    async def _call(self, one: Run, handler: JobHandler[Any]) -> str | None:
+        """The handler's error text, or None when it returned. Any exception but our
+        own cancellation fails the attempt, BaseException subclasses included."""
+        try:
+            args = handler.decode(json.loads(one.args_text))
+            await handler.invoke(args, self.executor)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as error:  # a job's failure, whatever it is
+            return describe(error)
+        return None
+
+    # --- recording endings -------------------------------------------------------------
+
+    def _end(self, ending: Ending) -> None:
+        self.endings.append(ending)
+        self.endings_ready.set()
+
+    async def _ack_loop(self) -> None:
+        while True:
+            await self.endings_ready.wait()
+            self.endings_ready.clear()
+            while self.endings:
+                batch, self.endings = self.endings, []
+                try:
+                    kept = await self._write_endings(batch)
+                except psycopg.Error as error:
+                    log.error(
+                        "could not record finished jobs; trying again",
+                        extra={"error": str(error), "jobs": len(batch)},
+                    )
+                    self.endings = batch + self.endings
+                    await asyncio.sleep(RETRY_DATABASE)
+                    continue
+                for ending in batch:
+                    if (ending.run.id, ending.run.attempts) not in kept:
+                        self.stats["lost"] += 1
+                        log.error(
+                            "job finished after losing its claim; it now waits for review",
+                            extra=ending.run.fields(),
+                        )
+                        self._spawn_helper(
+                            self._mark_lost(
+                                ending.run,
+                                "stopped: it finished after another worker or recovery "
+                                "took its claim",
+                            )
+                        )
+
+    async def _write_endings(self, batch: list[Ending]) -> set[tuple[UUID, int]]:
+        async with self.pool.connection() as conn:
+            cursor = await conn.execute(
+                sql.FINISH,
+                (
+                    [e.run.id for e in batch],
+                    [e.run.attempts for e in batch],
+                    [e.status for e in batch],
+                    [e.error for e in batch],
+                    [e.delay for e in batch],
+                ),
+            )
+            return {(row[0], row[1]) for row in await cursor.fetchall()}
+
+    async def _flush_all(self) -> None:
+        """Wait until every ending is written and every lost job marked."""
+        while self.endings or self.helpers:
+            self.endings_ready.set()
+            await asyncio.sleep(0.005)
+
+    async def _mark_lost(self, one: Run, text: str) -> None:
+        """Send the job to review, trying until the database answers, as the run must
+        not be taken for a crash and retried."""
+        while True:
+            try:
+                async with self.pool.connection() as conn:
+                    await conn.execute(sql.MARK_LOST, (cut_error(text), one.id))
+                return
+            except psycopg.Error as error:
+                log.error(
+                    "could not mark a lost job for review; trying again",
+                    extra={**one.fields(), "error": str(error)},
+                )
+                await asyncio.sleep(RETRY_DATABASE)
+
+    def _spawn_helper(self, coro: Coroutine[Any, Any, Any]) -> None:
+        task = self._spawn(coro, "helper")
+        self.helpers.add(task)
+        task.add_done_callback(self.helpers.discard)
+
+    # --- heartbeats --------------------------------------------------------------------
+
+    async def _heartbeat_loop(self) -> None:
+        every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
+        stale = self.options.seconds("stale_after")
+        while True:
+            await asyncio.sleep(every)
+            runs = [r for r in self.runs.values() if not r.done]
+            if not runs:
+                continue
+            try:
+                async with self.pool.connection() as conn:
+                    cursor = await conn.execute(
+                        sql.HEARTBEAT, ([r.id for r in runs], [r.attempts for r in runs])
+                    )
+                    alive = {(row[0], row[1]) for row in await cursor.fetchall()}
+            except psycopg.Error as error:
+                log.warning("heartbeat failed", extra={"error": str(error), "jobs": len(runs)})
+                now = time.monotonic()
+                for one in runs:
+                    if now - one.last_heard >= stale:
+                        one.lose(f"it could not report in for {stale:g} s")
+                continue
+            now = time.monotonic()
+            for one in runs:
+                if (one.id, one.attempts) in alive:
+                    one.last_heard = now
+                elif not one.done:
+                    one.lose("another worker or recovery took its claim")
+
+    # --- wake-ups ----------------------------------------------------------------------
+
+    def _wake_in(self, delay: timedelta | float) -> None:
+        """Look for work again after `delay`, keeping only the earliest such timer."""
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds <= 0:
+            self.wake.set()
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        if self.wake_at is not None and not self.wake_at.cancelled():
+            if self.wake_at.when() <= when and self.wake_at.when() > loop.time():
+                return
+            self.wake_at.cancel()
+        self.wake_at = loop.call_at(when, self.wake.set)
+
+    async def _listen_loop(self) -> None:
+        schema = self.queue.schema
+        pause = 0.1
+        while True:
+            try:
+                conn = await psycopg.AsyncConnection.connect(
+                    self.queue.dsn or "", autocommit=True, **self.queue.connect_kwargs()
+                )
+                async with conn:
+                    await conn.execute(sql.LISTEN)
+                    pause = 0.1
+                    self.wake.set()  # anything queued while we were not listening
+                    async for note in conn.notifies():
+                        there, _, delay = note.payload.partition(" ")
+                        if there != schema:
+                            continue
+                        try:
+                            self._wake_in(float(delay or 0))
+                        except ValueError:
+                            self.wake.set()
+            except psycopg.Error as error:
+                log.warning(
+                    "lost the notification connection; polling until it is back",
+                    extra={"error": str(error)},
+                )
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, self.options.seconds("poll_interval"), 5.0)
+
+    # --- housekeeping ------------------------------------------------------------------
+
+    async def _maintenance_loop(self) -> None:
+        every = self.options.seconds("maintenance_interval")
+        while True:
+            await maintenance.run_once(self.queue)
+            await asyncio.sleep(every)
+
+    async def _schedule_loop(self) -> None:
+        every = self.options.seconds("poll_interval")
+        while True:
+            try:
+                queued = await self.queue.tick_schedules()
+                if queued:
+                    self.wake.set()
+            except psycopg.Error as error:
+                log.error("could not queue scheduled jobs", extra={"error": str(error)})
+            await asyncio.sleep(every)

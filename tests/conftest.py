@@ -1,0 +1,149 @@
+"""Shared fixtures: every test gets a fresh schema on a real PostgreSQL.
+
+The server is `AXA_TEST_DATABASE_URL` when set, else the local one on the socket or
+port 5432. Each test's tables live in a schema of their own, reached through the
+connection's `search_path`, and the schema is dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg.conninfo import make_conninfo
+
+from axa_queue import Queue, QueueOptions
+
+LOCAL_CANDIDATES = ("postgresql://root@127.0.0.1:5432/test", "postgresql:///test")
+
+
+def _reachable(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, connect_timeout=3):
+            return True
+    except psycopg.Error:
+        return False
+
+
+@pytest.fixture(scope="session")
+def database_url() -> str:
+    """The server the tests use."""
+    given = os.environ.get("AXA_TEST_DATABASE_URL")
+    if given:
+        return given
+    for candidate in LOCAL_CANDIDATES:
+        if _reachable(candidate):
+            return candidate
+    pytest.exit("no PostgreSQL answers: set AXA_TEST_DATABASE_URL", returncode=3)
+
+
+@pytest.fixture
+def schema(database_url: str) -> Iterator[str]:
+    """A fresh, empty schema for one test, dropped afterwards."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{name}"')
+    yield name
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
+            "AND application_name = %s",
+            (name,),
+        )
+        conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+
+
+@pytest.fixture
+def dsn(database_url: str, schema: str) -> str:
+    """A DSN whose tables resolve to this test's schema."""
+    return make_conninfo(
+        database_url, options=f"-c search_path={schema}", application_name=schema
+    )
+
+
+@pytest.fixture
+def admin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """A sync autocommit connection to this test's schema, for arranging and checking."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        yield conn
+
+
+FAST = dict(
+    poll_interval=0.05,
+    heartbeat_interval=0.1,
+    stale_after=1.5,
+    retry_backoff=0.05,
+    maintenance_interval=0.3,
+)
+
+
+@pytest.fixture
+async def make_queue(dsn: str) -> AsyncIterator[Callable[..., Awaitable[Queue]]]:
+    """Open queues on this test's schema with fast timings; closed afterwards."""
+    opened: list[Queue] = []
+
+    async def make(*, setup: bool = True, open: bool = True, **options: Any) -> Queue:
+        queue = Queue(dsn, QueueOptions(**{**FAST, **options}))
+        if open:
+            await queue.open(setup=setup)
+        opened.append(queue)
+        return queue
+
+    yield make
+    for queue in opened:
+        await queue.close()
+
+
+async def eventually(
+    check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 15.0
+) -> None:
+    """Wait until `check()` is true, polling with a deadline."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if asyncio.iscoroutine(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await asyncio.sleep(0.02)
+
+
+class Running:
+    """A queue's `run()` in a task, stopped (gracefully) on exit."""
+
+    def __init__(self, queue: Queue) -> None:
+        self.queue = queue
+        self.stop = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Running:
+        self.task = asyncio.create_task(self.queue.run(self.stop))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.stop.set()
+        assert self.task is not None
+        await asyncio.wait_for(self.task, 30)
+
+
+def running(queue: Queue) -> Running:
+    """`async with running(queue):` runs the queue for the block."""
+    return Running(queue)
+
+
+def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, str | None, int]:
+    """A job's status, error and attempts, read straight from the table."""
+    row = admin.execute(
+        "SELECT status, error, attempts FROM axa_queue WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row is not None, f"no job {job_id}"
+    return row[0], row[1], row[2]
