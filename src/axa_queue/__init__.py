@@ -37,6 +37,7 @@ from .queue import Queue
 from .retries import backoff
 from .schedules import Schedule, ScheduleInfo
 from .sql import SETUP_STATEMENTS
+from .sync import SyncQueue
 
 __version__ = "0.1.0"
 
@@ -63,6 +64,7 @@ __all__ = [
     "ScheduleError",
     "ScheduleInfo",
     "SchemaError",
+    "SyncQueue",
     "acts_on",
     "backoff",
     "cancel",

@@ -178,6 +178,33 @@ class Counts:
     """Seconds the oldest ready job has waited, or zero. Rising means nothing runs them."""
 
 
+def as_new_job(
+    job: str | NewJob,
+    args: Any = None,
+    *,
+    priority: int = 0,
+    run_in: Duration | None = None,
+    run_at: datetime | None = None,
+    max_attempts: int | None = None,
+    timeout: Duration | None = None,
+) -> NewJob:
+    """`job` itself when it is a `NewJob`, else a `NewJob` of that name with these
+    arguments and options (what `enqueue` takes)."""
+    if isinstance(job, NewJob):
+        if args is not None:
+            raise OptionsError("give either a NewJob or a name with arguments, not both")
+        return job
+    return NewJob(
+        job,
+        {} if args is None else args,
+        priority=priority,
+        run_in=run_in,
+        run_at=run_at,
+        max_attempts=max_attempts,
+        timeout=timeout,
+    )
+
+
 def enqueue_call(job: NewJob) -> Call[UUID]:
     """The call that queues one job; the id is made here, so it is known before it runs."""
     job_id = uuid4()

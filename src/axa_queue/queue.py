@@ -30,6 +30,7 @@ from .jobs import (
     JobInfo,
     JobState,
     NewJob,
+    as_new_job,
     counts_by_name_call,
     counts_call,
     enqueue_call,
@@ -41,6 +42,7 @@ from .maintenance import Recovered
 from .options import Duration, QueueOptions, to_seconds
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
+from .sync import SyncQueue
 from .worker import Worker
 
 __all__ = ["DSN_VARIABLES", "Queue"]
@@ -261,23 +263,24 @@ class Queue:
         """Queue a job (a `NewJob`, or a name with its arguments and options) on the
         queue's own connection, in one round trip, and return its id. It outlives any
         rollback of the caller's: use `enqueue_on` to queue in a transaction."""
-        if not isinstance(job, NewJob):
-            job = NewJob(
-                job,
-                {} if args is None else args,
-                priority=priority,
-                run_in=run_in,
-                run_at=run_at,
-                max_attempts=max_attempts,
-                timeout=timeout,
-            )
-        elif args is not None:
-            raise OptionsError("give either a NewJob or a name with arguments, not both")
+        job = as_new_job(
+            job,
+            args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
         return await self._run(enqueue_call(job))
 
     async def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
         """Queue every job in one statement: all are queued or none. Ids in order."""
         return await self._run(enqueue_many_call(list(jobs)))
+
+    def sync(self) -> SyncQueue:
+        """A `SyncQueue` on the same database and options, for synchronous code."""
+        return SyncQueue(self.dsn, self.options)
 
     def start_background(self, name: str, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` as a task of this process (the `background` mode); `close()` waits."""

@@ -1,0 +1,166 @@
+"""SyncQueue: queue and inspect jobs from synchronous code (Flask, Django, scripts).
+
+Workers are asynchronous, but a synchronous web request often needs to queue a job
+or show one. `SyncQueue` does that on a synchronous psycopg pool, sending the very
+same `Call`s the async `Queue` sends (see `statements`), so the two cannot drift.
+For a job in the caller's own transaction, use `enqueue_on(conn, job)` with the
+caller's sync connection instead.
+
+    jobs = SyncQueue("postgresql://...")          # or queue.sync(), sharing its DSN
+    job_id = jobs.enqueue("Report", {"id": 7})
+    with jobs.connection() as conn:               # one transaction
+        cancel(conn, job_id, by="ops:alice", reason="customer_asked")
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar
+from uuid import UUID
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from . import sql
+from .acts import Act, acts_call
+from .errors import OptionsError
+from .jobs import (
+    Counts,
+    JobInfo,
+    JobState,
+    NewJob,
+    as_new_job,
+    counts_call,
+    enqueue_call,
+    enqueue_many_call,
+    job_call,
+    jobs_call,
+)
+from .options import Duration, QueueOptions
+from .statements import Call, run_sync
+
+__all__ = ["SyncQueue"]
+
+T = TypeVar("T")
+
+
+class SyncQueue:
+    """Queue and inspect jobs from synchronous code; the pool opens on first use."""
+
+    def __init__(self, dsn: str | None = None, options: QueueOptions | None = None) -> None:
+        self.dsn = dsn
+        self.options = options if options is not None else QueueOptions()
+        self._pool: ConnectionPool | None = None
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<SyncQueue {'open' if self._pool is not None else 'closed'}>"
+
+    @property
+    def pool(self) -> ConnectionPool:
+        """The pool of autocommit connections, opened on first use."""
+        with self._lock:
+            if self._pool is None:
+                dsn = self.dsn or os.environ.get("AXA_QUEUE_DSN") or os.environ.get("DATABASE_URL")
+                if not dsn:
+                    raise OptionsError(
+                        "no database given: pass a DSN to SyncQueue(...) or set AXA_QUEUE_DSN"
+                    )
+                self.dsn = dsn
+                pool = ConnectionPool(
+                    dsn,
+                    min_size=1,
+                    max_size=self.options.connections,
+                    kwargs={
+                        "autocommit": True,
+                        "prepare_threshold": 5 if self.options.prepare else None,
+                    },
+                    open=False,
+                    name="axa-queue-sync",
+                )
+                pool.open(wait=True, timeout=30)
+                self._pool = pool
+            return self._pool
+
+    def close(self) -> None:
+        """Close the pool (it opens again on next use)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> SyncQueue:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in a transaction that commits when the block ends."""
+        with self.pool.connection() as conn, conn.transaction():
+            yield conn
+
+    def _run(self, call: Call[T]) -> T:
+        with self.pool.connection() as conn:
+            return run_sync(conn, call)
+
+    def enqueue(
+        self,
+        job: str | NewJob,
+        args: Any = None,
+        *,
+        priority: int = 0,
+        run_in: Duration | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: Duration | None = None,
+    ) -> UUID:
+        """Queue a job (a `NewJob`, or a name with arguments and options); returns its id."""
+        job = as_new_job(
+            job,
+            args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+        return self._run(enqueue_call(job))
+
+    def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
+        """Queue every job in one statement: all or none. Ids in order."""
+        return self._run(enqueue_many_call(list(jobs)))
+
+    def job(self, job_id: UUID) -> JobInfo | None:
+        """What the queue knows of one job (never its arguments), or `None`."""
+        return self._run(job_call(job_id))
+
+    def jobs(
+        self, state: JobState | str | None = None, name: str | None = None, limit: int = 50
+    ) -> list[JobInfo]:
+        """The newest jobs, optionally of one state and name."""
+        return self._run(jobs_call(state, name, limit))
+
+    def counts(self) -> Counts:
+        """How many jobs are in each state."""
+        return self._run(counts_call())
+
+    def acts(self, job_id: UUID) -> list[Act]:
+        """Every act a person did to the job, oldest first."""
+        return self._run(acts_call(job_id))
+
+    def ping(self) -> None:
+        """Raise unless the database answers."""
+        with self.pool.connection() as conn:
+            conn.execute(sql.PING)
