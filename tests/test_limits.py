@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from conftest import eventually, running
-
 from axa_queue import NewJob
+from conftest import eventually, running
 
 
 async def test_a_limited_name_never_runs_more_than_its_limit_while_others_keep_the_loops_busy(
@@ -90,10 +89,12 @@ async def test_limits_hold_across_many_batched_claims_under_load(make_queue, adm
     await queue.enqueue_all(jobs)
     async with running(queue):
         await eventually(
-            lambda: admin.execute(
-                "SELECT count(*) FROM axa_queue WHERE status = 'completed'"
-            ).fetchone()[0]
-            == 450,
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM axa_queue WHERE status = 'completed'"
+                ).fetchone()[0]
+                == 450
+            ),
             timeout=60,
         )
     assert peak["A"] <= 3 and peak["B"] == 1

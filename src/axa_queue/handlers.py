@@ -63,6 +63,19 @@ def _argument_type(fn: Callable[..., object]) -> type | None:
     return None
 
 
+def _json_type(value: object) -> str:
+    """The JSON type of a decoded value: array, string, number, boolean or null."""
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    return "null" if value is None else type(value).__name__
+
+
 def _is_async(fn: Callable[..., object]) -> bool:
     while isinstance(fn, functools.partial):
         fn = fn.func
@@ -91,7 +104,12 @@ class JobHandler(Generic[A]):
 
     def decode(self, raw: Any) -> A:
         """The handler's argument from the stored JSON value."""
-        if self.argument_type is not None and isinstance(raw, dict):
+        if self.argument_type is not None:
+            if not isinstance(raw, dict):  # named by its JSON type, never its value
+                raise TypeError(
+                    f"job {self.name!r} expects a JSON object for "
+                    f"{self.argument_type.__name__}, got a JSON {_json_type(raw)}"
+                )
             return self.argument_type(**raw)  # type: ignore[no-any-return]
         return raw  # type: ignore[no-any-return]
 

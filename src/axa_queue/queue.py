@@ -43,7 +43,7 @@ from .options import Duration, QueueOptions, to_seconds
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
 from .sync import SyncQueue
-from .worker import Worker
+from .worker import RunObserver, Worker
 
 __all__ = ["DSN_VARIABLES", "Queue"]
 
@@ -81,6 +81,7 @@ class Queue:
         self._background: set[asyncio.Task[Any]] = set()
         self._seen_at = 0.0
         self.worker: Worker | None = None
+        self.observers: list[RunObserver] = []
 
     def __repr__(self) -> str:
         state = "open" if self._pool is not None else "closed"
@@ -133,6 +134,15 @@ class Queue:
             raise ScheduleError(f"the schedule {schedule.name!r} was added twice")
         self.schedule_list.append(schedule)
         return schedule
+
+    def observe(self, observer: RunObserver) -> RunObserver:
+        """Call `observer(job name, outcome, seconds)` as each run in this process ends:
+        `outcome` is `completed`, `retried`, `failed` or `lost`, told once the ending is
+        recorded, and `seconds` is how long the handler ran. It runs on the event loop,
+        so it must be quick; what it raises is logged. It is never given the arguments.
+        Returns `observer`, so it can be used as a decorator. For metrics."""
+        self.observers.append(observer)
+        return observer
 
     def handled(self) -> set[str]:
         """The job names this queue has handlers for."""
@@ -363,7 +373,8 @@ class Queue:
             return 0
         loop = asyncio.get_running_loop()
         async with self.pool.connection() as conn:
-            if loop.time() - self._seen_at >= SEEN_EVERY or self._seen_at == 0.0:
+            every = min(SEEN_EVERY, self.options.seconds("stale_after") / 4)
+            if loop.time() - self._seen_at >= every or self._seen_at == 0.0:
                 await schedules.mark_seen(conn, self.schedule_list)
                 self._seen_at = loop.time()
             due = set(await schedules.due(conn, self.schedule_list))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -105,11 +104,10 @@ class ScheduleInfo:
 def next_due(due_at: datetime, interval: timedelta, now: datetime) -> datetime:
     """The first due time after `now`, a whole number of intervals after `due_at`.
 
-    The same arithmetic as `sql.SCHEDULE_ADVANCE`, kept here to be tested on its own.
+    The same arithmetic as `sql.SCHEDULE_ADVANCE`, kept here to be tested on its own;
+    exact (whole microseconds), as a float division can fall short when `now` is a due time.
     """
-    step = interval.total_seconds()
-    passed = (now - due_at).total_seconds()
-    return due_at + interval * (math.floor(passed / step) + 1)
+    return due_at + interval * ((now - due_at) // interval + 1)
 
 
 def schedule_info(row: tuple[Any, ...]) -> ScheduleInfo:

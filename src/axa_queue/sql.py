@@ -135,7 +135,6 @@ BEGIN
         ALTER TABLE axa_queue ADD CONSTRAINT axa_queue_state_valid CHECK (
             status IN ('queued', 'running', 'completed', 'failed', 'cancelled', 'needs_review')
             AND attempts >= 0
-            AND (max_attempts IS NULL OR max_attempts >= 1)
             AND (status <> 'running' OR started_at IS NOT NULL)
         ) NOT VALID;
     END IF;
@@ -465,11 +464,12 @@ SCHEDULE_BUSY = """SELECT EXISTS (SELECT 1 FROM axa_queue
 
 SCHEDULE_ADVANCE = """UPDATE axa_schedule
     SET due_at = due_at + make_interval(secs => %(interval)s)
-            * (floor(EXTRACT(EPOCH FROM now() - due_at)::float8 / %(interval)s) + 1),
+            * (floor(EXTRACT(EPOCH FROM now() - due_at) / %(interval)s::numeric) + 1),
         last_job = COALESCE(%(job)s, last_job), updated_at = now()
     WHERE name = %(name)s"""
 """The next due time after now, a whole number of intervals from the last: no drift, one
-catch-up, and no stacking."""
+catch-up, and no stacking. Divided in exact numeric (the crate divides in float8, which
+can leave `due_at` at now when a tick lands exactly on a due time)."""
 
 SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = now(), updated_at = now()
     WHERE archived_at IS NULL AND name <> ALL(%s::text[])
@@ -488,3 +488,13 @@ LISTEN = "LISTEN axa_queue"
 
 SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
 """The claim's estimates can tempt the JIT, which costs far more than the query."""
+
+# --- The demo's sandbox (`axa-queue demo --dsn`) ----------------------------------------
+# Templates for `psycopg.sql.SQL(...).format(psycopg.sql.Identifier(name))`: the schema
+# name goes in only as an identifier.
+
+DEMO_SCHEMA_CREATE = "CREATE SCHEMA {}"
+"""Make the schema the demo runs in, on a database the user gave, so their queue is untouched."""
+
+DEMO_SCHEMA_DROP = "DROP SCHEMA IF EXISTS {} CASCADE"
+"""Remove the demo's schema and everything in it when the demo ends."""

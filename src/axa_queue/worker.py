@@ -28,7 +28,7 @@ import os
 import socket
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -54,6 +54,12 @@ MIN_HEARTBEAT = 0.02
 RETRY_DATABASE = 0.5
 """Seconds between tries when the database does not answer a write that must land."""
 
+RunObserver = Callable[[str, str, float], None]
+"""Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""
+
+OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
+"""The outcome an observer is told for each status an ending writes."""
+
 
 @dataclass(eq=False)
 class Run:
@@ -71,6 +77,8 @@ class Run:
     """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
     task: asyncio.Task[None] | None = None
     timer: asyncio.TimerHandle | None = None
+    seconds: float = 0.0
+    """How long the handler ran, once it has ended."""
 
     def stop(self, kind: str, reason: str) -> None:
         """Stop this run's handler: its claim is gone, or its time is up."""
@@ -111,6 +119,7 @@ class Worker:
         self.runs: dict[tuple[UUID, int], Run] = {}
         self.in_use: Counter[str] = Counter()
         self.endings: list[Ending] = []
+        self.writing = 0  # endings taken from `endings` whose write is not yet answered
         self.endings_ready = asyncio.Event()
         self.settled = asyncio.Event()
         self.wake = asyncio.Event()
@@ -145,6 +154,9 @@ class Worker:
                     raise task.exception()  # type: ignore[misc]
             self.stopping = True
             self.wake.set()
+            # A claim in flight starts its runs before the fetcher returns; they are
+            # claimed, so they run to their end like the others.
+            await background[0]
             await self._finish_runs()
             await self._flush_all()
         except BaseException:
@@ -283,6 +295,7 @@ class Worker:
         job stays `running` for stale recovery."""
         handler = self.queue.handlers.get(one.name)
         error: str | None = None
+        started = time.monotonic()
         try:
             if handler is None:  # only handled names are claimed; kept for safety
                 error = f"no handler for job {one.name}"
@@ -297,13 +310,18 @@ class Worker:
         except BaseException as failure:  # a job's failure, whatever it is
             error = describe(failure)
         one.done = True
+        one.seconds = time.monotonic() - started
+        if one.stopped is not None and one.stopped[0] == "lost":
+            # Keep the run's slot until its job is sent to review, so this process
+            # cannot claim the job it just lost again first (the crate's loop cannot).
+            try:
+                await asyncio.shield(self._lost(one, f"stopped: {one.stopped[1]}"))
+            finally:
+                self._release(one)
+            return
         self._release(one)
-        if one.stopped is not None:  # also when a handler swallowed the cancellation
-            kind, text = one.stopped
-            if kind == "lost":
-                self._lost(one, f"stopped: {text}")
-                return
-            error = text
+        if one.stopped is not None:  # timed out (also when a handler swallowed the cancellation)
+            error = one.stopped[1]
         if error is None:
             self.stats["completed"] += 1
             self._end(Ending(one, "completed", None, 0.0))
@@ -323,13 +341,14 @@ class Worker:
             log.error("job failed", extra={**one.fields(), "error": error})
             self._end(Ending(one, "failed", error, 0.0))
 
-    def _lost(self, one: Run, text: str) -> None:
+    def _lost(self, one: Run, text: str) -> asyncio.Task[Any]:
         self.stats["lost"] += 1
+        self._observe(one, "lost")
         log.error(
             "job stopped: it lost its claim; it now waits for review",
             extra={**one.fields(), "reason": text},
         )
-        self._spawn_helper(self._mark_lost(one, text))
+        return self._spawn_helper(self._mark_lost(one, text))
 
     # --- recording endings -------------------------------------------------------------
 
@@ -343,9 +362,11 @@ class Worker:
             self.endings_ready.clear()
             while self.endings:
                 batch, self.endings = self.endings, []
+                self.writing = len(batch)  # so a stop waits for this write too
                 try:
                     kept = await self._write_endings(batch)
                 except psycopg.Error as error:
+                    self.writing = 0
                     log.error(
                         "could not record finished jobs; trying again",
                         extra={"error": str(error), "jobs": len(batch)},
@@ -353,6 +374,7 @@ class Worker:
                     self.endings = batch + self.endings
                     await asyncio.sleep(RETRY_DATABASE)
                     continue
+                self.writing = 0
                 for ending in batch:
                     if (ending.run.id, ending.run.attempts) not in kept:
                         self.stats[ending.status if ending.status != "queued" else "retried"] -= 1
@@ -360,6 +382,16 @@ class Worker:
                             ending.run,
                             "stopped: it finished after another worker or recovery took its claim",
                         )
+                    else:
+                        self._observe(ending.run, OUTCOMES[ending.status])
+
+    def _observe(self, one: Run, outcome: str) -> None:
+        """Tell the queue's observers how a run ended (never its arguments)."""
+        for observer in self.queue.observers:
+            try:
+                observer(one.name, outcome, one.seconds)
+            except Exception as error:
+                log.error("a run observer failed", extra={**one.fields(), "error": describe(error)})
 
     async def _write_endings(self, batch: list[Ending]) -> set[tuple[UUID, int]]:
         async with self.pool.connection() as conn:
@@ -377,7 +409,7 @@ class Worker:
 
     async def _flush_all(self) -> None:
         """Wait until every ending is written and every lost job marked."""
-        while self.endings or self.helpers:
+        while self.endings or self.writing or self.helpers:
             self.endings_ready.set()
             await asyncio.sleep(0.005)
 
@@ -396,10 +428,11 @@ class Worker:
                 )
                 await asyncio.sleep(RETRY_DATABASE)
 
-    def _spawn_helper(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def _spawn_helper(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = self._spawn(coro, "helper")
         self.helpers.add(task)
         task.add_done_callback(self.helpers.discard)
+        return task
 
     # --- heartbeats --------------------------------------------------------------------
 

@@ -1,0 +1,341 @@
+"""Heartbeats, stale recovery and fencing: a run is identified by its attempt, so one
+that was given up on stops, goes to review, and never overwrites its replacement."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from axa_queue import JobState, Recovered
+from conftest import eventually, running, status_of
+
+# A heartbeat that never comes during a test, for runs that must finish unobserved.
+SLOW_BEAT = dict(heartbeat_interval=30, stale_after=60)
+
+
+def updated_at(admin: psycopg.Connection[Any], job_id: UUID) -> datetime:
+    row = admin.execute("SELECT updated_at FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+def take_claim(admin: psycopg.Connection[Any], job_id: UUID, how: str) -> None:
+    """Do to a running job what a stale recovery (and a re-claim elsewhere) would."""
+    if how == "reclaimed":
+        statement = "UPDATE axa_queue SET attempts = attempts + 1, updated_at = now() WHERE id = %s"
+    else:
+        statement = (
+            "UPDATE axa_queue SET status = 'queued', started_at = NULL, updated_at = now() "
+            "WHERE id = %s"
+        )
+    assert admin.execute(statement, (job_id,)).rowcount == 1
+
+
+def claim_by_hand(admin: psycopg.Connection[Any], job_id: UUID, attempts: int = 1) -> None:
+    """Mark a job running as a process that then died would have left it."""
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = %s, started_at = now(), "
+        "updated_at = now() WHERE id = %s",
+        (attempts, job_id),
+    )
+
+
+class Blocking:
+    """A handler that signals when it starts and runs until released or cancelled."""
+
+    def __init__(self, outcome: str = "return") -> None:
+        self.outcome = outcome
+        self.calls = 0
+        self.started = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled = asyncio.Event()
+        self.finished = asyncio.Event()
+
+    async def __call__(self, args: Any) -> None:
+        self.calls += 1
+        self.started.set()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+        self.finished.set()
+        if self.outcome == "raise":
+            raise RuntimeError("told to fail")
+
+
+# --- heartbeats ------------------------------------------------------------------------
+
+
+async def test_a_running_job_reports_in_every_heartbeat_interval(make_queue, admin) -> None:
+    queue = await make_queue(heartbeat_interval=0.1, stale_after=0.5)
+    handler = Blocking()
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {})
+    async with running(queue):
+        await asyncio.wait_for(handler.started.wait(), 15)
+        seen = [updated_at(admin, job_id)]
+
+        def moved() -> bool:
+            now = updated_at(admin, job_id)
+            if now > seen[-1]:
+                seen.append(now)
+            return len(seen) >= 4
+
+        await eventually(moved, timeout=5)
+        # Reporting in keeps it alive well past the stale period.
+        await asyncio.sleep(0.7)
+        assert await queue.recover_stale() == []
+        assert status_of(admin, job_id) == ("running", None, 1)
+        handler.release.set()
+        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    assert handler.calls == 1
+    assert status_of(admin, job_id) == ("completed", None, 1)
+
+
+# --- stale recovery --------------------------------------------------------------------
+
+
+async def test_a_job_not_heard_from_for_stale_after_is_queued_again_when_it_has_attempts_left(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(stale_after=0.5)
+    job_id = await queue.enqueue("Lost", {}, max_attempts=2)
+    claim_by_hand(admin, job_id)
+    assert await queue.recover_stale() == [], "not stale yet"
+    await asyncio.sleep(0.6)  # let the stale period pass
+    recovered = await queue.recover_stale()
+    assert recovered == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
+    row = admin.execute(
+        "SELECT status, error, attempts, started_at FROM axa_queue WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == ("queued", None, 1, None)
+    assert await queue.recover_stale() == [], "recovered once"
+
+
+async def test_a_job_not_heard_from_for_stale_after_with_no_attempts_left_fails(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(stale_after=0.5)
+    own_limit = await queue.enqueue("Lost", {}, max_attempts=2)
+    default_limit = await queue.enqueue("Lost", {})  # the queue's max_attempts, one
+    claim_by_hand(admin, own_limit, attempts=2)
+    claim_by_hand(admin, default_limit, attempts=1)
+    await asyncio.sleep(0.6)
+    recovered = await queue.recover_stale()
+    assert sorted(recovered, key=lambda r: r.id) == sorted(
+        [
+            Recovered(own_limit, "Lost", 2, JobState.FAILED),
+            Recovered(default_limit, "Lost", 1, JobState.FAILED),
+        ],
+        key=lambda r: r.id,
+    )
+    assert status_of(admin, own_limit) == ("failed", "abandoned by its worker", 2)
+    assert status_of(admin, default_limit) == ("failed", "abandoned by its worker", 1)
+
+
+async def test_stale_recovery_counts_attempts_against_the_recovering_queues_default(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(stale_after=0.5, max_attempts=3)
+    job_id = await queue.enqueue("Lost", {})
+    claim_by_hand(admin, job_id, attempts=2)
+    await asyncio.sleep(0.6)
+    assert await queue.recover_stale() == [Recovered(job_id, "Lost", 2, JobState.QUEUED)]
+    assert status_of(admin, job_id) == ("queued", None, 2)
+
+
+async def test_a_dry_run_of_stale_recovery_says_what_it_would_do_and_changes_nothing(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(stale_after=0.5)
+    again = await queue.enqueue("Lost", {}, max_attempts=2)
+    out = await queue.enqueue("Lost", {})
+    claim_by_hand(admin, again)
+    claim_by_hand(admin, out)
+    await asyncio.sleep(0.6)
+    before = admin.execute("SELECT * FROM axa_queue ORDER BY id").fetchall()
+    planned = await queue.recover_stale(dry_run=True)
+    assert {(r.id, r.state) for r in planned} == {
+        (again, JobState.QUEUED),
+        (out, JobState.FAILED),
+    }
+    assert admin.execute("SELECT * FROM axa_queue ORDER BY id").fetchall() == before
+    assert await queue.recover_stale(dry_run=True) == planned
+    done = await queue.recover_stale()
+    assert {(r.id, r.state) for r in done} == {(r.id, r.state) for r in planned}
+    assert status_of(admin, again)[0] == "queued"
+    assert status_of(admin, out)[0] == "failed"
+
+
+async def test_any_running_queue_recovers_a_stale_job_and_runs_it_again(make_queue, admin) -> None:
+    queue = await make_queue(stale_after=0.5, maintenance_interval=0.1)
+    ran: list[Any] = []
+    queue.handle("Lost", ran.append)
+    job_id = await queue.enqueue("Lost", {"n": 1}, max_attempts=2)
+    claim_by_hand(admin, job_id)  # a process that claimed it and died
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    assert ran == [{"n": 1}]
+    assert status_of(admin, job_id) == ("completed", None, 2)
+
+
+# --- fencing ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["reclaimed", "requeued"])
+async def test_a_run_that_finds_its_claim_taken_stops_its_handler_and_goes_to_review(
+    make_queue, admin, how: str
+) -> None:
+    # One loop, so this process cannot claim the job again itself.
+    queue = await make_queue(workers=1, heartbeat_interval=0.1, stale_after=5)
+    handler = Blocking()
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {}, max_attempts=3)
+    async with running(queue):
+        await asyncio.wait_for(handler.started.wait(), 15)
+        take_claim(admin, job_id, how)
+        await asyncio.wait_for(handler.cancelled.wait(), 5)
+        await eventually(lambda: status_of(admin, job_id)[0] == "needs_review")
+    assert not handler.finished.is_set()
+    assert handler.calls == 1
+    status, error, _ = status_of(admin, job_id)
+    assert status == "needs_review"
+    assert error is not None and error.startswith("stopped:"), error
+    info = await queue.job(job_id)
+    assert info is not None and info.state is JobState.NEEDS_REVIEW
+
+
+@pytest.mark.parametrize(
+    ("outcome", "max_attempts"),
+    [("return", 1), ("raise", 3), ("raise", 1)],
+    ids=["completed", "failed-with-attempts-left", "failed-for-good"],
+)
+async def test_a_run_that_finishes_after_losing_its_claim_cannot_record_its_result(
+    make_queue, admin, outcome: str, max_attempts: int
+) -> None:
+    queue = await make_queue(workers=1, **SLOW_BEAT)
+    handler = Blocking(outcome)
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {}, max_attempts=max_attempts)
+    async with running(queue):
+        await asyncio.wait_for(handler.started.wait(), 15)
+        take_claim(admin, job_id, "reclaimed")
+        handler.release.set()
+        await eventually(lambda: status_of(admin, job_id)[0] == "needs_review")
+    assert handler.finished.is_set() and handler.calls == 1
+    status, error, attempts = status_of(admin, job_id)
+    assert (status, attempts) == ("needs_review", 2)
+    assert error is not None and error.startswith("stopped:"), error
+    assert "finished after" in error
+
+
+async def test_a_job_in_review_is_never_retried_by_itself(make_queue, admin) -> None:
+    queue = await make_queue(
+        workers=1, heartbeat_interval=0.1, stale_after=0.5, maintenance_interval=0.1
+    )
+    handler = Blocking()
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {}, max_attempts=5)
+    async with running(queue):
+        await asyncio.wait_for(handler.started.wait(), 15)
+        take_claim(admin, job_id, "reclaimed")
+        await eventually(lambda: status_of(admin, job_id)[0] == "needs_review")
+        in_review = status_of(admin, job_id)
+        # Let several stale periods and housekeeping rounds pass.
+        await asyncio.sleep(1.5)
+        assert status_of(admin, job_id) == in_review
+        assert await queue.recover_stale() == []
+    assert await queue.purge(older_than=0) == 0
+    assert status_of(admin, job_id) == in_review
+    assert handler.calls == 1
+    counts = await queue.counts()
+    assert counts.needs_review == 1 and counts.ready == 0 and counts.running == 0
+
+
+@pytest.mark.parametrize("outcome", ["return", "raise"])
+async def test_a_stale_run_can_never_overwrite_the_result_of_its_replacement(
+    make_queue, admin, outcome: str
+) -> None:
+    # The old run: one loop, and no heartbeat during the test, so it never notices.
+    old_queue = await make_queue(workers=1, **SLOW_BEAT)
+    old = Blocking(outcome)
+    old_queue.handle("Job", old)
+    # The replacement, in another "process", recovers and reruns the job.
+    new_queue = await make_queue(workers=1, stale_after=0.5)
+    new_runs: list[Any] = []
+    new_queue.handle("Job", new_runs.append)
+
+    job_id = await old_queue.enqueue("Job", {}, max_attempts=2)
+    async with running(old_queue):
+        await asyncio.wait_for(old.started.wait(), 15)
+        # The old run goes quiet, as if its process hung (stale to the new queue only).
+        admin.execute(
+            "UPDATE axa_queue SET updated_at = now() - interval '10 s' WHERE id = %s",
+            (job_id,),
+        )
+        assert await new_queue.recover_stale() == [Recovered(job_id, "Job", 1, JobState.QUEUED)]
+        async with running(new_queue):
+            await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+        replaced = admin.execute("SELECT * FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
+        old.release.set()  # the old run now ends; stopping waits for its write
+    assert old.finished.is_set()
+    assert new_runs == [{}]
+    assert status_of(admin, job_id) == ("completed", None, 2)
+    assert admin.execute("SELECT * FROM axa_queue WHERE id = %s", (job_id,)).fetchone() == replaced
+
+
+async def test_a_run_that_finishes_after_losing_its_claim_stops_its_replacement_too(
+    make_queue, admin
+) -> None:
+    old_queue = await make_queue(workers=1, **SLOW_BEAT)
+    old = Blocking()
+    old_queue.handle("Job", old)
+    new_queue = await make_queue(workers=1, heartbeat_interval=0.1, stale_after=0.5)
+    new = Blocking()
+    new_queue.handle("Job", new)
+
+    job_id = await old_queue.enqueue("Job", {}, max_attempts=2)
+    async with running(old_queue):
+        await asyncio.wait_for(old.started.wait(), 15)
+        admin.execute(
+            "UPDATE axa_queue SET updated_at = now() - interval '10 s' WHERE id = %s",
+            (job_id,),
+        )
+        assert len(await new_queue.recover_stale()) == 1
+        async with running(new_queue):
+            await asyncio.wait_for(new.started.wait(), 15)
+            assert status_of(admin, job_id) == ("running", None, 2)
+            old.release.set()
+            # The old run finds its claim gone and sends the job to review; the
+            # replacement sees that at its next report and is stopped too.
+            await asyncio.wait_for(new.cancelled.wait(), 10)
+    assert not new.finished.is_set()
+    status, error, attempts = status_of(admin, job_id)
+    assert (status, attempts) == ("needs_review", 2)
+    assert error is not None and error.startswith("stopped:")
+
+
+async def test_fencing_is_per_run_so_other_jobs_of_the_process_carry_on(make_queue, admin) -> None:
+    queue = await make_queue(workers=2, heartbeat_interval=0.1, stale_after=5)
+    lost = Blocking()
+    kept = Blocking()
+    queue.handle("Lost", lost)
+    queue.handle("Kept", kept)
+    lost_id = await queue.enqueue("Lost", {})
+    kept_id = await queue.enqueue("Kept", {})
+    async with running(queue):
+        await asyncio.wait_for(lost.started.wait(), 15)
+        await asyncio.wait_for(kept.started.wait(), 15)
+        take_claim(admin, lost_id, "reclaimed")
+        await eventually(lambda: status_of(admin, lost_id)[0] == "needs_review")
+        assert not kept.cancelled.is_set()
+        assert status_of(admin, kept_id)[0] == "running"
+        kept.release.set()
+        await eventually(lambda: status_of(admin, kept_id)[0] == "completed")
+    assert status_of(admin, kept_id) == ("completed", None, 1)

@@ -1,0 +1,294 @@
+"""Typed handlers: dataclass arguments, `perform_later` in each mode, sync handlers in
+threads, and failures of every kind kept to their own attempt."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from uuid import UUID
+
+import psycopg
+import pytest
+
+from axa_queue import NewJob, OptionsError
+from conftest import eventually, running, status_of
+
+
+@dataclass
+class Report:
+    id: int
+    title: str = "monthly"
+
+
+class Halt(BaseException):
+    """A BaseException of the job's own, not an Exception."""
+
+
+def rows(admin: psycopg.Connection[Any]) -> int:
+    row = admin.execute("SELECT count(*) FROM axa_queue").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def updated_at(admin: psycopg.Connection[Any], job_id: UUID) -> datetime:
+    row = admin.execute("SELECT updated_at FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row[0]
+
+
+async def test_a_handler_annotated_with_a_dataclass_receives_an_instance(make_queue, admin) -> None:
+    queue = await make_queue()
+    got: list[Any] = []
+
+    @queue.handler("Report")
+    async def report(args: Report) -> None:
+        got.append(args)
+
+    job_id = await report.perform_later(Report(7, "weekly"))
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    assert got == [Report(7, "weekly")]
+
+
+async def test_perform_later_queues_a_row_with_its_options_by_default(make_queue, admin) -> None:
+    queue = await make_queue()
+    assert queue.options.mode is None
+
+    @queue.handler("Report")
+    async def report(args: Report) -> None:
+        raise AssertionError("not run: nothing works the queue here")
+
+    job_id = await report.perform_later(Report(7), priority=3, max_attempts=2, run_in=60)
+    assert isinstance(job_id, UUID)
+    row = admin.execute(
+        "SELECT name, args, priority, max_attempts, status, attempts, run_at - created_at, "
+        "timeout_ms FROM axa_queue WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row == (
+        "Report",
+        {"id": 7, "title": "monthly"},
+        3,
+        2,
+        "queued",
+        0,
+        timedelta(seconds=60),
+        None,
+    )
+
+    at = datetime.now(timezone.utc) + timedelta(hours=2)
+    other = await report.perform_later(Report(8), run_at=at, timeout=1.5)
+    row = admin.execute(
+        "SELECT run_at, timeout_ms, priority, max_attempts FROM axa_queue WHERE id = %s",
+        (other,),
+    ).fetchone()
+    assert row == (at, 1500, 0, None)
+
+
+@pytest.mark.parametrize("how", ["option", "environment"])
+async def test_inline_mode_runs_the_handler_now_in_the_caller_and_queues_nothing(
+    make_queue, admin, monkeypatch, how
+) -> None:
+    if how == "option":
+        monkeypatch.delenv("AXA_QUEUE_MODE", raising=False)
+        queue = await make_queue(mode="inline")
+    else:
+        monkeypatch.setenv("AXA_QUEUE_MODE", "inline")
+        queue = await make_queue()
+        assert queue.options.mode is None
+    caller = asyncio.current_task()
+    got: list[tuple[Any, Any]] = []
+
+    @queue.handler("Report")
+    async def report(args: Report) -> None:
+        got.append((args, asyncio.current_task()))
+        if args.id < 0:
+            raise ValueError("no negative reports")
+
+    assert await report.perform_later(Report(1), priority=5) is None
+    assert got == [(Report(1), caller)]
+    with pytest.raises(ValueError, match="no negative reports"):
+        await report.perform_later(Report(-1))
+    assert rows(admin) == 0
+
+
+async def test_an_unknown_mode_in_the_environment_is_refused_by_name(
+    make_queue, monkeypatch
+) -> None:
+    monkeypatch.setenv("AXA_QUEUE_MODE", "later")
+    queue = await make_queue()
+    report = queue.handle("Report", lambda args: None)
+    with pytest.raises(OptionsError, match=r"AXA_QUEUE_MODE.*'later'"):
+        await report.perform_later({})
+
+
+async def test_background_mode_runs_the_handler_as_a_task_here_and_queues_nothing(
+    make_queue, admin, monkeypatch
+) -> None:
+    monkeypatch.setenv("AXA_QUEUE_MODE", "queue")  # the option wins over the variable
+    queue = await make_queue(mode="background")
+    caller = asyncio.current_task()
+    ran = asyncio.Event()
+    got: list[tuple[Any, Any]] = []
+
+    @queue.handler("Report")
+    async def report(args: Report) -> None:
+        got.append((args, asyncio.current_task()))
+        if args.id < 0:
+            raise ValueError("told to fail")
+        ran.set()
+
+    assert await report.perform_later(Report(-1)) is None, "a failure is not raised here"
+    assert await report.perform_later(Report(2)) is None
+    await asyncio.wait_for(ran.wait(), 10)
+    assert got[-1][0] == Report(2) and got[-1][1] is not caller
+    assert rows(admin) == 0
+
+
+async def test_a_handler_taking_a_plain_dict_gets_the_stored_json(make_queue, admin) -> None:
+    queue = await make_queue()
+    got: list[Any] = []
+
+    @queue.handler("Plain")
+    async def plain(args: dict[str, Any]) -> None:
+        got.append(args)
+
+    queue.handle("Bare", lambda args: got.append(args))
+    first = await plain.perform_later({"id": 1, "tags": ["a", "b"], "nested": {"x": None}})
+    second = await queue.enqueue("Bare", [1, 2, 3])
+    async with running(queue):
+        await eventually(
+            lambda: status_of(admin, first)[0] == status_of(admin, second)[0] == "completed"
+        )
+    assert sorted(got, key=str) == sorted(
+        [{"id": 1, "tags": ["a", "b"], "nested": {"x": None}}, [1, 2, 3]], key=str
+    )
+
+
+async def test_a_sync_handler_runs_in_a_worker_thread(make_queue, admin) -> None:
+    queue = await make_queue()
+    threads: list[threading.Thread] = []
+
+    @queue.handler("Sync")
+    def sync(args: Report) -> None:
+        assert isinstance(args, Report)
+        threads.append(threading.current_thread())
+
+    job_id = await sync.perform_later(Report(1))
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    assert len(threads) == 1 and threads[0] is not threading.main_thread()
+
+
+async def test_a_sync_handler_hogging_the_cpu_does_not_stop_heartbeats(make_queue, admin) -> None:
+    queue = await make_queue(heartbeat_interval=0.1)
+    started = threading.Event()
+    release = threading.Event()
+
+    @queue.handler("Busy")
+    def busy(args: Any) -> None:
+        started.set()
+        give_up = time.monotonic() + 20
+        while not release.is_set() and time.monotonic() < give_up:
+            sum(range(2000))  # CPU work, holding the GIL in turns
+
+    job_id = await queue.enqueue("Busy", {})
+    try:
+        async with running(queue):
+            await eventually(started.is_set)
+            for _ in range(3):  # three heartbeats while it runs
+                before = updated_at(admin, job_id)
+                await eventually(lambda: updated_at(admin, job_id) > before, timeout=5)  # noqa: B023
+                assert status_of(admin, job_id)[0] == "running"
+            release.set()
+            await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    finally:
+        release.set()
+    assert status_of(admin, job_id) == ("completed", None, 1)
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+@pytest.mark.parametrize(
+    ("raised", "text"),
+    [
+        (KeyboardInterrupt(), "KeyboardInterrupt"),
+        (SystemExit(3), "SystemExit: 3"),
+        (Halt("halt"), "Halt: halt"),
+    ],
+    ids=["KeyboardInterrupt", "SystemExit", "custom"],
+)
+async def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goes_on(
+    make_queue, admin, kind, raised, text
+) -> None:
+    queue = await make_queue(workers=1)
+
+    if kind == "async":
+
+        async def bad(args: Any) -> None:
+            raise raised
+
+    else:
+
+        def bad(args: Any) -> None:
+            raise raised
+
+    queue.handle("Bad", bad)
+    queue.handle("Fine", lambda args: None)
+    bad_id = await queue.enqueue("Bad", {}, priority=1)
+    fine_id = await queue.enqueue("Fine", {})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, fine_id)[0] == "completed")
+    assert status_of(admin, bad_id) == ("failed", text, 1)
+
+
+async def test_a_failure_whose_text_cannot_be_stored_as_is_fails_only_its_job(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+
+    @queue.handler("Files")
+    async def files(args: Any) -> None:
+        raise RuntimeError("cannot read /data/\udcff.csv")  # a surrogate-escaped name
+
+    queue.handle("Fine", lambda args: None)
+    bad_id = await queue.enqueue("Files", {})
+    fine_id = await queue.enqueue("Fine", {})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, bad_id)[0] == "failed")
+        await eventually(lambda: status_of(admin, fine_id)[0] == "completed")
+        later = await queue.enqueue("Fine", {})
+        await eventually(lambda: status_of(admin, later)[0] == "completed")
+    assert status_of(admin, bad_id)[1] == "RuntimeError: cannot read /data/?.csv"
+
+
+@pytest.mark.parametrize(
+    ("stored", "text"),
+    [
+        ({"id": 1, "colour": "red"}, "unexpected keyword argument 'colour'"),
+        ({"title": "x"}, "missing 1 required positional argument: 'id'"),
+        ([1, 2], "expects a JSON object for Report, got a JSON array"),
+        ("7", "expects a JSON object for Report, got a JSON string"),
+        (None, "expects a JSON object for Report, got a JSON null"),
+    ],
+    ids=["unknown-field", "missing-field", "array", "string", "null"],
+)
+async def test_stored_arguments_that_do_not_fit_the_dataclass_fail_the_job(
+    make_queue, admin, stored, text
+) -> None:
+    queue = await make_queue()
+    called: list[Any] = []
+
+    @queue.handler("Report")
+    async def report(args: Report) -> None:
+        called.append(args)
+
+    job_id = await queue.enqueue(NewJob("Report", stored))
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job_id)[0] == "failed")
+    error = status_of(admin, job_id)[1]
+    assert error is not None and error.startswith("TypeError: ") and text in error
+    assert called == []
