@@ -35,7 +35,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -44,6 +44,16 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 Mode = Literal["threads", "asyncio"]
+Completion = Literal["fused", "transaction", "pipeline"]
+"""How a worker finishes a claimed job (or batch), always atomically:
+
+* ``fused``: one autocommit statement ``WITH done AS (INSERT INTO bench_done ...)
+  UPDATE axa_queue SET status = 'completed' ...`` -- 1 round trip (the floor).
+* ``transaction``: ``BEGIN; INSERT ...; UPDATE ...; COMMIT`` as four round
+  trips, i.e. a job body that runs its own statement and a separate
+  completion statement in the same transaction.
+* ``pipeline``: the same four statements in psycopg pipeline mode.
+"""
 T = TypeVar("T")
 
 TABLE_DDL = """
@@ -118,14 +128,29 @@ UPDATE axa_queue q
 RETURNING q.id
 """
 
-DONE_ONE = "INSERT INTO bench_done (job_id) VALUES (%s)"
-COMPLETE_ONE = "UPDATE axa_queue SET status = 'completed', updated_at = now() WHERE id = %s"
-DONE_MANY = "INSERT INTO bench_done (job_id) SELECT unnest(%s::uuid[])"
+# Finishing a job = its no-op body (one bench_done row) + marking it completed.
+# "two statements" form, used by completion="transaction" / "pipeline":
+DONE_ONE = "INSERT INTO bench_done (job_id) VALUES (%(id)s)"
+COMPLETE_ONE = "UPDATE axa_queue SET status = 'completed', updated_at = now() WHERE id = %(id)s"
+DONE_MANY = "INSERT INTO bench_done (job_id) SELECT unnest(%(ids)s::uuid[])"
 COMPLETE_MANY = (
-    "UPDATE axa_queue SET status = 'completed', updated_at = now() WHERE id = ANY(%s::uuid[])"
+    "UPDATE axa_queue SET status = 'completed', updated_at = now() WHERE id = ANY(%(ids)s::uuid[])"
 )
+# single-statement form, used by completion="fused" (1 round trip, 1 commit):
+FINISH_ONE = f"WITH done AS ({DONE_ONE}) {COMPLETE_ONE}"
+FINISH_MANY = f"WITH done AS ({DONE_MANY}) {COMPLETE_MANY}"
 INSERT_NOTIFY = "INSERT INTO axa_queue (id, name, args) VALUES (%s, %s, %s)"
-CHANNEL = "axa_queue"
+
+
+def channel(schema: str) -> str:
+    """The NOTIFY channel used by :func:`latency` for ``schema``.
+
+    Channels are database-wide, not per schema: a fixed name such as
+    ``axa_queue`` would cross-talk with any other run or test suite using
+    the same database, so the channel is derived from the private schema.
+    """
+    return f"axa_queue_{schema}"
+
 
 _SCHEMA_RE = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _PG_MAX_PARAMS = 65535
@@ -141,6 +166,7 @@ class DrainResult:
 
     kind: str
     mode: str
+    completion: str
     jobs: int
     connections: int
     batch: int
@@ -247,6 +273,19 @@ def private_schema(dsn: str, schema: str) -> Iterator[str]:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
 
+def checkpoint(conn: psycopg.Connection) -> bool:
+    """Run CHECKPOINT if allowed (superuser or pg_checkpoint); return whether it ran.
+
+    Done before each timed run so that a checkpoint requested by earlier runs'
+    WAL (max_wal_size) does not land in the middle of the measurement.
+    """
+    try:
+        conn.execute("CHECKPOINT")
+    except psycopg.errors.InsufficientPrivilege:
+        return False
+    return True
+
+
 def _job_rows(jobs: int) -> list[tuple[uuid.UUID, str, dict[str, object]]]:
     return [(uuid.uuid4(), "noop", {"i": i}) for i in range(jobs)]
 
@@ -296,71 +335,88 @@ def verify_exactly_once(conn: psycopg.Connection, jobs: int) -> None:
 # drain workers
 
 
-def _sync_worker_one(conn: psycopg.Connection, start: threading.Barrier) -> int:
-    n = 0
-    cur = conn.cursor()
-    start.wait()
-    while True:
-        row = cur.execute(CLAIM_ONE, prepare=True).fetchone()
-        if row is None:
-            return n
-        # the job body (bench_done row) and completion: one transaction,
-        # pipelined into a single round trip
-        with conn.pipeline(), conn.transaction():
-            cur.execute(DONE_ONE, (row[0],), prepare=True)
-            cur.execute(COMPLETE_ONE, (row[0],), prepare=True)
-        n += 1
+def _finish_statements(single: bool, completion: Completion) -> list[str]:
+    if completion == "fused":
+        return [FINISH_ONE if single else FINISH_MANY]
+    if completion in ("transaction", "pipeline"):
+        return [DONE_ONE, COMPLETE_ONE] if single else [DONE_MANY, COMPLETE_MANY]
+    raise ValueError(f"unknown completion {completion!r}")
 
 
-def _sync_worker_batch(
-    conn: psycopg.Connection, start: threading.Barrier, batch: int, claim_sql: str
+def _finish_params(ids: list[uuid.UUID], single: bool) -> dict[str, object]:
+    return {"id": ids[0]} if single else {"ids": ids}
+
+
+def _sync_worker(
+    conn: psycopg.Connection,
+    start: threading.Barrier,
+    claim_sql: str,
+    batch: int,
+    completion: Completion,
 ) -> int:
+    single = batch == 1
+    claim_params = {} if single else {"batch": batch}
+    stmts = _finish_statements(single, completion)
     n = 0
     cur = conn.cursor()
     start.wait()
     while True:
-        ids = [r[0] for r in cur.execute(claim_sql, {"batch": batch}, prepare=True).fetchall()]
+        ids = [r[0] for r in cur.execute(claim_sql, claim_params, prepare=True).fetchall()]
         if not ids:
             return n
-        with conn.pipeline(), conn.transaction():
-            cur.execute(DONE_MANY, (ids,), prepare=True)
-            cur.execute(COMPLETE_MANY, (ids,), prepare=True)
+        params = _finish_params(ids, single)
+        if completion == "fused":
+            cur.execute(stmts[0], params, prepare=True)
+        elif completion == "transaction":
+            with conn.transaction():
+                for stmt in stmts:
+                    cur.execute(stmt, params, prepare=True)
+        else:
+            with conn.pipeline(), conn.transaction():
+                for stmt in stmts:
+                    cur.execute(stmt, params, prepare=True)
         n += len(ids)
 
 
-async def _async_worker_one(conn: psycopg.AsyncConnection, start: asyncio.Event) -> int:
-    n = 0
-    cur = conn.cursor()
-    await start.wait()
-    while True:
-        row = await (await cur.execute(CLAIM_ONE, prepare=True)).fetchone()
-        if row is None:
-            return n
-        async with conn.pipeline(), conn.transaction():
-            await cur.execute(DONE_ONE, (row[0],), prepare=True)
-            await cur.execute(COMPLETE_ONE, (row[0],), prepare=True)
-        n += 1
-
-
-async def _async_worker_batch(
-    conn: psycopg.AsyncConnection, start: asyncio.Event, batch: int, claim_sql: str
+async def _async_worker(
+    conn: psycopg.AsyncConnection,
+    start: asyncio.Event,
+    claim_sql: str,
+    batch: int,
+    completion: Completion,
 ) -> int:
+    single = batch == 1
+    claim_params = {} if single else {"batch": batch}
+    stmts = _finish_statements(single, completion)
     n = 0
     cur = conn.cursor()
     await start.wait()
     while True:
-        await cur.execute(claim_sql, {"batch": batch}, prepare=True)
+        await cur.execute(claim_sql, claim_params, prepare=True)
         ids = [r[0] for r in await cur.fetchall()]
         if not ids:
             return n
-        async with conn.pipeline(), conn.transaction():
-            await cur.execute(DONE_MANY, (ids,), prepare=True)
-            await cur.execute(COMPLETE_MANY, (ids,), prepare=True)
+        params = _finish_params(ids, single)
+        if completion == "fused":
+            await cur.execute(stmts[0], params, prepare=True)
+        elif completion == "transaction":
+            async with conn.transaction():
+                for stmt in stmts:
+                    await cur.execute(stmt, params, prepare=True)
+        else:
+            async with conn.pipeline(), conn.transaction():
+                for stmt in stmts:
+                    await cur.execute(stmt, params, prepare=True)
         n += len(ids)
 
 
 def _drain_threads(
-    dsn: str, schema: str, connections: int, batch: int, claim_sql: str
+    dsn: str,
+    schema: str,
+    connections: int,
+    claim_sql: str,
+    batch: int,
+    completion: Completion,
 ) -> tuple[float, int]:
     conns = [connect(dsn, schema) for _ in range(connections)]
     try:
@@ -370,10 +426,7 @@ def _drain_threads(
 
         def run(i: int) -> None:
             try:
-                if batch == 1:
-                    counts[i] = _sync_worker_one(conns[i], start)
-                else:
-                    counts[i] = _sync_worker_batch(conns[i], start, batch, claim_sql)
+                counts[i] = _sync_worker(conns[i], start, claim_sql, batch, completion)
             except BaseException as ex:  # re-raised below
                 errors.append(ex)
                 start.abort()
@@ -381,7 +434,8 @@ def _drain_threads(
         threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
         for t in threads:
             t.start()
-        start.wait()
+        with suppress(threading.BrokenBarrierError):  # a worker failed; raised below
+            start.wait()
         t0 = time.perf_counter()
         for t in threads:
             t.join()
@@ -395,22 +449,31 @@ def _drain_threads(
 
 
 async def _drain_asyncio(
-    dsn: str, schema: str, connections: int, batch: int, claim_sql: str
+    dsn: str,
+    schema: str,
+    connections: int,
+    claim_sql: str,
+    batch: int,
+    completion: Completion,
 ) -> tuple[float, int]:
     conns = [await aconnect(dsn, schema) for _ in range(connections)]
     try:
         start = asyncio.Event()
-        if batch == 1:
-            tasks = [asyncio.create_task(_async_worker_one(c, start)) for c in conns]
-        else:
-            tasks = [
-                asyncio.create_task(_async_worker_batch(c, start, batch, claim_sql)) for c in conns
-            ]
+        tasks = [
+            asyncio.create_task(_async_worker(c, start, claim_sql, batch, completion))
+            for c in conns
+        ]
         await asyncio.sleep(0)  # let every task reach start.wait()
         t0 = time.perf_counter()
         start.set()
-        counts = await asyncio.gather(*tasks)
-        return time.perf_counter() - t0, sum(counts)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        elapsed = time.perf_counter() - t0
+        counts: list[int] = []
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            counts.append(outcome)
+        return elapsed, sum(counts)
     finally:
         for c in conns:
             await c.close()
@@ -422,27 +485,35 @@ def _drain(
     schema: str,
     jobs: int,
     connections: int,
+    *,
+    claim_sql: str,
     batch: int,
     mode: Mode,
-    claim_sql: str,
+    completion: Completion,
     analyze: bool,
+    pre_checkpoint: bool,
 ) -> DrainResult:
     if connections < 1 or jobs < 1 or batch < 1:
         raise ValueError("jobs, connections and batch must be >= 1")
+    _finish_statements(batch == 1, completion)  # validate before creating anything
+    if mode not in ("threads", "asyncio"):
+        raise ValueError(f"unknown mode {mode!r}")
     with private_schema(dsn, schema):
         with connect(dsn, schema) as conn:
+            if pre_checkpoint:
+                checkpoint(conn)
             enqueue(conn, jobs, analyze=analyze)
         if mode == "threads":
-            elapsed, ran = _drain_threads(dsn, schema, connections, batch, claim_sql)
-        elif mode == "asyncio":
-            elapsed, ran = asyncio.run(_drain_asyncio(dsn, schema, connections, batch, claim_sql))
+            elapsed, ran = _drain_threads(dsn, schema, connections, claim_sql, batch, completion)
         else:
-            raise ValueError(f"unknown mode {mode!r}")
+            elapsed, ran = asyncio.run(
+                _drain_asyncio(dsn, schema, connections, claim_sql, batch, completion)
+            )
         with connect(dsn, schema) as conn:
             verify_exactly_once(conn, jobs)
         if ran != jobs:
             raise ExactlyOnceError(f"workers report {ran} jobs run, expected {jobs}")
-    return DrainResult(kind, mode, jobs, connections, batch, elapsed)
+    return DrainResult(kind, mode, completion, jobs, connections, batch, elapsed)
 
 
 def drain_one_at_a_time(
@@ -452,16 +523,33 @@ def drain_one_at_a_time(
     connections: int,
     *,
     mode: Mode = "threads",
+    completion: Completion = "fused",
     analyze: bool = True,
+    pre_checkpoint: bool = True,
 ) -> DrainResult:
     """Drain ``jobs`` pre-enqueued jobs, claiming one per statement.
 
-    Each of ``connections`` workers loops: claim one job with
-    :data:`CLAIM_ONE` (autocommit, 1 round trip), then in one pipelined
-    transaction insert its ``bench_done`` row and mark it completed
-    (1 round trip).  Enqueueing is not timed; exactly-once is verified.
+    Each of ``connections`` workers (threads or asyncio tasks, one connection
+    each) loops: claim one job with :data:`CLAIM_ONE` (autocommit, 1 round
+    trip), then atomically insert its ``bench_done`` row and mark it
+    completed (see :data:`Completion`; default 1 round trip).  Stops when a
+    claim returns nothing.  Enqueueing (COPY, then ANALYZE if ``analyze``,
+    after a CHECKPOINT if ``pre_checkpoint``) is not timed; exactly-once is
+    verified (raises :class:`ExactlyOnceError`).
     """
-    return _drain("one-at-a-time", dsn, schema, jobs, connections, 1, mode, CLAIM_ONE, analyze)
+    return _drain(
+        "one-at-a-time",
+        dsn,
+        schema,
+        jobs,
+        connections,
+        claim_sql=CLAIM_ONE,
+        batch=1,
+        mode=mode,
+        completion=completion,
+        analyze=analyze,
+        pre_checkpoint=pre_checkpoint,
+    )
 
 
 def drain_batched(
@@ -472,20 +560,36 @@ def drain_batched(
     batch: int = 100,
     *,
     mode: Mode = "threads",
+    completion: Completion = "fused",
     claim_sql: str = CLAIM_BATCH,
     analyze: bool = True,
+    pre_checkpoint: bool = True,
 ) -> DrainResult:
     """Drain ``jobs`` pre-enqueued jobs, claiming up to ``batch`` per statement.
 
-    Claim uses a MATERIALIZED CTE ``SELECT ... LIMIT ... FOR UPDATE SKIP
-    LOCKED`` (:data:`CLAIM_BATCH`); the batch's ``bench_done`` rows are
-    inserted with one statement and the jobs completed with one statement,
-    in one pipelined transaction.  Enqueueing is not timed; exactly-once is
-    verified.
+    The claim uses a MATERIALIZED CTE ``SELECT ... LIMIT ... FOR UPDATE SKIP
+    LOCKED`` (:data:`CLAIM_BATCH`; pass ``claim_sql=CLAIM_BATCH_JOIN`` for the
+    plan-sensitive join form).  The batch's ``bench_done`` rows are inserted
+    with one statement and the jobs completed with one statement, atomically
+    (see :data:`Completion`).  Enqueueing is not timed (as in
+    :func:`drain_one_at_a_time`); exactly-once is verified (raises
+    :class:`ExactlyOnceError`).
     """
     if batch < 2:
         raise ValueError("batch must be >= 2; use drain_one_at_a_time for 1")
-    return _drain("batched", dsn, schema, jobs, connections, batch, mode, claim_sql, analyze)
+    return _drain(
+        "batched",
+        dsn,
+        schema,
+        jobs,
+        connections,
+        claim_sql=claim_sql,
+        batch=batch,
+        mode=mode,
+        completion=completion,
+        analyze=analyze,
+        pre_checkpoint=pre_checkpoint,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -532,7 +636,7 @@ def _latency_threads(
     def consume() -> None:
         try:
             with connect(dsn, schema) as conn:
-                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
                 cur = conn.cursor()
                 ready.set()
                 while len(started) < samples:
@@ -561,7 +665,7 @@ def _latency_threads(
                 t0 = time.perf_counter()
                 with conn.pipeline(), conn.transaction():
                     cur.execute(INSERT_NOTIFY, (job_id, "noop", Jsonb({})), prepare=True)
-                    cur.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
+                    cur.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(channel(schema))))
                 enq_end[job_id] = time.perf_counter()
                 enq_start[job_id] = t0
                 time.sleep(spacing_s)
@@ -597,7 +701,7 @@ async def _latency_asyncio(
     listener = await aconnect(dsn, schema)
     producer = await aconnect(dsn, schema)
     try:
-        await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+        await listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel(schema))))
         task = asyncio.create_task(consume(listener))
         cur = producer.cursor()
         for _ in range(samples):
@@ -607,7 +711,7 @@ async def _latency_asyncio(
             t0 = time.perf_counter()
             async with producer.pipeline(), producer.transaction():
                 await cur.execute(INSERT_NOTIFY, (job_id, "noop", Jsonb({})), prepare=True)
-                await cur.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(CHANNEL)))
+                await cur.execute(sql.SQL("NOTIFY {}").format(sql.Identifier(channel(schema))))
             enq_end[job_id] = time.perf_counter()
             enq_start[job_id] = t0
             await asyncio.sleep(spacing_s)
@@ -657,11 +761,14 @@ def _timed(conn: psycopg.Connection, fn: Callable[[psycopg.Cursor], None]) -> fl
         return time.perf_counter() - t0
 
 
-def bulk_insert(dsn: str, schema: str, jobs: int = 10_000) -> BulkInsertResult:
-    """Bulk-enqueue ``jobs`` jobs four ways; jobs/s for each.
+def bulk_insert(
+    dsn: str, schema: str, jobs: int = 10_000, *, pre_checkpoint: bool = True
+) -> BulkInsertResult:
+    """Bulk-enqueue ``jobs`` jobs four ways into an empty table; jobs/s for each.
 
     Timing covers adaptation of ready-made Python tuples (uuid, str, dict)
-    plus the transaction; building those tuples is not timed.
+    plus the transaction (commit included); building those tuples is not
+    timed.  The table is truncated (untimed) before each method.
     """
     rows = _job_rows(jobs)
     if jobs * 3 > _PG_MAX_PARAMS:
@@ -697,6 +804,8 @@ def bulk_insert(dsn: str, schema: str, jobs: int = 10_000) -> BulkInsertResult:
                 cp.write_row((job_id, name, Jsonb(args)))
 
     with private_schema(dsn, schema), connect(dsn, schema) as conn:
+        if pre_checkpoint:
+            checkpoint(conn)
         times = {
             "values": _timed(conn, values),
             "executemany": _timed(conn, executemany),
@@ -761,113 +870,181 @@ def _median_bulk(runs: list[BulkInsertResult]) -> BulkInsertResult:
     )
 
 
+def _one_case(
+    dsn: str, jobs: int, n: int, mode: Mode, completion: Completion
+) -> Callable[[], DrainResult]:
+    def run() -> DrainResult:
+        return drain_one_at_a_time(dsn, fresh_schema(), jobs, n, mode=mode, completion=completion)
+
+    return run
+
+
+def _batched_case(
+    dsn: str, jobs: int, n: int, batch: int, mode: Mode, completion: Completion
+) -> Callable[[], DrainResult]:
+    def run() -> DrainResult:
+        return drain_batched(dsn, fresh_schema(), jobs, n, batch, mode=mode, completion=completion)
+
+    return run
+
+
 def run_suite(
     dsn: str,
     *,
-    jobs: int = 10_000,
+    jobs: int = 5_000,
+    batched_jobs: int = 50_000,
     connections: Sequence[int] = (1, 2, 4),
     batch: int = 100,
     samples: int = 300,
+    spacing_ms: float = 3.0,
     bulk_jobs: int = 10_000,
     repeats: int = 3,
-    modes: Sequence[Mode] = ("threads",),
+    modes: Sequence[Mode] = ("threads", "asyncio"),
+    completions: Sequence[Completion] = ("fused",),
+    progress: Callable[[str], None] | None = None,
 ) -> SuiteResult:
-    """Run every floor benchmark ``repeats`` times; return the medians."""
-    out = SuiteResult()
+    """Run every floor benchmark ``repeats`` times; return the median runs.
+
+    Repeats are interleaved (round 1 of every case, then round 2, ...) so a
+    transient disturbance on the machine spreads over cases instead of
+    spoiling one.  ``jobs`` is the queue size for the one-at-a-time drains,
+    ``batched_jobs`` for the batched drains (so that a run lasts ~1 s).
+    """
+    say = progress or (lambda _msg: None)
+    drain_cases: list[tuple[str, Callable[[], DrainResult]]] = []
     for mode in modes:
-        for n in connections:
-            runs = [
-                drain_one_at_a_time(dsn, fresh_schema(), jobs, n, mode=mode) for _ in range(repeats)
-            ]
-            out.drains.append(median_run(runs, key=_jobs_per_s))
-        for n in connections:
-            runs = [
-                drain_batched(dsn, fresh_schema(), jobs, n, batch, mode=mode)
-                for _ in range(repeats)
-            ]
-            out.drains.append(median_run(runs, key=_jobs_per_s))
-        out.latencies.append(
-            _median_latency(
-                [latency(dsn, fresh_schema(), samples, mode=mode) for _ in range(repeats)]
-            )
-        )
-    out.bulk.append(
-        _median_bulk([bulk_insert(dsn, fresh_schema(), bulk_jobs) for _ in range(repeats)])
+        for completion in completions:
+            for n in connections:
+                drain_cases.append(
+                    (
+                        f"one-at-a-time {mode} {completion} x{n}",
+                        _one_case(dsn, jobs, n, mode, completion),
+                    )
+                )
+            for n in connections:
+                drain_cases.append(
+                    (
+                        f"batched {mode} {completion} x{n}",
+                        _batched_case(dsn, batched_jobs, n, batch, mode, completion),
+                    )
+                )
+    drain_runs: list[list[DrainResult]] = [[] for _ in drain_cases]
+    latency_runs: list[list[LatencyResult]] = [[] for _ in modes]
+    bulk_runs: list[BulkInsertResult] = []
+    for rnd in range(1, repeats + 1):
+        for (label, case), runs in zip(drain_cases, drain_runs, strict=True):
+            say(f"round {rnd}/{repeats}: drain {label}")
+            runs.append(case())
+        for mode, lat_runs in zip(modes, latency_runs, strict=True):
+            say(f"round {rnd}/{repeats}: latency {mode}")
+            lat_runs.append(latency(dsn, fresh_schema(), samples, spacing_ms=spacing_ms, mode=mode))
+        say(f"round {rnd}/{repeats}: bulk insert")
+        bulk_runs.append(bulk_insert(dsn, fresh_schema(), bulk_jobs))
+    return SuiteResult(
+        drains=[median_run(runs, key=_jobs_per_s) for runs in drain_runs],
+        latencies=[_median_latency(runs) for runs in latency_runs],
+        bulk=[_median_bulk(bulk_runs)],
     )
-    return out
 
 
 def format_suite(result: SuiteResult, repeats: int) -> str:
     """Render a :class:`SuiteResult` as a plain-text table."""
-    lines = [f"axa-queue raw-SQL floor (median of {repeats})", ""]
-    lines.append(f"{'benchmark':<28}{'mode':<9}{'conns':>6}{'batch':>6}{'jobs':>8}{'jobs/s':>10}")
+    lines = [f"axa-queue raw-SQL floor (median of {repeats} runs each)", ""]
+    lines.append(
+        f"{'drain':<15}{'mode':<9}{'completion':<12}{'conns':>6}{'batch':>6}{'jobs':>8}"
+        f"{'jobs/s':>10}"
+    )
     for d in result.drains:
         lines.append(
-            f"{'drain ' + d.kind:<28}{d.mode:<9}{d.connections:>6}{d.batch:>6}"
+            f"{d.kind:<15}{d.mode:<9}{d.completion:<12}{d.connections:>6}{d.batch:>6}"
             f"{d.jobs:>8}{d.jobs_per_s:>10.0f}"
         )
     lines.append("")
     lines.append(
-        f"{'latency (LISTEN/NOTIFY)':<28}{'mode':<9}{'samples':>8}"
+        f"{'latency enqueue->claimed':<26}{'mode':<9}{'samples':>8}"
         f"{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'enq p50':>9}"
     )
     for la in result.latencies:
         lines.append(
-            f"{'enqueue -> claimed':<28}{la.mode:<9}{la.samples:>8}"
+            f"{'LISTEN/NOTIFY, idle':<26}{la.mode:<9}{la.samples:>8}"
             f"{la.p50_ms:>9.3f}{la.p99_ms:>9.3f}{la.max_ms:>9.3f}{la.enqueue_p50_ms:>9.3f}"
         )
     lines.append("")
-    lines.append(f"{'bulk insert':<44}{'jobs':>8}{'jobs/s':>10}")
+    lines.append(f"{'bulk insert (1 transaction)':<44}{'jobs':>8}{'jobs/s':>10}")
     for b in result.bulk:
         for label, value in (
             ("multi-row INSERT ... VALUES (1 statement)", b.values_jobs_per_s),
             ("executemany (pipeline mode)", b.executemany_jobs_per_s),
-            ("INSERT ... SELECT unnest(arrays)", b.unnest_jobs_per_s),
+            ("INSERT ... SELECT FROM unnest(arrays)", b.unnest_jobs_per_s),
             ("COPY FROM STDIN", b.copy_jobs_per_s),
         ):
             lines.append(f"{label:<44}{b.jobs:>8}{value:>10.0f}")
     return "\n".join(lines)
 
 
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point: run the suite and print a table of medians."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--dsn", default="postgresql://root@127.0.0.1:5432/test")
-    parser.add_argument("--jobs", type=int, default=10_000, help="jobs per drain")
-    parser.add_argument(
-        "--connections",
-        default="1,2,4",
-        help="comma-separated worker connection counts for the drains",
-    )
+    parser.add_argument("--jobs", type=int, default=5_000, help="jobs per one-at-a-time drain")
+    parser.add_argument("--batched-jobs", type=int, default=50_000, help="jobs per batched drain")
+    parser.add_argument("--connections", default="1,2,4", help="comma-separated, e.g. 1,2,4")
     parser.add_argument("--batch", type=int, default=100)
-    parser.add_argument("--samples", type=int, default=300, help="latency samples")
+    parser.add_argument("--samples", type=int, default=300, help="latency samples per run")
+    parser.add_argument("--spacing-ms", type=float, default=3.0, help="gap between samples")
     parser.add_argument("--bulk-jobs", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--mode", default="threads,asyncio", help="comma-separated")
     parser.add_argument(
-        "--mode",
-        default="threads",
-        help="comma-separated: threads, asyncio",
+        "--completion", default="fused", help="comma-separated: fused, transaction, pipeline"
     )
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     args = parser.parse_args(argv)
-    modes: list[Mode] = []
-    for m in args.mode.split(","):
-        if m == "threads" or m == "asyncio":
-            modes.append(m)
-        else:
-            parser.error(f"unknown mode {m!r}")
+    mode_names: dict[str, Mode] = {"threads": "threads", "asyncio": "asyncio"}
+    completion_names: dict[str, Completion] = {
+        "fused": "fused",
+        "transaction": "transaction",
+        "pipeline": "pipeline",
+    }
+    for name in _csv(args.mode):
+        if name not in mode_names:
+            parser.error(f"unknown mode {name!r}")
+    for name in _csv(args.completion):
+        if name not in completion_names:
+            parser.error(f"unknown completion {name!r}")
+    modes = [mode_names[name] for name in _csv(args.mode)]
+    completions = [completion_names[name] for name in _csv(args.completion)]
+
+    def progress(msg: str) -> None:
+        if not args.quiet:
+            print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
     t0 = time.perf_counter()
+    load_before = os.getloadavg()[0]
     result = run_suite(
         args.dsn,
         jobs=args.jobs,
-        connections=[int(c) for c in args.connections.split(",")],
+        batched_jobs=args.batched_jobs,
+        connections=[int(c) for c in _csv(args.connections)],
         batch=args.batch,
         samples=args.samples,
+        spacing_ms=args.spacing_ms,
         bulk_jobs=args.bulk_jobs,
         repeats=args.repeats,
         modes=modes,
+        completions=completions,
+        progress=progress,
     )
     print(format_suite(result, args.repeats))
-    print(f"\n(total {time.perf_counter() - t0:.1f}s)")
+    print(
+        f"\n(total {time.perf_counter() - t0:.1f}s on {os.cpu_count()} CPUs; 1-min load average"
+        f" {load_before:.2f} before, {os.getloadavg()[0]:.2f} after -- anything well above"
+        " the suite's own load means a noisy run)"
+    )
     return 0
 
 

@@ -81,9 +81,7 @@ def schema(database_url: str) -> Iterator[str]:
 @pytest.fixture
 def dsn(database_url: str, schema: str) -> str:
     """A DSN whose tables resolve to this test's schema."""
-    return make_conninfo(
-        database_url, options=f"-c search_path={schema}", application_name=schema
-    )
+    return make_conninfo(database_url, options=f"-c search_path={schema}", application_name=schema)
 
 
 @pytest.fixture
