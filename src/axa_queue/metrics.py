@@ -1,0 +1,323 @@
+"""Prometheus metrics and a health check for a queue and its workers (the `[metrics]` extra).
+
+Two kinds of numbers:
+
+- what the table holds, for every job name: jobs in each state and how long the oldest
+  ready job has waited. `QueueCollector` reads them with one query every `every`
+  seconds in the background (`refresh_every`), never on a scrape, so scraping is free
+  and counting a big table costs the same however often Prometheus asks;
+- what this process did: runs ended by job name and outcome, and how long they ran.
+  `RunMetrics` counts them through `Queue.observe`.
+
+::
+
+    axa_queue_jobs{job="Report",state="ready"} 12
+    axa_queue_oldest_ready_seconds{job="Report"} 3.2
+    axa_queue_database_up 1
+    axa_queue_runs_total{job="Report",outcome="completed"} 5120
+    axa_queue_run_seconds_bucket{job="Report",le="0.5"} 4990
+
+`serve` answers `/metrics` and `/health` (200 when the database answers the queue's
+pool within a few seconds, 503 with the reason when it does not). A job's arguments
+never appear in a metric or a label.
+
+`axa-queue worker --metrics-port PORT` wires all of this up; with `--processes` the
+workers' counters are summed across processes (prometheus-client's multiprocess mode)
+and served by the supervisor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+from prometheus_client.registry import Collector
+
+from .errors import AxaQueueError
+from .jobs import Counts
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+__all__ = [
+    "DURATION_BUCKETS",
+    "OUTCOMES",
+    "STATES",
+    "HealthCheck",
+    "MetricsServer",
+    "QueueCollector",
+    "RunMetrics",
+    "forget_process",
+    "multiprocess_registry",
+    "serve",
+]
+
+log = logging.getLogger("axa_queue.metrics")
+
+STATES = ("ready", "waiting", "running", "completed", "failed", "cancelled", "needs_review")
+"""The `state` label of `axa_queue_jobs`: the fields of `Counts`."""
+
+OUTCOMES = ("completed", "retried", "failed", "lost")
+"""The `outcome` label of `axa_queue_runs_total`."""
+
+DURATION_BUCKETS = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
+    900.0,
+    3600.0,
+)
+"""Upper bounds, in seconds, of the run-duration histogram: 5 ms to an hour."""
+
+HEALTH_TIMEOUT = 5.0
+"""Seconds the health check waits for the database before saying it is unreachable."""
+
+Health = Callable[[], "tuple[bool, str]"]
+"""Answers whether all is well, and a line saying why not."""
+
+
+class RunMetrics:
+    """Counters of the runs this process ended, by job name and outcome, and a histogram
+    of how long they ran. Feed it with `attach(queue)` (which uses `Queue.observe`)."""
+
+    def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
+        self.runs = Counter(
+            "axa_queue_runs",
+            "Runs this process ended, by job name and outcome "
+            "(completed, retried, failed, lost); jobs run is their sum.",
+            ["job", "outcome"],
+            registry=registry,
+        )
+        self.seconds = Histogram(
+            "axa_queue_run_seconds",
+            "How long handlers ran, by job name, whatever the outcome.",
+            ["job"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+
+    def attach(self, queue: Queue) -> RunMetrics:
+        """Count every run `queue` ends in this process."""
+        queue.observe(self.observe)
+        return self
+
+    def observe(self, name: str, outcome: str, seconds: float) -> None:
+        """Count one run of job `name` that ended with `outcome` after `seconds`."""
+        self.runs.labels(job=name, outcome=outcome).inc()
+        self.seconds.labels(job=name).observe(seconds)
+
+
+class QueueCollector(Collector):
+    """Jobs in each state and the oldest ready job's age, for every job name, as of the
+    last `refresh()`, plus `axa_queue_database_up` (whether that refresh worked).
+
+    Registered on `registry` when one is given.
+    """
+
+    def __init__(self, queue: Queue, registry: CollectorRegistry | None = REGISTRY) -> None:
+        self.queue = queue
+        self.counts: dict[str, Counts] = {}
+        self.up = False
+        self.refreshed_at: float | None = None
+        if registry is not None:
+            registry.register(self)
+
+    async def refresh(self) -> None:
+        """Count the jobs now (one query). Raises what the database raises."""
+        try:
+            counts = await self.queue.counts_by_name()
+        except (psycopg.Error, AxaQueueError):
+            self.up = False
+            raise
+        self.counts, self.up, self.refreshed_at = counts, True, time.time()
+
+    async def refresh_every(self, every: float, stop: asyncio.Event | None = None) -> None:
+        """Refresh now and then every `every` seconds until `stop` is set (or the task is
+        cancelled); a failed refresh is logged and tried again next time."""
+        stop = stop if stop is not None else asyncio.Event()
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except (psycopg.Error, AxaQueueError) as error:
+                log.warning("could not count jobs for metrics", extra={"error": str(error)})
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), every)
+
+    def describe(self) -> list[Metric]:
+        """The metric families, without values (so registering does no I/O)."""
+        return list(self._families({}))
+
+    def collect(self) -> Iterator[Metric]:
+        """The metric families with the last counts."""
+        yield from self._families(self.counts)
+
+    def _families(self, snapshot: dict[str, Counts]) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "axa_queue_jobs",
+            "Jobs in the table by job name and state (ready: queued and due; waiting: "
+            "queued for later), as of the last count.",
+            labels=["job", "state"],
+        )
+        oldest = GaugeMetricFamily(
+            "axa_queue_oldest_ready_seconds",
+            "Seconds the oldest ready job of each name has waited; rising means nothing runs them.",
+            labels=["job"],
+        )
+        for name, counts in sorted(snapshot.items()):
+            for state in STATES:
+                jobs.add_metric([name, state], getattr(counts, state))
+            oldest.add_metric([name], counts.oldest_ready_seconds)
+        yield jobs
+        yield oldest
+        yield GaugeMetricFamily(
+            "axa_queue_database_up",
+            "1 when the last count of jobs reached the database, else 0.",
+            value=1.0 if self.up else 0.0,
+        )
+
+
+class HealthCheck:
+    """Asks, from any thread, whether `queue`'s pool reaches the database: a `SELECT 1`
+    run on the queue's event loop `loop`, given `timeout` seconds."""
+
+    def __init__(
+        self, queue: Queue, loop: asyncio.AbstractEventLoop, timeout: float = HEALTH_TIMEOUT
+    ) -> None:
+        self.queue = queue
+        self.loop = loop
+        self.timeout = timeout
+
+    def __call__(self) -> tuple[bool, str]:
+        """`(True, "ok")`, or `(False, why)`."""
+        if self.loop.is_closed() or not self.queue.is_open:
+            return False, "the worker is not running"
+        future = asyncio.run_coroutine_threadsafe(
+            asyncio.wait_for(self.queue.ping(), self.timeout), self.loop
+        )
+        try:
+            future.result(self.timeout + 1.0)
+        except (concurrent.futures.TimeoutError, asyncio.TimeoutError):
+            future.cancel()
+            return False, f"the database did not answer within {self.timeout:g} s"
+        except (psycopg.Error, AxaQueueError) as error:
+            return False, f"cannot reach the database: {_first_line(error)}"
+        return True, "ok"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    registry: CollectorRegistry
+    health: Health
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0].rstrip("/")
+        if path == "/metrics":
+            self._answer(200, CONTENT_TYPE_LATEST, generate_latest(self.server.registry))
+        elif path in ("/health", "/healthz"):
+            try:
+                ok, why = self.server.health()
+            except Exception as error:  # a broken check is an unhealthy worker
+                ok, why = False, f"the health check failed: {_first_line(error)}"
+            self._answer(200 if ok else 503, "text/plain; charset=utf-8", f"{why}\n".encode())
+        else:
+            self._answer(404, "text/plain; charset=utf-8", b"try /metrics or /health\n")
+
+    def _answer(self, status: int, content_type: str, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Scrapes are not worth a log line each."""
+
+
+class MetricsServer:
+    """An HTTP server in a thread of its own: `/metrics` and `/health`."""
+
+    def __init__(
+        self, registry: CollectorRegistry, health: Health, port: int, host: str = "0.0.0.0"
+    ) -> None:
+        self._server = _Server((host, port), _Handler)
+        self._server.registry = registry
+        self._server.health = health
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="axa-queue-metrics", daemon=True
+        )
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one picked, when asked for port 0)."""
+        return int(self._server.server_address[1])
+
+    def start(self) -> MetricsServer:
+        """Start answering."""
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop answering and free the port."""
+        if self._thread.is_alive():
+            self._server.shutdown()
+        self._server.server_close()
+
+
+def serve(
+    registry: CollectorRegistry, health: Health, port: int, host: str = "0.0.0.0"
+) -> MetricsServer:
+    """Serve `registry` on `/metrics` and `health` on `/health` at `host:port` (port 0
+    picks a free one) from a daemon thread; `close()` it when done. Raises `OSError`
+    when the port cannot be had."""
+    return MetricsServer(registry, health, port, host).start()
+
+
+def multiprocess_registry(path: str) -> CollectorRegistry:
+    """A registry that sums the run metrics written to `path` by worker processes started
+    with `PROMETHEUS_MULTIPROC_DIR=path`."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=path)  # type: ignore[no-untyped-call]
+    return registry
+
+
+def forget_process(pid: int, path: str) -> None:
+    """Tidy up after worker process `pid` ended (its counts stay in the sums)."""
+    mark_process_dead(pid, path)  # type: ignore[no-untyped-call]
