@@ -163,3 +163,10 @@ def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, s
     ).fetchone()
     assert row is not None, f"no job {job_id}"
     return row[0], row[1], row[2]
+
+
+# Hypothesis: no per-example deadline, so a loaded CI machine cannot fail a property.
+from hypothesis import settings as _hypothesis_settings  # noqa: E402
+
+_hypothesis_settings.register_profile("axa", deadline=None)
+_hypothesis_settings.load_profile("axa")
