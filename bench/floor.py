@@ -183,7 +183,7 @@ class LatencyResult:
     """Enqueue-to-start latency of an idle LISTEN/NOTIFY consumer.
 
     Latency is measured from the moment the producer starts its enqueue
-    transaction (INSERT + NOTIFY + COMMIT, one pipelined round trip) to the
+    transaction (INSERT + NOTIFY + COMMIT, sent in psycopg pipeline mode) to the
     moment the consumer's claim statement has returned the job, both on the
     same ``time.perf_counter`` clock.  ``enqueue_p50_ms`` is the producer's
     own enqueue round trip, for reference.
@@ -893,7 +893,7 @@ def run_suite(
     *,
     jobs: int = 5_000,
     batched_jobs: int = 50_000,
-    connections: Sequence[int] = (1, 2, 4),
+    connections: Sequence[int] = (1, 2, 4, 8),
     batch: int = 100,
     samples: int = 300,
     spacing_ms: float = 3.0,
@@ -992,7 +992,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dsn", default="postgresql://root@127.0.0.1:5432/test")
     parser.add_argument("--jobs", type=int, default=5_000, help="jobs per one-at-a-time drain")
     parser.add_argument("--batched-jobs", type=int, default=50_000, help="jobs per batched drain")
-    parser.add_argument("--connections", default="1,2,4", help="comma-separated, e.g. 1,2,4")
+    parser.add_argument("--connections", default="1,2,4,8", help="comma-separated, e.g. 1,2,4,8")
     parser.add_argument("--batch", type=int, default=100)
     parser.add_argument("--samples", type=int, default=300, help="latency samples per run")
     parser.add_argument("--spacing-ms", type=float, default=3.0, help="gap between samples")

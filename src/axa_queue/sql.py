@@ -286,12 +286,14 @@ CLAIM = """WITH RECURSIVE levels(priority) AS (
     )
     UPDATE axa_queue q
     SET status = 'running', started_at = now(), updated_at = now(), attempts = q.attempts + 1
-    FROM picked WHERE q.id = picked.id
+    WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING q.id, q.name, q.args::text, q.attempts, q.max_attempts, q.timeout_ms,
               q.priority, q.run_at"""
 """Claim up to `free` ready jobs, highest priority then oldest first, at most `cap` of each
 limited name. Walks the claim index one priority level at a time, so delayed jobs are
-never scanned, and picks in a MATERIALIZED CTE, so no more than `free` rows change."""
+never scanned, and picks in a MATERIALIZED CTE, so no more than `free` rows change.
+`id = ANY(ARRAY(...))` keeps the update on the primary key: a join there can turn into a
+hash join over the whole table under a generic plan."""
 
 HEARTBEAT = """UPDATE axa_queue q SET updated_at = now()
     FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
