@@ -26,12 +26,12 @@ import logging
 import typing
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from uuid import UUID
 
-from .jobs import NewJob
-from .options import Duration
+from typing_extensions import Unpack
+
+from .jobs import JobOptions, NewJob
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -128,33 +128,15 @@ class JobHandler(Generic[A]):
     def job(
         self,
         args: A,
-        *,
-        priority: int = 0,
-        run_in: Duration | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        timeout: Duration | None = None,
+        **options: Unpack[JobOptions],
     ) -> NewJob:
         """The `NewJob` that runs this handler with `args`, for `enqueue_on` or a schedule."""
-        return NewJob(
-            self.name,
-            args,
-            priority=priority,
-            run_in=run_in,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
+        return NewJob(self.name, args, **options)
 
     async def perform_later(
         self,
         args: A,
-        *,
-        priority: int = 0,
-        run_in: Duration | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        timeout: Duration | None = None,
+        **options: Unpack[JobOptions],
     ) -> UUID | None:
         """Run this handler with `args` as the queue's mode says.
 
@@ -162,14 +144,7 @@ class JobHandler(Generic[A]):
         the caller, raising what it raises; returns `None`. `background`: start it as a
         task in this process and return `None`; a failure is logged, not retried.
         """
-        job = self.job(
-            args,
-            priority=priority,
-            run_in=run_in,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
+        job = self.job(args, **options)
         mode = self.queue.options.resolved_mode()
         if mode == "queue":
             return await self.queue.enqueue(job)

@@ -13,10 +13,11 @@ import json
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, TypedDict, overload
 from uuid import UUID, uuid4
 
 import psycopg
+from typing_extensions import Unpack
 
 from . import sql
 from .errors import OptionsError
@@ -26,6 +27,7 @@ from .statements import Call, Connection, Row, run
 __all__ = [
     "Counts",
     "JobInfo",
+    "JobOptions",
     "JobState",
     "NewJob",
     "counts_on",
@@ -178,31 +180,27 @@ class Counts:
     """Seconds the oldest ready job has waited, or zero. Rising means nothing runs them."""
 
 
-def as_new_job(
-    job: str | NewJob,
-    args: Any = None,
-    *,
-    priority: int = 0,
-    run_in: Duration | None = None,
-    run_at: datetime | None = None,
-    max_attempts: int | None = None,
-    timeout: Duration | None = None,
-) -> NewJob:
+class JobOptions(TypedDict, total=False):
+    """How and when a job runs, as keyword arguments to `enqueue` and `perform_later`;
+    the same fields as `NewJob` has."""
+
+    priority: int
+    run_in: Duration | None
+    run_at: datetime | None
+    max_attempts: int | None
+    timeout: Duration | None
+
+
+def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions]) -> NewJob:
     """`job` itself when it is a `NewJob`, else a `NewJob` of that name with these
     arguments and options (what `enqueue` takes)."""
     if isinstance(job, NewJob):
-        if args is not None:
-            raise OptionsError("give either a NewJob or a name with arguments, not both")
+        if args is not None or options:
+            raise OptionsError(
+                "give either a NewJob or a name with arguments and options, not both"
+            )
         return job
-    return NewJob(
-        job,
-        {} if args is None else args,
-        priority=priority,
-        run_in=run_in,
-        run_at=run_at,
-        max_attempts=max_attempts,
-        timeout=timeout,
-    )
+    return NewJob(job, {} if args is None else args, **options)
 
 
 def enqueue_call(job: NewJob) -> Call[UUID]:

@@ -13,13 +13,13 @@ import contextlib
 import logging
 import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
 from uuid import UUID
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+from typing_extensions import Unpack
 
 from . import maintenance, schedules, sql
 from .acts import Act, acts_call
@@ -28,6 +28,7 @@ from .handlers import HandlerFunction, JobHandler
 from .jobs import (
     Counts,
     JobInfo,
+    JobOptions,
     JobState,
     NewJob,
     as_new_job,
@@ -263,25 +264,12 @@ class Queue:
         self,
         job: str | NewJob,
         args: Any = None,
-        *,
-        priority: int = 0,
-        run_in: Duration | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        timeout: Duration | None = None,
+        **options: Unpack[JobOptions],
     ) -> UUID:
         """Queue a job (a `NewJob`, or a name with its arguments and options) on the
         queue's own connection, in one round trip, and return its id. It outlives any
         rollback of the caller's: use `enqueue_on` to queue in a transaction."""
-        job = as_new_job(
-            job,
-            args,
-            priority=priority,
-            run_in=run_in,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
+        job = as_new_job(job, args, **options)
         return await self._run(enqueue_call(job))
 
     async def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:

@@ -18,13 +18,13 @@ import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 from uuid import UUID
 
 import psycopg
 from psycopg_pool import ConnectionPool
+from typing_extensions import Unpack
 
 from . import sql
 from .acts import Act, acts_call
@@ -32,6 +32,7 @@ from .errors import OptionsError
 from .jobs import (
     Counts,
     JobInfo,
+    JobOptions,
     JobState,
     NewJob,
     as_new_job,
@@ -41,7 +42,7 @@ from .jobs import (
     job_call,
     jobs_call,
 )
-from .options import Duration, QueueOptions
+from .options import QueueOptions
 from .statements import Call, run_sync
 
 __all__ = ["SyncQueue"]
@@ -119,23 +120,10 @@ class SyncQueue:
         self,
         job: str | NewJob,
         args: Any = None,
-        *,
-        priority: int = 0,
-        run_in: Duration | None = None,
-        run_at: datetime | None = None,
-        max_attempts: int | None = None,
-        timeout: Duration | None = None,
+        **options: Unpack[JobOptions],
     ) -> UUID:
         """Queue a job (a `NewJob`, or a name with arguments and options); returns its id."""
-        job = as_new_job(
-            job,
-            args,
-            priority=priority,
-            run_in=run_in,
-            run_at=run_at,
-            max_attempts=max_attempts,
-            timeout=timeout,
-        )
+        job = as_new_job(job, args, **options)
         return self._run(enqueue_call(job))
 
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
