@@ -121,7 +121,6 @@ class Worker:
         self.endings: list[Ending] = []
         self.writing = 0  # endings taken from `endings` whose write is not yet answered
         self.endings_ready = asyncio.Event()
-        self.settled = asyncio.Event()
         self.wake = asyncio.Event()
         self.stopping = False
         self.executor = ThreadPoolExecutor(
@@ -269,7 +268,6 @@ class Worker:
     def _start(self, one: Run) -> None:
         self.runs[(one.id, one.attempts)] = one
         self.in_use[one.name] += 1
-        self.settled.clear()
         one.task = asyncio.get_running_loop().create_task(self._execute(one))
         if one.timeout is not None:
             one.timer = asyncio.get_running_loop().call_later(
@@ -283,8 +281,6 @@ class Worker:
             one.timer.cancel()
         self.runs.pop((one.id, one.attempts), None)
         self.in_use[one.name] -= 1
-        if not self.runs:
-            self.settled.set()
         self.wake.set()
 
     # --- running -----------------------------------------------------------------------
