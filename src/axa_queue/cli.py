@@ -17,6 +17,10 @@ a mistake in the command line, 1 for anything else (an unknown job, an act that 
 not apply, an unreachable database, a schema that is not set up).
 
 Every command and option is described in `docs/cli.md`; a test keeps the two in step.
+
+This module parses the command line and reports errors; what `worker` runs is in
+`supervisor` (one process, or several under a supervisor) and what `demo` runs is in
+`demo`.
 """
 
 from __future__ import annotations
@@ -27,25 +31,16 @@ import dataclasses
 import enum
 import importlib
 import json
-import logging
 import os
-import random
-import shutil
-import signal
-import statistics
 import sys
-import tempfile
-import time
-from collections import Counter, defaultdict
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
-from uuid import UUID, uuid4
+from uuid import UUID
 
 try:
     import click
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 except ImportError as missing:  # pragma: no cover - only without the extra
     raise SystemExit(
@@ -54,57 +49,23 @@ except ImportError as missing:  # pragma: no cover - only without the extra
     ) from None
 
 import psycopg
-from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from . import __version__, logs, sql
+from . import __version__, demo, logs, sql, supervisor, wording
 from .acts import Act, ActKind, ActResult, cancel, retry
 from .errors import AxaQueueError, JobNotFoundError, OptionsError
 from .jobs import Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
 from .options import QueueOptions
 from .queue import DSN_VARIABLES, Queue
-from .schedules import Schedule, ScheduleInfo
-
-if TYPE_CHECKING:
-    from .metrics import MetricsServer
+from .schedules import ScheduleInfo
 
 __all__ = ["load_queue", "main"]
-
-log = logging.getLogger("axa_queue.cli")
 
 T = TypeVar("T")
 
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the database to answer a connection, unless the DSN says."""
-
-SUPERVISOR_VARIABLE = "AXA_QUEUE_SUPERVISOR"
-"""Set by `worker --processes` in each child: the supervisor's pid, watched by the child."""
-
-PROCESS_VARIABLE = "AXA_QUEUE_PROCESS"
-"""Set by `worker --processes` in each child: its place, 0 to P-1, kept across restarts."""
-
-METRICS_VARIABLE = "AXA_QUEUE_METRICS"
-"""Set to 1 by `worker --processes --metrics-port` in each child: count runs for the
-supervisor, in prometheus-client's multiprocess directory."""
-
-RESTART_FIRST = 0.5
-"""Seconds before restarting a worker process that died; doubles on each death."""
-
-RESTART_MAX = 30.0
-"""The longest wait before restarting a worker process."""
-
-RESTART_RESET = 60.0
-"""A worker process that ran this long before dying is restarted after `RESTART_FIRST`."""
-
-ABORT_KILL_AFTER = 10.0
-"""Seconds after the second signal before worker processes still running get SIGKILL."""
-
-COUNTS_EVERY = 15.0
-"""Seconds between counts of the table for the metrics (one query each)."""
-
-DEMO_TIMEOUT = 60.0
-"""The demo gives up if its jobs have not settled after this many seconds."""
 
 DSN_HELP = (
     "The database: a libpq connection string or postgresql:// URL. "
@@ -215,7 +176,7 @@ def _errors(dsn: str | None) -> Iterator[None]:
         raise Failed(f"the database at {_where(dsn or '')} refused: {_reason(error)}") from None
     except OptionsError as error:  # a value from the command line, refused by the library
         raise BadInput(str(error)) from None
-    except AxaQueueError as error:  # SchemaError, JobNotFoundError, ...
+    except AxaQueueError as error:  # SchemaError, JobNotFoundError, DemoError, ...
         raise Failed(str(error)) from None
 
 
@@ -287,19 +248,6 @@ def _when(moment: datetime | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
-def _seconds(length: timedelta | float | None) -> str:
-    if length is None:
-        return "-"
-    value = length.total_seconds() if isinstance(length, timedelta) else length
-    if value < 1:
-        return f"{value * 1000:.0f} ms"
-    if value < 120:
-        return f"{value:.1f} s"
-    if value < 7200:
-        return f"{value / 60:.1f} min"
-    return f"{value / 3600:.1f} h"
-
-
 def _short(text: str | None, limit: int = 60) -> str:
     if not text:
         return "-"
@@ -309,10 +257,6 @@ def _short(text: str | None, limit: int = 60) -> str:
 
 def _tries(info: JobInfo) -> str:
     return f"{info.attempts}/{info.max_attempts if info.max_attempts is not None else '-'}"
-
-
-def _plural(n: int, one: str, many: str | None = None) -> str:
-    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 # --- click parameter types -----------------------------------------------------------------
@@ -567,7 +511,9 @@ def worker(
     target_dsn = _dsn(dsn or queue.dsn)
     with _errors(target_dsn):
         if processes is None:
-            code = asyncio.run(_work(queue, target_dsn, setup, metrics_port, metrics_host))
+            code = asyncio.run(
+                supervisor.work(queue, target_dsn, setup, metrics_port, metrics_host)
+            )
         else:
             command = [
                 sys.executable,
@@ -584,7 +530,7 @@ def worker(
             if workers is not None:
                 command += ["--workers", str(workers)]
             code = asyncio.run(
-                _supervise(
+                supervisor.supervise(
                     command,
                     processes,
                     queue.options.workers,
@@ -596,266 +542,6 @@ def worker(
             )
     if code:
         sys.exit(code)
-
-
-class _Signals:
-    """SIGTERM and SIGINT: the first calls `first`, any later one `again`."""
-
-    def __init__(self, first: Callable[[str], None], again: Callable[[str], None]) -> None:
-        self.count = 0
-        self.first = first
-        self.again = again
-        self.loop = asyncio.get_running_loop()
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self.loop.add_signal_handler(signum, self._got, signum)
-
-    def _got(self, signum: int) -> None:
-        self.count += 1
-        name = signal.Signals(signum).name
-        (self.first if self.count == 1 else self.again)(name)
-
-    def close(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            self.loop.remove_signal_handler(signum)
-
-
-async def _serve_metrics(
-    queue: Queue, registry: Any, port: int, host: str, stop: asyncio.Event
-) -> tuple[MetricsServer, asyncio.Task[None]]:
-    """Count jobs now and every `COUNTS_EVERY`, and serve `registry` with a health check."""
-    from .metrics import HealthCheck, QueueCollector, serve
-
-    collector = QueueCollector(queue, registry)
-    with contextlib.suppress(psycopg.Error):
-        await collector.refresh()
-    counting = asyncio.ensure_future(collector.refresh_every(COUNTS_EVERY, stop))
-    try:
-        server = serve(registry, HealthCheck(queue, asyncio.get_running_loop()), port, host)
-    except OSError as error:
-        counting.cancel()
-        raise Failed(f"cannot serve metrics on {host}:{port}: {error.strerror or error}") from None
-    log.info("serving metrics", extra={"host": host, "port": server.port})
-    return server, counting
-
-
-async def _work(
-    queue: Queue, dsn: str, setup: bool, metrics_port: int | None, metrics_host: str
-) -> int:
-    """Run `queue` in this process until signalled; 0 after a graceful stop, 1 aborted."""
-    await queue.open(dsn, setup=setup)
-    stop = asyncio.Event()
-    server: MetricsServer | None = None
-    counting: asyncio.Task[None] | None = None
-    watching: asyncio.Task[None] | None = None
-    signals: _Signals | None = None
-    slot = os.environ.get(PROCESS_VARIABLE)
-    fields: dict[str, Any] = {} if slot is None else {"slot": int(slot)}
-    try:
-        supervisor = os.environ.get(SUPERVISOR_VARIABLE)
-        if supervisor and os.environ.get(METRICS_VARIABLE) == "1":
-            from .metrics import RunMetrics
-
-            RunMetrics(registry=None).attach(queue)  # summed by the supervisor
-        if metrics_port is not None:
-            from prometheus_client import CollectorRegistry
-
-            from .metrics import RunMetrics
-
-            registry = CollectorRegistry()
-            RunMetrics(registry).attach(queue)
-            server, counting = await _serve_metrics(
-                queue, registry, metrics_port, metrics_host, stop
-            )
-        running = asyncio.ensure_future(queue.run(stop))
-
-        def first(name: str) -> None:
-            log.info(
-                "stopping: jobs in progress will finish (signal again to abort them)",
-                extra={**fields, "signal": name},
-            )
-            stop.set()
-
-        def again(name: str) -> None:
-            log.warning(
-                "aborting: jobs in progress are stopped; stale recovery will queue them again",
-                extra={**fields, "signal": name},
-            )
-            running.cancel()
-
-        signals = _Signals(first, again)
-        if supervisor:
-            watching = asyncio.ensure_future(_watch_supervisor(int(supervisor), stop))
-        log.info(
-            "worker started",
-            extra={
-                **fields,
-                "schema": queue.schema,
-                "workers": queue.options.workers,
-                "handlers": len(queue.handlers),
-                "schedules": len(queue.schedule_list),
-            },
-        )
-        try:
-            await running
-        except asyncio.CancelledError:
-            if not running.cancelled():
-                raise
-            return 1
-        ran = queue.worker.stats if queue.worker is not None else Counter[str]()
-        log.info("worker stopped", extra={**fields, **{k: ran[k] for k in sorted(ran)}})
-        return 0
-    finally:
-        if signals is not None:
-            signals.close()
-        for task in (watching, counting):
-            if task is not None:
-                task.cancel()
-        if server is not None:
-            server.close()
-        await queue.close()
-
-
-async def _watch_supervisor(pid: int, stop: asyncio.Event) -> None:
-    """Stop gracefully if the supervisor that started this process is gone."""
-    while not stop.is_set():
-        if os.getppid() != pid:
-            log.warning("the supervisor is gone: stopping", extra={"supervisor": pid})
-            stop.set()
-            return
-        await asyncio.sleep(1.0)
-
-
-async def _supervise(
-    command: list[str],
-    processes: int,
-    workers: int,
-    dsn: str,
-    setup: bool,
-    metrics_port: int | None,
-    metrics_host: str,
-) -> int:
-    """Keep `processes` worker processes running `command` until signalled; 0 when all
-    stopped gracefully."""
-    control = Queue(dsn, QueueOptions(pool_size=2))
-    await control.open(setup=setup)  # set up (or check) once, before any child starts
-    env = {**os.environ, "AXA_QUEUE_DSN": dsn, SUPERVISOR_VARIABLE: str(os.getpid())}
-    env.pop("PROMETHEUS_MULTIPROC_DIR", None)
-    env.pop(METRICS_VARIABLE, None)
-    stopping = asyncio.Event()
-    children: dict[int, asyncio.subprocess.Process] = {}
-    server: MetricsServer | None = None
-    counting: asyncio.Task[None] | None = None
-    metrics_dir: str | None = None
-    signals: _Signals | None = None
-    aborted = False
-    try:
-        if metrics_port is not None:
-            from .metrics import multiprocess_registry
-
-            metrics_dir = tempfile.mkdtemp(prefix="axa-queue-metrics-")
-            env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
-            env[METRICS_VARIABLE] = "1"
-            server, counting = await _serve_metrics(
-                control,
-                multiprocess_registry(metrics_dir),
-                metrics_port,
-                metrics_host,
-                stopping,
-            )
-        else:
-            await control.close()
-
-        def tell(signum: int) -> None:
-            for child in children.values():
-                if child.returncode is None:
-                    with contextlib.suppress(ProcessLookupError):
-                        child.send_signal(signum)
-
-        def first(name: str) -> None:
-            log.info(
-                "stopping: worker processes finish their jobs (signal again to abort them)",
-                extra={"signal": name},
-            )
-            stopping.set()
-            tell(signal.SIGTERM)
-
-        def again(name: str) -> None:
-            nonlocal aborted
-            aborted = True
-            log.warning(
-                "aborting: worker processes stop their jobs; stale recovery will queue them again",
-                extra={"signal": name},
-            )
-            tell(signal.SIGTERM)
-            asyncio.get_running_loop().call_later(ABORT_KILL_AFTER, tell, signal.SIGKILL)
-
-        signals = _Signals(first, again)
-
-        async def keep(slot: int) -> int:
-            delay = RESTART_FIRST
-            code = 0
-            while not stopping.is_set():
-                started = time.monotonic()
-                child = await asyncio.create_subprocess_exec(
-                    *command,
-                    env={**env, PROCESS_VARIABLE: str(slot)},
-                    stdin=asyncio.subprocess.DEVNULL,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches only the supervisor
-                )
-                children[slot] = child
-                if stopping.is_set():
-                    child.send_signal(signal.SIGTERM)
-                log.info("started a worker process", extra={"slot": slot, "child_pid": child.pid})
-                code = await child.wait()
-                if metrics_dir is not None:
-                    from .metrics import forget_process
-
-                    forget_process(child.pid, metrics_dir)
-                if stopping.is_set():
-                    log.info(
-                        "a worker process stopped",
-                        extra={"slot": slot, "child_pid": child.pid, "exit_code": code},
-                    )
-                    return code
-                if time.monotonic() - started >= RESTART_RESET:
-                    delay = RESTART_FIRST
-                log.error(
-                    "a worker process died; starting another",
-                    extra={
-                        "slot": slot,
-                        "child_pid": child.pid,
-                        "exit_code": code,
-                        "restart_in": delay,
-                    },
-                )
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(stopping.wait(), delay)
-                delay = min(delay * 2, RESTART_MAX)
-            return code
-
-        log.info(
-            "supervisor started",
-            extra={"processes": processes, "workers": workers, "schema": control.schema},
-        )
-        codes = await asyncio.gather(*(keep(slot) for slot in range(processes)))
-        if aborted:
-            return 1
-        return 0 if all(code == 0 for code in codes) else 1
-    finally:
-        if signals is not None:
-            signals.close()
-        for child in children.values():
-            if child.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    child.kill()
-                await child.wait()
-        if counting is not None:
-            counting.cancel()
-        if server is not None:
-            server.close()
-        await control.close()
-        if metrics_dir is not None:
-            shutil.rmtree(metrics_dir, ignore_errors=True)
 
 
 # --- queuing and looking -------------------------------------------------------------------------
@@ -1033,7 +719,7 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         ("state", info.state.value),
         ("tries", _tries(info)),
         ("priority", str(info.priority)),
-        ("timeout", _seconds(info.timeout)),
+        ("timeout", wording.seconds(info.timeout)),
         ("run at", _when(info.run_at)),
         ("started at", _when(info.started_at)),
         ("created at", _when(info.created_at)),
@@ -1066,7 +752,7 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
         for state in states:
             table.add_row(state, str(getattr(found, state)))
         _console().print(table)
-        click.echo(f"oldest ready job has waited {_seconds(found.oldest_ready_seconds)}")
+        click.echo(f"oldest ready job has waited {wording.seconds(found.oldest_ready_seconds)}")
         return
     if not found:
         click.echo("no jobs")
@@ -1080,7 +766,7 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
         table.add_row(
             name,
             *(str(getattr(one, state)) for state in states),
-            _seconds(one.oldest_ready_seconds),
+            wording.seconds(one.oldest_ready_seconds),
         )
     _console().print(table)
 
@@ -1107,7 +793,7 @@ def schedules(as_json: bool, dsn: str | None) -> None:
     for one in found:
         table.add_row(
             one.name,
-            _seconds(one.interval),
+            wording.seconds(one.interval),
             _when(one.due_at),
             str(one.last_job) if one.last_job else "-",
             one.last_state.value if one.last_state else "-",
@@ -1254,7 +940,7 @@ def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -
         for one in found:
             table.add_row(str(one.id), one.name, str(one.attempts), one.state.value)
         _console().print(table)
-    jobs_text = _plural(len(found), "stale job")
+    jobs_text = wording.plural(len(found), "stale job")
     click.echo(
         f"{jobs_text} would be recovered (dry run: nothing changed)"
         if dry_run
@@ -1288,7 +974,7 @@ def purge(older_than: float | None, dry_run: bool, dsn: str | None) -> None:
 
     gone = _with_queue(dsn, work)
     age = f"{older_than:g} days" if older_than is not None else "the retention period (7 days)"
-    jobs_text = _plural(gone, "finished job")
+    jobs_text = wording.plural(gone, "finished job")
     click.echo(
         f"{jobs_text} older than {age} would be purged (dry run: nothing changed)"
         if dry_run
@@ -1299,223 +985,7 @@ def purge(older_than: float | None, dry_run: bool, dsn: str | None) -> None:
 # --- demo ---------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Tally:
-    """What the demo's observer saw, per job name."""
-
-    outcomes: dict[str, Counter[str]] = dataclasses.field(
-        default_factory=lambda: defaultdict(Counter)
-    )
-    seconds: dict[str, list[float]] = dataclasses.field(default_factory=lambda: defaultdict(list))
-
-    def __call__(self, name: str, outcome: str, seconds: float) -> None:
-        self.outcomes[name][outcome] += 1
-        self.seconds[name].append(seconds)
-
-
-DEMO_TICK = "demo.cleanup"
-"""The job the demo's schedule queues every second."""
-
-
-def _demo_queue(dsn: str) -> Queue:
-    """The demo's handlers: quick emails, thumbnails in threads, payments that fail at
-    first (some for good), reports that run past their time limit, reminders for later."""
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=16,
-            poll_interval=0.1,
-            heartbeat_interval=1.0,
-            stale_after=30.0,
-            retry_backoff=0.2,
-            maintenance_interval=600.0,
-        ),
-    )
-    tries: Counter[int] = Counter()
-
-    @queue.handler("demo.email")
-    async def email(args: dict[str, Any]) -> None:
-        await asyncio.sleep(random.uniform(0.005, 0.03))
-
-    @queue.handler("demo.thumbnail")
-    def thumbnail(args: dict[str, Any]) -> None:  # a plain def: it runs in a thread
-        data = bytes(args["size"])
-        for _ in range(20):
-            data = data[::-1]
-
-    @queue.handler("demo.charge")
-    async def charge(args: dict[str, Any]) -> None:
-        await asyncio.sleep(random.uniform(0.005, 0.02))
-        tries[args["order"]] += 1
-        if args["declined"]:
-            raise PermissionError("card declined")
-        if tries[args["order"]] <= args["flaky"]:
-            raise ConnectionError("payment gateway timed out")
-
-    @queue.handler("demo.report")
-    async def report(args: dict[str, Any]) -> None:
-        await asyncio.sleep(args["takes"])
-
-    @queue.handler("demo.reminder")
-    async def reminder(args: dict[str, Any]) -> None:
-        await asyncio.sleep(0.005)
-
-    @queue.handler(DEMO_TICK)
-    async def cleanup(args: dict[str, Any]) -> None:
-        await asyncio.sleep(0.005)
-
-    queue.schedule(Schedule.every("demo-cleanup", 1, NewJob(DEMO_TICK)))
-    return queue
-
-
-def _demo_jobs(total: int) -> list[NewJob]:
-    """About `total` sample jobs of every kind."""
-    charges = max(total // 8, 5)
-    reports = 4
-    reminders = max(total // 20, 3)
-    thumbnails = max(total // 5, 5)
-    emails = max(total - charges - reports - reminders - thumbnails, 5)
-    out: list[NewJob] = []
-    for n in range(emails):
-        urgent = n % 10 == 0
-        out.append(
-            NewJob(
-                "demo.email",
-                {"to": f"user{n}@example.com", "template": "reset" if urgent else "digest"},
-                priority=10 if urgent else 0,
-            )
-        )
-    out += [NewJob("demo.thumbnail", {"size": 20_000 + n}) for n in range(thumbnails)]
-    for n in range(charges):
-        out.append(
-            NewJob(
-                "demo.charge",
-                {
-                    "order": n,
-                    "flaky": (1 if n % 3 == 0 else 2 if n % 7 == 0 else 0),
-                    "declined": n % 11 == 5,
-                },
-                max_attempts=3,
-            )
-        )
-    out += [
-        NewJob("demo.report", {"takes": 1.0 if n < 2 else 0.05}, timeout=0.3)
-        for n in range(reports)
-    ]
-    out += [
-        NewJob("demo.reminder", {"user": n}, run_in=1.0 + 2.0 * n / max(reminders - 1, 1))
-        for n in range(reminders)
-    ]
-    return out
-
-
-async def _run_demo(dsn: str, total: int, where: str) -> None:
-    queue = _demo_queue(dsn)
-    tally = _Tally()
-    queue.observe(tally)
-    console = _console()
-    await queue.open()
-    try:
-        batch = _demo_jobs(total)
-        names = {job.name for job in batch}
-        started = time.monotonic()
-        await queue.enqueue_all(batch)
-        console.print(
-            f"queued {len(batch)} sample jobs in one statement on {where}; running them "
-            f"with {queue.options.workers} job loops"
-        )
-        stop = asyncio.Event()
-        running = asyncio.ensure_future(queue.run(stop))
-        progress = Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=console,
-            transient=False,
-        )
-        try:
-            with progress:
-                task = progress.add_task("jobs settled", total=len(batch))
-                while True:
-                    by_name = await queue.counts_by_name()
-                    settled = sum(
-                        one.completed + one.failed + one.cancelled
-                        for name, one in by_name.items()
-                        if name in names
-                    )
-                    progress.update(task, completed=settled)
-                    if settled >= len(batch):
-                        break
-                    if running.done():
-                        await running  # raises what stopped the worker
-                    if time.monotonic() - started > DEMO_TIMEOUT:
-                        raise Failed(f"the demo's jobs did not settle within {DEMO_TIMEOUT:g} s")
-                    await asyncio.sleep(0.1)
-        finally:
-            stop.set()
-            await running
-        took = time.monotonic() - started
-        final = await queue.counts_by_name()
-    finally:
-        await queue.close()
-    _demo_summary(console, tally, final, names, took)
-
-
-def _demo_summary(
-    console: Console,
-    tally: _Tally,
-    final: dict[str, Counts],
-    names: set[str],
-    took: float,
-) -> None:
-    table = Table(box=None, header_style="bold", title="What happened", title_justify="left")
-    for column in ("JOB", "COMPLETED", "FAILED", "RETRIED", "MEDIAN RUN"):
-        table.add_column(column, justify="left" if column == "JOB" else "right")
-    for name in sorted(names | {DEMO_TICK}):
-        counts = final.get(name, Counts())
-        runs = tally.seconds.get(name, [])
-        table.add_row(
-            name,
-            str(counts.completed),
-            str(counts.failed),
-            str(tally.outcomes[name]["retried"]),
-            _seconds(statistics.median(runs)) if runs else "-",
-        )
-    console.print(table)
-    settled = sum(
-        final.get(name, Counts()).completed + final.get(name, Counts()).failed for name in names
-    )
-    retries = sum(outcome["retried"] for outcome in tally.outcomes.values())
-    charge = final.get("demo.charge", Counts())
-    report = final.get("demo.report", Counts())
-    ticks = final.get(DEMO_TICK, Counts()).completed
-    lines = [
-        f"{settled} jobs settled in {took:.1f} s (the last were reminders queued to wait); "
-        "urgent emails (priority 10) went first",
-        f"{_plural(retries, 'failed run')} of payments were retried with backoff; "
-        f"{_plural(charge.failed, 'declined card')} failed for good after 3 tries",
-        f"{_plural(report.failed, 'report')} ran past its 0.3 s timeout and was stopped"
-        if report.failed == 1
-        else f"{_plural(report.failed, 'report')} ran past their 0.3 s timeout and were stopped",
-        "reminders waited 1 to 3 s, as they were queued to",
-        f"the schedule demo-cleanup queued {_plural(ticks, 'job')}, one a second",
-    ]
-    for line in lines:
-        console.print(f"  - {line}")
-    console.print(
-        "next: point a worker at your own queue with `axa-queue worker myapp.jobs:queue "
-        "--dsn ...`; see docs/cli.md"
-    )
-
-
-def _sandbox_dsn(dsn: str, schema: str) -> str:
-    """`dsn` with `schema` first on its search_path (after whatever options it has)."""
-    options = conninfo_to_dict(dsn).get("options") or ""
-    return make_conninfo(dsn, options=f"{options} -c search_path={schema}".strip())
-
-
-@main.command()
+@main.command("demo")
 @click.option(
     "--dsn",
     metavar="DSN",
@@ -1532,7 +1002,7 @@ def _sandbox_dsn(dsn: str, schema: str) -> str:
     show_default=True,
     help="About how many sample jobs to queue.",
 )
-def demo(dsn: str | None, total: int) -> None:
+def demo_command(dsn: str | None, total: int) -> None:
     """See axa-queue work, with nothing to set up.
 
     Starts an embedded PostgreSQL (or uses --dsn), sets the queue up, queues a few
@@ -1541,40 +1011,18 @@ def demo(dsn: str | None, total: int) -> None:
     """
     if dsn is not None:
         given = _dsn(dsn)
-        schema = f"axa_queue_demo_{uuid4().hex[:8]}"
-        with _errors(given):
-            with psycopg.connect(given, autocommit=True) as conn:
-                conn.execute(pgsql.SQL(sql.DEMO_SCHEMA_CREATE).format(pgsql.Identifier(schema)))
-            try:
-                _demo_on(_sandbox_dsn(given, schema), total, f"{_where(given)} (schema {schema})")
-            finally:
-                with psycopg.connect(given, autocommit=True) as conn:
-                    conn.execute(pgsql.SQL(sql.DEMO_SCHEMA_DROP).format(pgsql.Identifier(schema)))
+        with _errors(given), demo.sandbox(given) as (sandboxed, schema):
+            demo.run(sandboxed, total, f"{_where(given)} (schema {schema})", _console())
         return
-    from .embedded import EmbeddedPostgres, EmbeddedPostgresError, is_available
+    from .embedded import EmbeddedPostgresError
 
-    if not is_available():
-        raise Failed(
-            "no database given and the embedded server is not installed: "
-            "pip install 'axa-queue[embedded]', or pass --dsn"
-        )
-    click.echo("starting an embedded PostgreSQL server (no --dsn given)...")
     try:
-        with EmbeddedPostgres() as server, _errors(server.dsn):
-            _demo_on(server.dsn, total, "an embedded PostgreSQL")
-    except EmbeddedPostgresError as error:
+        with demo.embedded_server(click.echo) as server_dsn, _errors(server_dsn):
+            demo.run(server_dsn, total, "an embedded PostgreSQL", _console())
+    except demo.DemoError as error:  # no server: the [embedded] extra is not installed
+        raise Failed(str(error)) from None
+    except EmbeddedPostgresError as error:  # its message ends with the server's log
         raise Failed(str(error).splitlines()[0]) from None
-    click.echo("stopped the embedded server; nothing was left behind")
-
-
-def _demo_on(dsn: str, total: int, where: str) -> None:
-    quiet = logging.getLogger("axa_queue")
-    level = quiet.level
-    quiet.setLevel(logging.CRITICAL)  # retries and failures are the point; no log noise
-    try:
-        asyncio.run(_run_demo(dsn, total, where))
-    finally:
-        quiet.setLevel(level)
 
 
 if __name__ == "__main__":

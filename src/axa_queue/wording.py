@@ -1,0 +1,31 @@
+"""How the command line words numbers for people: lengths of time and counts of things.
+
+Shared by the commands (`cli`) and the demo (`demo`), which print them in tables and
+summaries.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+__all__ = ["plural", "seconds"]
+
+
+def seconds(length: timedelta | float | None) -> str:
+    """A length of time in seconds, in the unit that reads best: `120 ms`, `4.2 s`,
+    `3.5 min`, `2.0 h`; `-` for none."""
+    if length is None:
+        return "-"
+    value = length.total_seconds() if isinstance(length, timedelta) else length
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 120:
+        return f"{value:.1f} s"
+    if value < 7200:
+        return f"{value / 60:.1f} min"
+    return f"{value / 3600:.1f} h"
+
+
+def plural(n: int, one: str, many: str | None = None) -> str:
+    """`n` and the word for that many: `1 job`, `3 jobs` (or `many` when not just `one`+s)."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
