@@ -15,7 +15,16 @@ from typing import Literal, Union, get_args
 
 from .errors import OptionsError
 
-__all__ = ["MODE_VARIABLE", "Duration", "Mode", "QueueOptions", "to_seconds", "to_timedelta"]
+__all__ = [
+    "DSN_VARIABLES",
+    "MODE_VARIABLE",
+    "Duration",
+    "Mode",
+    "QueueOptions",
+    "dsn_from_environment",
+    "to_seconds",
+    "to_timedelta",
+]
 
 Duration = Union[timedelta, float, int]  # noqa: UP007 - a runtime alias on Python 3.10
 """A length of time: a `timedelta`, or a number of seconds."""
@@ -27,6 +36,14 @@ MODE_VARIABLE = "AXA_QUEUE_MODE"
 """The environment variable that picks the mode when `QueueOptions.mode` is not set."""
 
 _MODES: tuple[str, ...] = get_args(Mode)
+
+DSN_VARIABLES = ("AXA_QUEUE_DSN", "DATABASE_URL")
+"""Environment variables read, in order, when no DSN is given."""
+
+
+def dsn_from_environment() -> str | None:
+    """The DSN the environment gives (`AXA_QUEUE_DSN`, then `DATABASE_URL`), if any."""
+    return next((os.environ[v] for v in DSN_VARIABLES if os.environ.get(v)), None)
 
 
 def to_timedelta(value: Duration, name: str = "duration") -> timedelta:

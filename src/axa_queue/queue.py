@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -40,7 +39,7 @@ from .jobs import (
     jobs_call,
 )
 from .maintenance import Recovered
-from .options import Duration, QueueOptions, to_seconds
+from .options import DSN_VARIABLES, Duration, QueueOptions, dsn_from_environment, to_seconds
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
 from .sync import SyncQueue
@@ -53,8 +52,6 @@ log = logging.getLogger("axa_queue")
 A = TypeVar("A")
 T = TypeVar("T")
 
-DSN_VARIABLES = ("AXA_QUEUE_DSN", "DATABASE_URL")
-"""Environment variables read, in order, when no DSN is given."""
 
 ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate")
 """The refusing triggers `check` requires, each set to fire always."""
@@ -176,11 +173,7 @@ class Queue:
         """
         if self._pool is not None:
             return self
-        self.dsn = (
-            dsn
-            or self.dsn
-            or next((os.environ[v] for v in DSN_VARIABLES if os.environ.get(v)), None)
-        )
+        self.dsn = dsn or self.dsn or dsn_from_environment()
         if not self.dsn:
             raise OptionsError(
                 "no database given: pass a DSN to Queue(...) or open(...), or set AXA_QUEUE_DSN"

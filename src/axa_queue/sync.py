@@ -14,7 +14,6 @@ caller's sync connection instead.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -42,7 +41,7 @@ from .jobs import (
     job_call,
     jobs_call,
 )
-from .options import QueueOptions
+from .options import QueueOptions, dsn_from_environment
 from .statements import Call, run_sync
 
 __all__ = ["SyncQueue"]
@@ -67,7 +66,7 @@ class SyncQueue:
         """The pool of autocommit connections, opened on first use."""
         with self._lock:
             if self._pool is None:
-                dsn = self.dsn or os.environ.get("AXA_QUEUE_DSN") or os.environ.get("DATABASE_URL")
+                dsn = self.dsn or dsn_from_environment()
                 if not dsn:
                     raise OptionsError(
                         "no database given: pass a DSN to SyncQueue(...) or set AXA_QUEUE_DSN"
