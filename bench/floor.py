@@ -176,11 +176,19 @@ class DrainResult:
     connections: int
     batch: int
     seconds: float
+    busy_seconds: float | None = None
+    """CPU time the whole machine spent (every process) during the timed drain, from
+    /proc/stat; None where there is none."""
 
     @property
     def jobs_per_s(self) -> float:
         """Throughput of the timed drain."""
         return self.jobs / self.seconds
+
+    @property
+    def cpu_us_per_job(self) -> float | None:
+        """Machine-wide CPU microseconds per job during the timed drain."""
+        return None if self.busy_seconds is None else self.busy_seconds / self.jobs * 1e6
 
 
 @dataclass(frozen=True)
@@ -261,21 +269,42 @@ async def aconnect(
 
 
 @contextmanager
-def private_schema(dsn: str, schema: str) -> Iterator[str]:
+def private_schema(dsn: str, schema: str, ddl: str | Sequence[str] = TABLE_DDL) -> Iterator[str]:
     """Create ``schema`` with the bench tables; drop it (CASCADE) on exit.
 
-    Fails if the schema already exists, so it never drops someone else's.
+    ``ddl`` makes the tables (default :data:`TABLE_DDL`); a sequence of statements
+    runs in one transaction.  Fails if the schema already exists, so it never drops
+    someone else's.
     """
     _check_schema(schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
     try:
-        with connect(dsn, schema) as conn:
-            conn.execute(TABLE_DDL)
+        with connect(dsn, schema) as conn, conn.transaction():
+            for statement in [ddl] if isinstance(ddl, str) else ddl:
+                conn.execute(statement)
         yield schema
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def machine_busy_seconds() -> float | None:
+    """CPU seconds the machine has spent busy (all CPUs, all processes) since boot,
+    from the first line of /proc/stat; None where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user)
+    busy = sum(fields[:8]) - fields[3] - fields[4]
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
+def _busy_since(before: float | None) -> float | None:
+    after = machine_busy_seconds()
+    return None if before is None or after is None else after - before
 
 
 def checkpoint(conn: psycopg.Connection) -> bool:
@@ -432,7 +461,7 @@ def _drain_threads(
     claim_sql: str,
     batch: int,
     completion: Completion,
-) -> tuple[float, int]:
+) -> tuple[float, int, float | None]:
     conns = [connect(dsn, schema) for _ in range(connections)]
     try:
         start = threading.Barrier(connections + 1)
@@ -449,15 +478,17 @@ def _drain_threads(
         threads = [threading.Thread(target=run, args=(i,)) for i in range(connections)]
         for t in threads:
             t.start()
+        busy = machine_busy_seconds()
         with suppress(threading.BrokenBarrierError):  # a worker failed; raised below
             start.wait()
         t0 = time.perf_counter()
         for t in threads:
             t.join()
         elapsed = time.perf_counter() - t0
+        busy = _busy_since(busy)
         if errors:
             raise errors[0]
-        return elapsed, sum(counts)
+        return elapsed, sum(counts), busy
     finally:
         for c in conns:
             c.close()
@@ -470,7 +501,7 @@ async def _drain_asyncio(
     claim_sql: str,
     batch: int,
     completion: Completion,
-) -> tuple[float, int]:
+) -> tuple[float, int, float | None]:
     conns = [await aconnect(dsn, schema) for _ in range(connections)]
     try:
         start = asyncio.Event()
@@ -479,16 +510,18 @@ async def _drain_asyncio(
             for c in conns
         ]
         await asyncio.sleep(0)  # let every task reach start.wait()
+        busy = machine_busy_seconds()
         t0 = time.perf_counter()
         start.set()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
         elapsed = time.perf_counter() - t0
+        busy = _busy_since(busy)
         counts: list[int] = []
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
             counts.append(outcome)
-        return elapsed, sum(counts)
+        return elapsed, sum(counts), busy
     finally:
         for c in conns:
             await c.close()
@@ -507,28 +540,31 @@ def _drain(
     completion: Completion,
     analyze: bool,
     pre_checkpoint: bool,
+    ddl: str | Sequence[str],
 ) -> DrainResult:
     if connections < 1 or jobs < 1 or batch < 1:
         raise ValueError("jobs, connections and batch must be >= 1")
     _finish_statements(batch == 1, completion)  # validate before creating anything
     if mode not in ("threads", "asyncio"):
         raise ValueError(f"unknown mode {mode!r}")
-    with private_schema(dsn, schema):
+    with private_schema(dsn, schema, ddl):
         with connect(dsn, schema) as conn:
             if pre_checkpoint:
                 checkpoint(conn)
             enqueue(conn, jobs, analyze=analyze)
         if mode == "threads":
-            elapsed, ran = _drain_threads(dsn, schema, connections, claim_sql, batch, completion)
+            elapsed, ran, busy = _drain_threads(
+                dsn, schema, connections, claim_sql, batch, completion
+            )
         else:
-            elapsed, ran = asyncio.run(
+            elapsed, ran, busy = asyncio.run(
                 _drain_asyncio(dsn, schema, connections, claim_sql, batch, completion)
             )
         with connect(dsn, schema) as conn:
             verify_exactly_once(conn, jobs)
         if ran != jobs:
             raise ExactlyOnceError(f"workers report {ran} jobs run, expected {jobs}")
-    return DrainResult(kind, mode, completion, jobs, connections, batch, elapsed)
+    return DrainResult(kind, mode, completion, jobs, connections, batch, elapsed, busy)
 
 
 def drain_one_at_a_time(
@@ -541,6 +577,7 @@ def drain_one_at_a_time(
     completion: Completion = "fused",
     analyze: bool = True,
     pre_checkpoint: bool = True,
+    ddl: str | Sequence[str] = TABLE_DDL,
 ) -> DrainResult:
     """Drain ``jobs`` pre-enqueued jobs, claiming one per statement.
 
@@ -550,7 +587,8 @@ def drain_one_at_a_time(
     completed (see :data:`Completion`; default 1 round trip).  Stops when a
     claim returns nothing.  Enqueueing (COPY, then ANALYZE if ``analyze``,
     after a CHECKPOINT if ``pre_checkpoint``) is not timed; exactly-once is
-    verified (raises :class:`ExactlyOnceError`).
+    verified (raises :class:`ExactlyOnceError`).  ``ddl`` makes the tables (see
+    :func:`private_schema`), e.g. to drain another table design.
     """
     return _drain(
         "one-at-a-time",
@@ -564,6 +602,7 @@ def drain_one_at_a_time(
         completion=completion,
         analyze=analyze,
         pre_checkpoint=pre_checkpoint,
+        ddl=ddl,
     )
 
 
@@ -579,6 +618,7 @@ def drain_batched(
     claim_sql: str = CLAIM_BATCH,
     analyze: bool = True,
     pre_checkpoint: bool = True,
+    ddl: str | Sequence[str] = TABLE_DDL,
 ) -> DrainResult:
     """Drain ``jobs`` pre-enqueued jobs, claiming up to ``batch`` per statement.
 
@@ -604,6 +644,7 @@ def drain_batched(
         completion=completion,
         analyze=analyze,
         pre_checkpoint=pre_checkpoint,
+        ddl=ddl,
     )
 
 

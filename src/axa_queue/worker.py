@@ -489,7 +489,7 @@ class Worker:
                     pause = 0.1
                     self.wake.set()  # anything queued while we were not listening
                     async for note in conn.notifies():
-                        there, _, delay = note.payload.partition(" ")
+                        there, _, delay = note.payload.rpartition(" ")
                         if there != schema:
                             continue
                         try:
