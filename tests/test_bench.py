@@ -1,0 +1,120 @@
+"""The benchmark's code works: the tiniest run of every workload of `bench/run.py`,
+each checking that every job ran exactly once. No timing is asserted."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from axa_queue import sql as axa_sql
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+if str(BENCH) not in sys.path:
+    sys.path.insert(0, str(BENCH))
+
+import run as bench  # noqa: E402  (bench/run.py)
+
+TINY = bench.Config(
+    repeats=1,
+    single_jobs=50,
+    bulk_jobs=200,
+    trace_jobs=20,
+    drain_jobs=200,
+    drain_jobs_one_loop=50,
+    loops=(1, 10),
+    processes=2,
+    process_loops=10,
+    latency_samples=20,
+    latency_warmup=2,
+    spacing_ms=2.0,
+    big_finished=2_000,
+    big_delayed=200,
+    big_ready=50,
+    big_backlog=500,
+    big_samples=3,
+)
+
+
+@pytest.mark.timeout(60)
+def test_every_workload_runs_once(database_url: str) -> None:
+    report = bench.run_benchmark(dataclasses.replace(TINY, dsn=database_url))
+
+    for key in (
+        "enqueue.single.axa",
+        "enqueue.single.raw",
+        "enqueue.bulk.axa",
+        "enqueue.bulk.values",
+        "enqueue.bulk.copy",
+        "enqueue.bulk.unnest",
+        "drain.axa.1x1",
+        "drain.axa.1x10",
+        "drain.axa.2x10",
+        "drain.floor.one",
+        "drain.floor.batch",
+        "drain.floor.fused",
+        "drain.floor.batch_axa_table",
+        "latency.axa.p50",
+        "latency.axa.p99",
+        "latency.floor.p50",
+        "latency.floor.p99",
+    ):
+        assert len(report.samples[key]) == 1, key
+        assert report.samples[key][0] > 0, key
+    assert report.trace == bench.Trace(20, 20, 20)  # one statement, one round trip each
+    assert report.claim is not None
+    labels = [case.label for case in report.claim.cases]
+    assert labels == [
+        bench.BIG_IDLE,
+        bench.BIG_READY,
+        bench.BIG_FOREIGN,
+        bench.BIG_LIMITED,
+        bench.BIG_BACKLOG,
+    ]
+    assert report.claim.cases[0].claimed == 0
+    assert report.claim.cases[1].claimed == 10
+    table = bench.format_report(report)
+    assert "goals" in table
+    assert "drain" in table and "latency" in table and "claim on a big table" in table
+    assert len(bench.goals(report)) == 8
+
+
+def _ran(conn: psycopg.Connection[Any], key: uuid.UUID, attempts: int = 1) -> None:
+    conn.execute(
+        "INSERT INTO axa_queue (id, name, args, status, started_at, attempts) "
+        "VALUES (%s, 'noop', %s, 'completed', now(), %s)",
+        (uuid.uuid4(), f'{{"k": "{key}"}}', attempts),
+    )
+
+
+def test_the_exactly_once_check_catches_a_job_not_run_or_run_twice(database_url: str) -> None:
+    with bench.scratch_schema(database_url) as dsn:
+        bench.setup_tables(dsn)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            keys = [uuid.uuid4() for _ in range(3)]
+            for key in keys:
+                _ran(conn, key)
+            conn.execute("INSERT INTO bench_done SELECT unnest(%s::uuid[])", (keys,))
+            bench.verify_axa(dsn, 3)
+
+            _ran(conn, uuid.uuid4())  # completed, but its job never wrote its row
+            with pytest.raises(bench.ExactlyOnceError):
+                bench.verify_axa(dsn, 4)
+
+            conn.execute("DELETE FROM axa_queue")
+            conn.execute("DELETE FROM bench_done")
+            _ran(conn, keys[0], attempts=2)  # ran a second time
+            conn.execute("INSERT INTO bench_done VALUES (%s)", (keys[0],))
+            with pytest.raises(bench.ExactlyOnceError):
+                bench.verify_axa(dsn, 1)
+
+
+def test_placeholders_become_numbered() -> None:
+    assert bench.numbered("a %(x)s b %(y)s c %(x)s", ["x", "y"]) == "a $1 b $2 c $1"
+    claim = bench.numbered(axa_sql.CLAIM, bench.CLAIM_PARAMETERS)
+    assert "%(" not in claim and "$4" in claim
