@@ -22,7 +22,7 @@ table shows medians and ratios:
   enqueue -> claimed (raw LISTEN/NOTIFY consumer), p50 and p99. The producer is a
   separate process enqueuing one job every few ms; both clocks are CLOCK_MONOTONIC.
 - **big table**: with 1,000,000 finished and 100,000 delayed rows present, the database
-  time of axa-queue's claim statement (`axa_queue.sql.CLAIM` as a generic prepared
+  time of axa-queue's claim statement (`axa_queue.sql.EXCHANGE` as a generic prepared
   plan, with the library's session settings) when jobs are ready and when none is,
   and the crate's one-row claim for comparison.
 
@@ -888,8 +888,26 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 # --- the claim on a big table ----------------------------------------------------------------
 
 
-CLAIM_PARAMETERS = ("free", "names", "capped", "caps")
-"""`sql.CLAIM`'s named parameters, in the order of `$1..$4` of the PREPAREd form."""
+CLAIM_PARAMETERS = ("ids", "attempts", "statuses", "errors", "delays", "free", "names", "caps")
+"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$8` of the PREPAREd form."""
+
+CLAIM_TYPES = "uuid[], int[], text[], text[], float8[], int, text[], int[]"
+"""Their types, for PREPARE."""
+
+
+def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]:
+    """`sql.EXCHANGE`'s parameters for a claim of `free` jobs that records no endings,
+    `caps` giving each name's most (all `free` for a name with no limit)."""
+    return {
+        "ids": [],
+        "attempts": [],
+        "statuses": [],
+        "errors": [],
+        "delays": [],
+        "free": free,
+        "names": names,
+        "caps": caps,
+    }
 
 
 def numbered(query: str, names: Sequence[str]) -> str:
@@ -965,7 +983,8 @@ def _claim_case(
     ANALYZE of the PREPAREd statement, rolled back), then, with `library`, as the
     library runs it (which claims for real)."""
     args = pgsql.SQL(", ").join(
-        pgsql.Literal(params[name]) for name in ("free", "names", "capped", "caps")
+        pgsql.SQL("{}::{}").format(pgsql.Literal(params[name]), pgsql.SQL(kind))
+        for name, kind in zip(CLAIM_PARAMETERS, CLAIM_TYPES.split(", "), strict=True)
     )
     explain = pgsql.SQL("EXPLAIN (ANALYZE, TIMING OFF) EXECUTE bench_claim({})").format(args)
     explain_text = explain.as_string(explainer)
@@ -986,7 +1005,7 @@ def _claim_case(
         times = []
         for _ in range(samples + 2):  # the first two prepare the statement
             t0 = time.perf_counter()
-            claimed = len(cur.execute(axa_sql.CLAIM, params, prepare=True).fetchall())
+            claimed = len(cur.execute(axa_sql.EXCHANGE, params, prepare=True).fetchall())
             times.append((time.perf_counter() - t0) * 1000)
         client = statistics.median(times[2:])
     return ClaimCase(label, statistics.median(db), client, claimed, crate_ms)
@@ -1048,8 +1067,8 @@ def claim_big_table(
             for conn in (explainer, library):
                 conn.execute(axa_sql.SESSION_SETTINGS)
             explainer.execute(
-                "PREPARE bench_claim(int, text[], text[], int[]) AS "
-                + numbered(axa_sql.CLAIM, CLAIM_PARAMETERS)
+                f"PREPARE bench_claim({CLAIM_TYPES}) AS "
+                + numbered(axa_sql.EXCHANGE, CLAIM_PARAMETERS)
             )
             if crate is not None:
                 explainer.execute(f"PREPARE bench_crate_claim(text[]) AS {crate}")
@@ -1060,7 +1079,7 @@ def claim_big_table(
                 floor.checkpoint(explainer)
 
             settle()
-            asked = {"free": 10, "names": [JOB], "capped": [], "caps": []}
+            asked = claim_params(10, [JOB], [10])
             has_crate = crate is not None
             cases.append(
                 _claim_case(BIG_IDLE, explainer, library, asked, samples, has_crate, plans)
@@ -1087,7 +1106,7 @@ def claim_big_table(
                 cases.append(
                     _claim_case(BIG_FOREIGN, explainer, None, asked, samples, has_crate, plans)
                 )
-                limited = {"free": 10, "names": ["other"], "capped": [JOB], "caps": [10]}
+                limited = claim_params(10, ["other", JOB], [10, 10])
                 cases.append(
                     _claim_case(BIG_LIMITED, explainer, None, limited, samples, False, plans)
                 )
@@ -1131,12 +1150,11 @@ def claim_backlog(
         floor.checkpoint(explainer)
         explainer.execute(axa_sql.SESSION_SETTINGS)
         explainer.execute(
-            "PREPARE bench_claim(int, text[], text[], int[]) AS "
-            + numbered(axa_sql.CLAIM, CLAIM_PARAMETERS)
+            f"PREPARE bench_claim({CLAIM_TYPES}) AS " + numbered(axa_sql.EXCHANGE, CLAIM_PARAMETERS)
         )
         if crate is not None:
             explainer.execute(f"PREPARE bench_crate_claim(text[]) AS {crate}")
-        asked = {"free": 10, "names": [JOB], "capped": [], "caps": []}
+        asked = claim_params(10, [JOB], [10])
         return _claim_case(BIG_BACKLOG, explainer, None, asked, samples, crate is not None, plans)
 
 

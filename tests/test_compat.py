@@ -208,9 +208,7 @@ async def test_a_job_queued_by_the_crate_wakes_our_worker_well_before_its_poll_i
                 (schema,),
             ).fetchone()
             worker = queue.worker
-            return (
-                bool(listening and listening[0]) and worker is not None and not worker.wake.is_set()
-            )
+            return bool(listening and listening[0]) and worker is not None and not worker.look
 
         await eventually(idle_and_listening, timeout=10)
         started = time.monotonic()

@@ -99,3 +99,62 @@ async def test_limits_hold_across_many_batched_claims_under_load(make_queue, adm
         )
     assert peak["A"] <= 3 and peak["B"] == 1
     assert finished == 300
+
+
+async def test_jobs_claimed_ahead_wait_for_a_loop_and_each_runs_once_within_its_limit(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(workers=3, prefetch=3)
+    active = 0
+    peak = 0
+    seen: list[int] = []
+
+    @queue.handler("Ahead")
+    async def ahead(args: dict[str, int]) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.005)
+        seen.append(args["n"])
+        active -= 1
+
+    queue.handle("Limited", lambda args: seen.append(-1))
+    queue.limit("Limited", 1)
+    await queue.enqueue_all(NewJob("Ahead", {"n": n}) for n in range(60))
+    await queue.enqueue_all(NewJob("Limited", {}) for _ in range(5))
+    async with running(queue):
+        await eventually(lambda: len(seen) == 65)
+    assert peak <= 3, "no more handlers at once than loops"
+    assert sorted(n for n in seen if n >= 0) == list(range(60))
+    row = admin.execute(
+        "SELECT count(*), max(attempts) FROM axa_queue WHERE status = 'completed'"
+    ).fetchone()
+    assert row == (65, 1)
+
+
+async def test_a_stop_runs_the_jobs_claimed_ahead_too(make_queue, admin) -> None:
+    queue = await make_queue(workers=1, prefetch=4)
+    gate = asyncio.Event()
+    seen: list[int] = []
+
+    @queue.handler("Held")
+    async def held(args: dict[str, int]) -> None:
+        await gate.wait()
+        seen.append(args["n"])
+
+    await queue.enqueue_all(NewJob("Held", {"n": n}) for n in range(5))
+    stop = asyncio.Event()
+    task = asyncio.create_task(queue.run(stop))
+    await eventually(
+        lambda: (
+            admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'running'").fetchone()[0]
+            == 5
+        )
+    )
+    stop.set()
+    gate.set()
+    await asyncio.wait_for(task, 15)
+    assert sorted(seen) == [0, 1, 2, 3, 4]
+    assert admin.execute(
+        "SELECT count(*) FROM axa_queue WHERE status = 'completed'"
+    ).fetchone() == (5,)

@@ -112,3 +112,17 @@ async def test_many_loops_run_each_of_many_jobs_exactly_once(make_queue, admin) 
     assert sorted(seen) == list(range(500))
     counts = await queue.counts()
     assert counts.completed == 500 and counts.ready == 0 and counts.running == 0
+
+
+async def test_a_worker_keeps_claiming_while_jobs_remain_without_polls_or_notifications(
+    make_queue,
+) -> None:
+    # No poll within the test's time and no LISTEN: only the worker's own sense that
+    # more work is waiting keeps it claiming.
+    queue = await make_queue(workers=2, poll_interval=600, listen=False)
+    seen: list[int] = []
+    queue.handle("Step", lambda args: seen.append(args["n"]))
+    await queue.enqueue_all(NewJob("Step", {"n": n}) for n in range(40))
+    async with running(queue):
+        await eventually(lambda: len(seen) == 40)
+    assert sorted(seen) == list(range(40))

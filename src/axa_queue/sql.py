@@ -122,6 +122,12 @@ SETUP_FINISHED_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_finished
     ON axa_queue (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')"""
 """Finished jobs by age, so retention deletes in small batches without a table scan."""
 
+SETUP_PICK_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_pick
+    ON axa_queue (name, priority DESC, run_at) WHERE status = 'queued'"""
+"""Queued jobs by name in claim order, so a worker reads only the names it handles, at
+exactly the priority level it wants; on a large existing table, create it CONCURRENTLY
+first (setup then skips it)."""
+
 SETUP_REVIEW_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_review
     ON axa_queue (updated_at) WHERE status = 'needs_review'"""
 """Jobs waiting for a person, for review screens."""
@@ -197,6 +203,7 @@ SETUP_STATEMENTS: tuple[str, ...] = (
     SETUP_RUNNING_INDEX,
     SETUP_FINISHED_INDEX,
     SETUP_REVIEW_INDEX,
+    SETUP_PICK_INDEX,
     SETUP_STATE_CHECK,
     SETUP_STORAGE,
     SETUP_NOTIFY_FUNCTION,
@@ -252,48 +259,63 @@ ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority,
 
 # --- Running jobs ----------------------------------------------------------------------
 
-CLAIM = """WITH RECURSIVE levels(priority) AS (
+EXCHANGE = """WITH RECURSIVE finished AS (
+        UPDATE axa_queue q
+        SET status = r.status, error = r.error, updated_at = now(),
+            started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
+            run_at = CASE WHEN r.status = 'queued'
+                          THEN now() + make_interval(secs => r.delay) ELSE q.run_at END
+        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(statuses)s::text[],
+                    %(errors)s::text[], %(delays)s::float8[])
+             AS r(id, attempts, status, error, delay)
+        WHERE q.id = r.id AND q.attempts = r.attempts AND q.status = 'running'
+        RETURNING q.id, q.attempts
+    ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
         UNION ALL
         SELECT (SELECT q.priority FROM axa_queue q
                 WHERE q.status = 'queued' AND q.priority < levels.priority
                 ORDER BY q.priority DESC LIMIT 1)
         FROM levels WHERE levels.priority IS NOT NULL
-    ), caps AS (
-        SELECT * FROM unnest(%(capped)s::text[], %(caps)s::int[]) AS c(name, cap)
-    ), open AS MATERIALIZED (
-        SELECT j.id, j.priority, j.run_at FROM levels CROSS JOIN LATERAL (
+    ), wanted AS (
+        SELECT w.name, least(w.cap, %(free)s) AS cap
+        FROM unnest(%(names)s::text[], %(caps)s::int[]) AS w(name, cap)
+        WHERE %(free)s > 0
+    ), candidates AS MATERIALIZED (
+        SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
+        FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM axa_queue
-            WHERE status = 'queued' AND priority = levels.priority AND run_at <= now()
-              AND name = ANY(%(names)s::text[])
-            ORDER BY run_at LIMIT %(free)s FOR UPDATE SKIP LOCKED
-        ) j WHERE levels.priority IS NOT NULL
-    ), limited AS MATERIALIZED (
-        SELECT j.id, j.priority, j.run_at, caps.cap,
-               row_number() OVER (PARTITION BY caps.name ORDER BY j.priority DESC, j.run_at) AS n
-        FROM levels CROSS JOIN caps CROSS JOIN LATERAL (
-            SELECT id, priority, run_at FROM axa_queue
-            WHERE status = 'queued' AND priority = levels.priority AND run_at <= now()
-              AND name = caps.name
-            ORDER BY run_at LIMIT caps.cap FOR UPDATE SKIP LOCKED
+            WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
+              AND run_at <= now()
+            ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
         ) j WHERE levels.priority IS NOT NULL
     ), picked AS MATERIALIZED (
         SELECT id FROM (
-            SELECT id, priority, run_at FROM open
-            UNION ALL
-            SELECT id, priority, run_at FROM limited WHERE n <= cap
-        ) c ORDER BY priority DESC, run_at LIMIT %(free)s
+            SELECT id, priority, run_at, cap,
+                   row_number() OVER (PARTITION BY name ORDER BY priority DESC, run_at) AS n
+            FROM candidates
+        ) c WHERE n <= cap ORDER BY priority DESC, run_at LIMIT %(free)s
+    ), claimed AS (
+        UPDATE axa_queue q
+        SET status = 'running', started_at = now(), updated_at = now(), attempts = q.attempts + 1
+        WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
+        RETURNING q.id, q.attempts, q.name, q.args::text AS args, q.max_attempts, q.timeout_ms,
+                  q.priority, q.run_at
     )
-    UPDATE axa_queue q
-    SET status = 'running', started_at = now(), updated_at = now(), attempts = q.attempts + 1
-    WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
-    RETURNING q.id, q.name, q.args::text, q.attempts, q.max_attempts, q.timeout_ms,
-              q.priority, q.run_at"""
-"""Claim up to `free` ready jobs, highest priority then oldest first, at most `cap` of each
-limited name. Walks the claim index one priority level at a time, so delayed jobs are
-never scanned, and picks in a MATERIALIZED CTE, so no more than `free` rows change.
-`id = ANY(ARRAY(...))` keeps the update on the primary key: a join there can turn into a
-hash join over the whole table under a generic plan."""
+    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed
+    UNION ALL
+    SELECT id, attempts, NULL, NULL, NULL, NULL, NULL, NULL FROM finished"""
+"""In one statement and one commit: record how runs ended (completed, failed, or queued
+again after a backoff), each row fenced by its own attempt, and claim up to `free` ready
+jobs of the wanted names, highest priority then oldest first, at most `cap` of each.
+
+Rows with a name are the jobs claimed; rows without are the endings recorded (an ending
+not returned had lost its claim). The claim walks the priority levels with a recursive
+CTE and scans `axa_queue_pick` per (name, level), so delayed jobs and jobs of other names
+are never read; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
+updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
+into a hash join over the whole table. Writing endings and claiming together halves the
+statements per job: the loop that frees a place writes its ending and fills the place."""
 
 HEARTBEAT = """UPDATE axa_queue q SET updated_at = now()
     FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
@@ -301,18 +323,6 @@ HEARTBEAT = """UPDATE axa_queue q SET updated_at = now()
     RETURNING q.id, q.attempts"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim."""
-
-FINISH = """UPDATE axa_queue q
-    SET status = r.status, error = r.error, updated_at = now(),
-        started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
-        run_at = CASE WHEN r.status = 'queued'
-                      THEN now() + make_interval(secs => r.delay) ELSE q.run_at END
-    FROM unnest(%s::uuid[], %s::int[], %s::text[], %s::text[], %s::float8[])
-         AS r(id, attempts, status, error, delay)
-    WHERE q.id = r.id AND q.attempts = r.attempts AND q.status = 'running'
-    RETURNING q.id, q.attempts"""
-"""Record how runs ended (completed, failed, or queued again after a backoff), each row
-fenced by its own attempt; a run not returned had lost its claim."""
 
 MARK_LOST = """UPDATE axa_queue SET status = 'needs_review', error = %s, updated_at = now()
     WHERE id = %s AND status IN ('queued', 'running', 'failed')"""

@@ -2,19 +2,21 @@
 
 One `Worker` serves one `Queue.run()`. Its parts, each a task:
 
-- the fetcher claims as many ready jobs as there are free loops, in one statement
-  that honours priority order and per-name limits, whenever it is woken: by a
-  notification, by a loop coming free, or by the poll interval;
+- the exchange loop sends one statement (`sql.EXCHANGE`) that records how finished
+  runs ended, many rows at once, each fenced by its own attempt, and in the same
+  commit claims as many ready jobs as there are free loops, honouring priority order
+  and per-name limits. It sends the next as soon as the last is answered and there is
+  something to do: endings to record, or free loops and a reason to look for work (a
+  notification, a loop coming free, a retry's backoff ending, or the poll interval).
+  While one statement is in flight the next batch gathers, so at low load an ending is
+  written at once and at high load many share a statement. An ending is durable once
+  its statement commits: a process killed in between (a window of one round trip)
+  leaves its job `running`, and stale recovery runs it again;
 - each run supervises one handler: its timeout, and whether its claim was lost;
 - the heartbeat reports in for all running jobs of this process in one statement
   per interval; a run whose attempt no longer matches lost its claim, so its
   handler is stopped and its job goes to `needs_review`;
-- the acker records how runs ended, many rows per statement, each fenced by its
-  own attempt. While one write is in flight the next batch gathers, so at low load
-  a result is written at once and at high load many share a statement. A result is
-  durable once that statement commits: a process killed in between (a window of one
-  round trip) leaves its job `running`, and stale recovery runs it again;
-- the listener wakes the fetcher on LISTEN/NOTIFY, reconnecting when it drops;
+- the listener wakes the exchange loop on LISTEN/NOTIFY, reconnecting when it drops;
 - housekeeping and schedule ticks (see `maintenance`).
 """
 
@@ -31,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
@@ -75,6 +77,8 @@ class Run:
     done: bool = False
     stopped: tuple[str, str] | None = None
     """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
+    order: tuple[int, datetime] = (0, datetime.min.replace(tzinfo=timezone.utc))
+    """Claim order: (minus priority, run_at)."""
     task: asyncio.Task[None] | None = None
     timer: asyncio.TimerHandle | None = None
     seconds: float = 0.0
@@ -116,13 +120,27 @@ class Worker:
         self.pool = queue.pool
         self.identity = identity or f"{socket.gethostname()}:{os.getpid()}"
         self.slots = self.options.workers
+        self.room = self.options.workers + self.options.prefetch
+        """Runs this process may hold: its loops, and the jobs claimed ahead for them."""
+        self.waiting: list[Run] = []
+        """Runs claimed ahead (`prefetch`), best first, waiting for a loop."""
+        self.active = 0
+        """Runs whose handler has started and not yet ended."""
         self.runs: dict[tuple[UUID, int], Run] = {}
         self.in_use: Counter[str] = Counter()
         self.endings: list[Ending] = []
-        self.writing = 0  # endings taken from `endings` whose write is not yet answered
-        self.endings_ready = asyncio.Event()
-        self.wake = asyncio.Event()
+        self.nudge = asyncio.Event()
+        """Set when there may be something to do: an ending, a free loop, new work."""
+        self.look = True
+        """Whether there may be work not looked for yet (else exchanges only record)."""
+        self.wakes = 0
+        """How many times something said there may be new work."""
+        self.claiming = False
+        """Whether a statement in flight may bring new runs."""
         self.stopping = False
+        """No more claims: jobs in progress finish, their endings are recorded."""
+        self.closing = False
+        """The exchange loop returns once every ending is recorded."""
         self.executor = ThreadPoolExecutor(
             max_workers=self.slots, thread_name_prefix="axa-queue-job"
         )
@@ -136,9 +154,8 @@ class Worker:
         """Work until `stop` is set, then let jobs in progress finish and return.
         Cancelled, it aborts jobs in progress and leaves them for stale recovery."""
         background = [
-            self._spawn(self._fetch_loop(), "fetcher"),
+            self._spawn(self._exchange_loop(), "exchange"),
             self._spawn(self._heartbeat_loop(), "heartbeat"),
-            self._spawn(self._ack_loop(), "acker"),
             self._spawn(self._maintenance_loop(), "maintenance"),
         ]
         if self.queue.schedule_list:
@@ -152,12 +169,15 @@ class Worker:
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
             self.stopping = True
-            self.wake.set()
-            # A claim in flight starts its runs before the fetcher returns; they are
-            # claimed, so they run to their end like the others.
-            await background[0]
+            self.nudge.set()
+            # Runs claimed by a statement in flight start when it is answered: they
+            # are claimed, so they run to their end like the others.
             await self._finish_runs()
-            await self._flush_all()
+            self.closing = True
+            self.nudge.set()
+            await background[0]
+            while self.helpers:  # jobs that lost their claim, on their way to review
+                await asyncio.gather(*self.helpers, return_exceptions=True)
         except BaseException:
             for one in list(self.runs.values()):
                 if one.task is not None:
@@ -172,102 +192,149 @@ class Worker:
                     await task
             if self.wake_at is not None:
                 self.wake_at.cancel()
+            for one in self.runs.values():
+                if one.timer is not None:
+                    one.timer.cancel()
             self.executor.shutdown(wait=False, cancel_futures=True)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         return asyncio.get_running_loop().create_task(coro, name=f"axa-queue-{name}")
 
     async def _finish_runs(self) -> None:
+        """Wait for jobs in progress (also those a claim in flight brings), aborting any
+        still running after `shutdown_grace`."""
         grace = self.options.shutdown_grace
-        tasks = [r.task for r in self.runs.values() if r.task is not None]
-        if not tasks:
-            return
-        log.info("stopping: waiting for jobs in progress", extra={"running": len(tasks)})
-        timeout = None if grace is None else to_seconds(grace)
-        _, pending = await asyncio.wait(tasks, timeout=timeout)
-        if pending:
-            log.warning(
-                "stopping: aborting jobs still running after the grace period; "
-                "stale recovery will queue them again",
-                extra={"aborted": len(pending)},
-            )
-            for task in pending:
-                task.cancel()
-            await asyncio.wait(pending)
+        deadline = None if grace is None else time.monotonic() + to_seconds(grace)
+        told = False
+        while self.runs or self.claiming:
+            tasks = [r.task for r in self.runs.values() if r.task is not None]
+            if not tasks:
+                await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
+                continue
+            if not told:
+                log.info("stopping: waiting for jobs in progress", extra={"running": len(tasks)})
+                told = True
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                log.warning(
+                    "stopping: aborting jobs still running after the grace period; "
+                    "stale recovery will queue them again",
+                    extra={"aborted": len(pending)},
+                )
+                for task in pending:
+                    task.cancel()
+                await asyncio.wait(pending)
 
     # --- claiming ----------------------------------------------------------------------
 
-    def _claimable(self, free: int) -> tuple[list[str], list[str], list[int]]:
-        """Names with no limit, and limited names with their free places."""
+    def _wanted(self, free: int) -> tuple[list[str], list[int]]:
+        """The names to claim, each with how many it may take now (its free places
+        under a limit, else all free loops)."""
         names: list[str] = []
-        capped: list[str] = []
         caps: list[int] = []
         for name in self.queue.handlers:
             limit = self.queue.limits.get(name)
-            if limit is None:
+            room = free if limit is None else min(limit - self.in_use[name], free)
+            if room > 0:
                 names.append(name)
-            elif (room := min(limit - self.in_use[name], free)) > 0:
-                capped.append(name)
                 caps.append(room)
-        return names, capped, caps
+        return names, caps
 
-    async def _fetch_loop(self) -> None:
+    async def _exchange_loop(self) -> None:
         poll = self.options.seconds("poll_interval")
-        idle = False
-        while not self.stopping:
-            free = self.slots - len(self.runs)
-            if idle or free <= 0:
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self.wake.wait(), poll)
-                self.wake.clear()
-                if self.stopping:
+        while True:
+            free = 0 if self.stopping else self.room - len(self.runs)
+            claim = free > 0 and self.look
+            if not self.endings and not claim:
+                if self.closing:
                     return
-                free = self.slots - len(self.runs)
-                if free <= 0:
-                    continue
-            names, capped, caps = self._claimable(free)
-            if not names and not capped:
-                idle = True
+                try:
+                    await asyncio.wait_for(self.nudge.wait(), None if free <= 0 else poll)
+                except asyncio.TimeoutError:
+                    self.look = True  # the poll interval: look anyway
+                self.nudge.clear()
                 continue
+            batch, self.endings = self.endings, []
+            names, caps = self._wanted(free) if claim else ([], [])
+            wakes = self.wakes
+            self.claiming = bool(names)
             try:
-                claimed = await self._claim(free, names, capped, caps)
+                claimed, kept = await self._exchange(batch, free if names else 0, names, caps)
             except psycopg.Error as error:
+                self.claiming = False
                 log.error(
-                    "could not claim jobs; trying again after the poll interval",
-                    extra={"error": str(error)},
+                    "could not record finished jobs or claim new ones; trying again",
+                    extra={"error": str(error), "endings": len(batch)},
                 )
-                idle = True
+                self.endings = batch + self.endings
+                await asyncio.sleep(min(RETRY_DATABASE, poll))
                 continue
-            for one in claimed:
-                self._start(one)
-            idle = len(claimed) < free
+            self.claiming = False
+            got = len(claimed)
+            self._take(claimed)
+            if claim and got < free and self.wakes == wakes:
+                # Fewer than it could take, and nothing new since it asked: there is
+                # no work for us until a notification, a timer, a limited name's place
+                # coming free, or the poll interval says otherwise.
+                self.look = False
+            self._recorded(batch, kept)
 
-    async def _claim(
-        self, free: int, names: list[str], capped: list[str], caps: list[int]
-    ) -> list[Run]:
+    async def _exchange(
+        self, batch: list[Ending], free: int, names: list[str], caps: list[int]
+    ) -> tuple[list[Run], set[tuple[UUID, int]]]:
+        """Record `batch` and claim up to `free` jobs in one statement; returns the runs
+        claimed and the (id, attempt) of the endings recorded."""
         async with self.pool.connection() as conn:
             cursor = await conn.execute(
-                sql.CLAIM, {"free": free, "names": names, "capped": capped, "caps": caps}
+                sql.EXCHANGE,
+                {
+                    "ids": [e.run.id for e in batch],
+                    "attempts": [e.run.attempts for e in batch],
+                    "statuses": [e.status for e in batch],
+                    "errors": [e.error for e in batch],
+                    "delays": [e.delay for e in batch],
+                    "free": free,
+                    "names": names,
+                    "caps": caps,
+                },
             )
             rows = await cursor.fetchall()
-        rows.sort(key=lambda row: (-row[6], row[7]))
+        kept = {(row[0], row[1]) for row in rows if row[2] is None}
+        fresh = sorted((row for row in rows if row[2] is not None), key=lambda r: (-r[6], r[7]))
         now = time.monotonic()
         return [
             Run(
                 id=row[0],
-                name=row[1],
-                args_text=row[2],
-                attempts=row[3],
+                attempts=row[1],
+                name=row[2],
+                args_text=row[3],
                 limit=row[4] if row[4] is not None else self.options.max_attempts,
                 timeout=None if row[5] is None else row[5] / 1000,
                 last_heard=now,
+                order=(-row[6], row[7]),
             )
-            for row in rows
-        ]
+            for row in fresh
+        ], kept
+
+    def _take(self, claimed: list[Run]) -> None:
+        """Hold newly claimed runs: start them while loops are free, keep the rest
+        waiting, best first, for the next loop to come free."""
+        for one in claimed:
+            self.runs[(one.id, one.attempts)] = one
+            self.in_use[one.name] += 1
+        if self.waiting:
+            self.waiting = sorted([*self.waiting, *claimed], key=lambda r: r.order)
+        else:
+            self.waiting = list(claimed)
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        while self.waiting and self.active < self.slots:
+            self._start(self.waiting.pop(0))
 
     def _start(self, one: Run) -> None:
-        self.runs[(one.id, one.attempts)] = one
-        self.in_use[one.name] += 1
+        self.active += 1
         one.task = asyncio.get_running_loop().create_task(self._execute(one))
         if one.timeout is not None:
             one.timer = asyncio.get_running_loop().call_later(
@@ -279,9 +346,14 @@ class Worker:
     def _release(self, one: Run) -> None:
         if one.timer is not None:
             one.timer.cancel()
+        self.active -= 1
         self.runs.pop((one.id, one.attempts), None)
         self.in_use[one.name] -= 1
-        self.wake.set()
+        self._start_waiting()
+        if one.name in self.queue.limits:
+            self._wake()  # a place under its limit came free: its jobs may be waiting
+        else:
+            self.nudge.set()
 
     # --- running -----------------------------------------------------------------------
 
@@ -295,6 +367,8 @@ class Worker:
         try:
             if handler is None:  # only handled names are claimed; kept for safety
                 error = f"no handler for job {one.name}"
+            elif one.stopped is not None:
+                pass  # lost while it waited for a loop: its handler never starts
             else:
                 await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
         except asyncio.CancelledError:
@@ -350,36 +424,19 @@ class Worker:
 
     def _end(self, ending: Ending) -> None:
         self.endings.append(ending)
-        self.endings_ready.set()
+        self.nudge.set()
 
-    async def _ack_loop(self) -> None:
-        while True:
-            await self.endings_ready.wait()
-            self.endings_ready.clear()
-            while self.endings:
-                batch, self.endings = self.endings, []
-                self.writing = len(batch)  # so a stop waits for this write too
-                try:
-                    kept = await self._write_endings(batch)
-                except psycopg.Error as error:
-                    self.writing = 0
-                    log.error(
-                        "could not record finished jobs; trying again",
-                        extra={"error": str(error), "jobs": len(batch)},
-                    )
-                    self.endings = batch + self.endings
-                    await asyncio.sleep(RETRY_DATABASE)
-                    continue
-                self.writing = 0
-                for ending in batch:
-                    if (ending.run.id, ending.run.attempts) not in kept:
-                        self.stats[ending.status if ending.status != "queued" else "retried"] -= 1
-                        self._lost(
-                            ending.run,
-                            "stopped: it finished after another worker or recovery took its claim",
-                        )
-                    else:
-                        self._observe(ending.run, OUTCOMES[ending.status])
+    def _recorded(self, batch: list[Ending], kept: set[tuple[UUID, int]]) -> None:
+        """Tell observers of the endings recorded; send the others' jobs to review."""
+        for ending in batch:
+            if (ending.run.id, ending.run.attempts) in kept:
+                self._observe(ending.run, OUTCOMES[ending.status])
+            else:
+                self.stats[OUTCOMES[ending.status]] -= 1
+                self._lost(
+                    ending.run,
+                    "stopped: it finished after another worker or recovery took its claim",
+                )
 
     def _observe(self, one: Run, outcome: str) -> None:
         """Tell the queue's observers how a run ended (never its arguments)."""
@@ -388,26 +445,6 @@ class Worker:
                 observer(one.name, outcome, one.seconds)
             except Exception as error:
                 log.error("a run observer failed", extra={**one.fields(), "error": describe(error)})
-
-    async def _write_endings(self, batch: list[Ending]) -> set[tuple[UUID, int]]:
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(
-                sql.FINISH,
-                (
-                    [e.run.id for e in batch],
-                    [e.run.attempts for e in batch],
-                    [e.status for e in batch],
-                    [e.error for e in batch],
-                    [e.delay for e in batch],
-                ),
-            )
-            return {(row[0], row[1]) for row in await cursor.fetchall()}
-
-    async def _flush_all(self) -> None:
-        """Wait until every ending is written and every lost job marked."""
-        while self.endings or self.writing or self.helpers:
-            self.endings_ready.set()
-            await asyncio.sleep(0.005)
 
     async def _mark_lost(self, one: Run, text: str) -> None:
         """Send the job to review, trying until the database answers, as the run must
@@ -462,11 +499,17 @@ class Worker:
 
     # --- wake-ups ----------------------------------------------------------------------
 
+    def _wake(self) -> None:
+        """Look for work at the next exchange, now."""
+        self.wakes += 1
+        self.look = True
+        self.nudge.set()
+
     def _wake_in(self, delay: timedelta | float) -> None:
         """Look for work again after `delay`, keeping only the earliest such timer."""
         seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
         if seconds <= 0:
-            self.wake.set()
+            self._wake()
             return
         loop = asyncio.get_running_loop()
         when = loop.time() + seconds
@@ -474,7 +517,7 @@ class Worker:
             if self.wake_at.when() <= when and self.wake_at.when() > loop.time():
                 return
             self.wake_at.cancel()
-        self.wake_at = loop.call_at(when, self.wake.set)
+        self.wake_at = loop.call_at(when, self._wake)
 
     async def _listen_loop(self) -> None:
         schema = self.queue.schema
@@ -487,7 +530,7 @@ class Worker:
                 async with conn:
                     await conn.execute(sql.LISTEN)
                     pause = 0.1
-                    self.wake.set()  # anything queued while we were not listening
+                    self._wake()  # anything queued while we were not listening
                     async for note in conn.notifies():
                         there, _, delay = note.payload.rpartition(" ")
                         if there != schema:
@@ -495,7 +538,7 @@ class Worker:
                         try:
                             self._wake_in(float(delay or 0))
                         except ValueError:
-                            self.wake.set()
+                            self._wake()
             except psycopg.Error as error:
                 log.warning(
                     "lost the notification connection; polling until it is back",
@@ -518,7 +561,7 @@ class Worker:
             try:
                 queued = await self.queue.tick_schedules()
                 if queued:
-                    self.wake.set()
+                    self._wake()
             except psycopg.Error as error:
                 log.error("could not queue scheduled jobs", extra={"error": str(error)})
             await asyncio.sleep(every)
