@@ -239,10 +239,13 @@ def foreign_activity(dsn: str) -> int:
 # --- the axa-queue side: a queue whose one job writes its row --------------------------------
 
 
-def bench_queue(dsn: str, loops: int, started: dict[str, float] | None = None) -> Queue:
-    """A queue with `loops` loops whose `noop` job writes its key to `bench_done` on
-    one of the queue's own connections; `started` gets each key's start time."""
-    queue = Queue(dsn, QueueOptions(workers=loops))
+def bench_queue(
+    dsn: str, loops: int, started: dict[str, float] | None = None, prefetch: int = 0
+) -> Queue:
+    """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
+    writes its key to `bench_done` on one of the queue's own connections; `started`
+    gets each key's start time."""
+    queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))
 
     @queue.handler(JOB)
     async def noop(args: dict[str, Any]) -> None:
@@ -452,8 +455,10 @@ def _per_job(busy: float | None, jobs: int) -> float | None:
     return None if busy is None else busy / jobs * 1e6
 
 
-async def _drain_in_process(dsn: str, jobs: int, loops: int, timeout: float) -> Drain:
-    queue = bench_queue(dsn, loops)
+async def _drain_in_process(
+    dsn: str, jobs: int, loops: int, timeout: float, prefetch: int = 0
+) -> Drain:
+    queue = bench_queue(dsn, loops, prefetch=prefetch)
     await queue.open()
     try:
         await queue_jobs(queue, jobs)
@@ -618,15 +623,16 @@ def _drain_processes(dsn: str, jobs: int, loops: int, processes: int, timeout: f
                 child.join()
 
 
-def drain_axa(dsn: str, jobs: int, loops: int, processes: int = 1) -> Drain:
+def drain_axa(dsn: str, jobs: int, loops: int, processes: int = 1, prefetch: int = 0) -> Drain:
     """Jobs/s of axa-queue running `jobs` pre-queued no-op jobs with `loops` loops in
     each of `processes` processes (this one when 1, else spawned children), from the
-    start of `run` to the last ending recorded; then checks exactly-once."""
+    start of `run` to the last ending recorded; then checks exactly-once. `prefetch`
+    (one process only) claims that many jobs ahead of the loops."""
     timeout = max(60.0, jobs / 50)
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn)
         if processes == 1:
-            rate = asyncio.run(_drain_in_process(sdsn, jobs, loops, timeout))
+            rate = asyncio.run(_drain_in_process(sdsn, jobs, loops, timeout, prefetch))
         else:
             rate = _drain_processes(sdsn, jobs, loops, processes, timeout)
         verify_axa(sdsn, jobs)
@@ -1305,6 +1311,16 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                     _drained(f"drain.axa.1x{loops}", partial(drain_axa, dsn, jobs, loops)),
                 )
             )
+        pl = config.process_loops
+        found.append(
+            (
+                f"drain axa 1 x {pl} loops, prefetch {pl}",
+                _drained(
+                    f"drain.axa.1x{pl}p",
+                    partial(drain_axa, dsn, config.drain_jobs, pl, 1, pl),
+                ),
+            )
+        )
         if config.processes > 1:
             key = f"{config.processes}x{config.process_loops}"
             found.append(
@@ -1455,6 +1471,27 @@ def goals(report: Report) -> list[tuple[str, str, bool | None]]:
         "x",
     )
     goal(
+        f"drain 1 x {c.process_loops} loops, prefetch {c.process_loops} >= 0.7 x floor (b)",
+        _ratio(m(f"drain.axa.1x{c.process_loops}p"), m("drain.floor.batch")),
+        0.7,
+        True,
+        "x",
+    )
+    goal(
+        f"drain 1 x {c.process_loops} loops >= 5,000 jobs/s (best of with and without prefetch)",
+        max(
+            (
+                v
+                for v in (m(f"drain.axa.1x{c.process_loops}"), m(f"drain.axa.1x{c.process_loops}p"))
+                if v is not None
+            ),
+            default=None,
+        ),
+        5000.0,
+        True,
+        " jobs/s",
+    )
+    goal(
         f"{c.processes} processes beat 1 (x {c.process_loops} loops; ratio > 1)",
         _ratio(
             m(f"drain.axa.{c.processes}x{c.process_loops}"), m(f"drain.axa.1x{c.process_loops}")
@@ -1540,6 +1577,11 @@ def format_report(report: Report) -> str:
                 m(f"drain.axa.1x{loops}"),
                 base,
             )
+        row(
+            f"  axa 1 process x {c.process_loops} loops, prefetch {c.process_loops} vs floor (b)",
+            m(f"drain.axa.1x{c.process_loops}p"),
+            base,
+        )
         if c.processes > 1:
             row(
                 f"  axa {c.processes} processes x {c.process_loops} loops vs floor (b)",

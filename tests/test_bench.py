@@ -54,6 +54,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
         "enqueue.bulk.unnest",
         "drain.axa.1x1",
         "drain.axa.1x10",
+        "drain.axa.1x10p",
         "drain.axa.2x10",
         "drain.floor.one",
         "drain.floor.batch",
@@ -81,7 +82,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
     table = bench.format_report(report)
     assert "goals" in table
     assert "drain" in table and "latency" in table and "claim on a big table" in table
-    assert len(bench.goals(report)) == 8
+    assert len(bench.goals(report)) == 10
 
 
 def _ran(conn: psycopg.Connection[Any], key: uuid.UUID, attempts: int = 1) -> None:
