@@ -241,18 +241,25 @@ class Worker:
                 caps.append(room)
         return names, caps
 
+    def _poll_due(self) -> None:
+        """The poll interval passed with nothing said: look for work anyway."""
+        self.look = True
+        self.nudge.set()
+
     async def _exchange_loop(self) -> None:
         poll = self.options.seconds("poll_interval")
+        loop = asyncio.get_running_loop()
         while True:
             free = 0 if self.stopping else self.room - len(self.runs)
             claim = free > 0 and self.look
             if not self.endings and not claim:
                 if self.closing:
                     return
-                try:
-                    await asyncio.wait_for(self.nudge.wait(), None if free <= 0 else poll)
-                except asyncio.TimeoutError:
-                    self.look = True  # the poll interval: look anyway
+                # A timer rather than wait_for: no task per wait on the path of a wake-up.
+                timer = None if free <= 0 else loop.call_later(poll, self._poll_due)
+                await self.nudge.wait()
+                if timer is not None:
+                    timer.cancel()
                 self.nudge.clear()
                 continue
             batch, self.endings = self.endings, []
