@@ -1077,7 +1077,9 @@ def claim_big_table(
                 + numbered(axa_sql.EXCHANGE, CLAIM_PARAMETERS)
             )
             if crate is not None:
-                explainer.execute(f"PREPARE bench_crate_claim(text[]) AS {crate}")
+                explainer.execute(
+                    pgsql.SQL("PREPARE bench_crate_claim(text[]) AS ") + pgsql.SQL(crate)
+                )
 
             def settle() -> None:
                 # ANALYZE invalidates the cached plans: each is planned again, generic.
@@ -1159,7 +1161,7 @@ def claim_backlog(
             f"PREPARE bench_claim({CLAIM_TYPES}) AS " + numbered(axa_sql.EXCHANGE, CLAIM_PARAMETERS)
         )
         if crate is not None:
-            explainer.execute(f"PREPARE bench_crate_claim(text[]) AS {crate}")
+            explainer.execute(pgsql.SQL("PREPARE bench_crate_claim(text[]) AS ") + pgsql.SQL(crate))
         asked = claim_params(10, [JOB], [10])
         return _claim_case(BIG_BACKLOG, explainer, None, asked, samples, crate is not None, plans)
 

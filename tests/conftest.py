@@ -16,6 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from axa_queue import Queue, QueueOptions
@@ -67,7 +68,7 @@ def schema(database_url: str) -> Iterator[str]:
     """A fresh, empty schema for one test, dropped afterwards."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(f'CREATE SCHEMA "{name}"')
+        conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
     yield name
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
@@ -76,7 +77,7 @@ def schema(database_url: str) -> Iterator[str]:
             "AND application_name = %s",
             (name,),
         )
-        conn.execute(f'DROP SCHEMA "{name}" CASCADE')
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
 
 
 @pytest.fixture

@@ -30,6 +30,7 @@ import click
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
+from psycopg import sql as pgsql
 
 from axa_queue import NewJob, Queue, QueueOptions, Schedule
 from axa_queue.cli import main
@@ -314,11 +315,11 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
 ) -> None:
     role = f"axa_worker_{uuid.uuid4().hex[:8]}"
     try:
-        admin.execute(f'CREATE ROLE "{role}" NOLOGIN')
+        admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(pgsql.Identifier(role)))
     except psycopg.errors.InsufficientPrivilege:
         pytest.skip("the test database user may not create roles")
     try:
-        admin.execute(f'GRANT "{role}" TO current_user')
+        admin.execute(pgsql.SQL("GRANT {} TO current_user").format(pgsql.Identifier(role)))
         admin.execute(WORKER_GRANTS.format(schema=f'"{schema}"', role=f'"{role}"'))
         docs = (DOCS.parent / "production.md").read_text()
         assert WORKER_GRANTS.format(schema="jobs", role="axa_worker").strip() in docs
@@ -353,8 +354,8 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
         assert refused.exit_code == 1
         assert "permission denied" in one_line_error(refused)
     finally:
-        admin.execute(f'DROP OWNED BY "{role}"')
-        admin.execute(f'DROP ROLE "{role}"')
+        admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
+        admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
 
 
 # --- enqueue and looking ---------------------------------------------------------------------

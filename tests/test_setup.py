@@ -13,6 +13,7 @@ from uuid import uuid4
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.types.json import Jsonb
 
 import seed_crate as crate
@@ -154,7 +155,7 @@ async def test_open_without_setup_on_an_empty_schema_names_the_missing_table(mak
 @pytest.mark.parametrize("table", ["axa_schedule", "axa_job_acts"])
 async def test_open_without_setup_names_any_other_missing_table(make_queue, admin, table) -> None:
     await make_queue()
-    admin.execute(f"DROP TABLE {table}")
+    admin.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(table)))
     with pytest.raises(SchemaError, match=table):
         await make_queue(setup=False)
 
@@ -167,7 +168,11 @@ async def test_open_without_setup_refuses_a_table_missing_a_column(
     make_queue, admin, table, column
 ) -> None:
     await make_queue()
-    admin.execute(f"ALTER TABLE {table} DROP COLUMN {column}")
+    admin.execute(
+        sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(
+            sql.Identifier(table), sql.Identifier(column)
+        )
+    )
     with pytest.raises(SchemaError, match=table) as raised:
         await make_queue(setup=False)
     assert column in str(raised.value)
