@@ -265,6 +265,22 @@ async def test_a_failure_whose_text_cannot_be_stored_as_is_fails_only_its_job(
     assert status_of(admin, bad_id)[1] == "RuntimeError: cannot read /data/?.csv"
 
 
+async def test_a_failure_text_with_a_nul_character_fails_only_its_job(make_queue, admin) -> None:
+    queue = await make_queue()
+
+    @queue.handler("Binary")
+    async def binary(args: Any) -> None:
+        raise ValueError("bad header \x00 at byte 3")  # PostgreSQL text cannot hold NUL
+
+    queue.handle("Fine", lambda args: None)
+    bad_id = await queue.enqueue("Binary", {})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, bad_id)[0] == "failed")
+        later = await queue.enqueue("Fine", {})
+        await eventually(lambda: status_of(admin, later)[0] == "completed")
+    assert status_of(admin, bad_id)[1] == "ValueError: bad header ? at byte 3"
+
+
 @pytest.mark.parametrize(
     ("stored", "text"),
     [

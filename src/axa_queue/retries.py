@@ -28,10 +28,11 @@ def backoff(base: timedelta, attempts: int) -> timedelta:
 def cut_error(text: str) -> str:
     """`text` cut to at most `MAX_ERROR_BYTES` bytes of UTF-8, on a character boundary.
 
-    A lone surrogate (from a surrogate-escaped file name, say) becomes `?`: the database
-    cannot store one, and the statement that failed would take other jobs' results with it.
+    A lone surrogate (from a surrogate-escaped file name, say) or a NUL character becomes
+    `?`: the database cannot store either, and the statement that failed would take other
+    jobs' results with it.
     """
-    data = text.encode("utf-8", errors="replace")
+    data = text.replace("\x00", "?").encode("utf-8", errors="replace")
     if len(data) <= MAX_ERROR_BYTES:
         return data.decode("utf-8")
     return data[:MAX_ERROR_BYTES].decode("utf-8", errors="ignore")
