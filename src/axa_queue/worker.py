@@ -145,6 +145,8 @@ class Worker:
             max_workers=self.slots, thread_name_prefix="axa-queue-job"
         )
         self.helpers: set[asyncio.Task[Any]] = set()
+        self.connection: psycopg.AsyncConnection[Any] | None = None
+        """The exchange loop's connection, made on first use."""
         self.wake_at: asyncio.TimerHandle | None = None
         self.stats: Counter[str] = Counter()
 
@@ -196,6 +198,8 @@ class Worker:
                 if one.timer is not None:
                     one.timer.cancel()
             self.executor.shutdown(wait=False, cancel_futures=True)
+            if self.connection is not None:
+                await self.connection.close()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         return asyncio.get_running_loop().create_task(coro, name=f"axa-queue-{name}")
@@ -287,12 +291,23 @@ class Worker:
                 self.look = False
             self._recorded(batch, kept)
 
+    async def _exchange_connection(self) -> psycopg.AsyncConnection[Any]:
+        """The exchange loop's own connection: one statement at a time, so no pool
+        checkout on the path from a wake-up to a claim."""
+        if self.connection is None or self.connection.closed:
+            self.connection = await psycopg.AsyncConnection.connect(
+                self.queue.dsn or "", autocommit=True, **self.queue.connect_kwargs()
+            )
+            await self.connection.execute(sql.SESSION_SETTINGS)
+        return self.connection
+
     async def _exchange(
         self, batch: list[Ending], free: int, names: list[str], caps: list[int]
     ) -> tuple[list[Run], set[tuple[UUID, int]]]:
         """Record `batch` and claim up to `free` jobs in one statement; returns the runs
         claimed and the (id, attempt) of the endings recorded."""
-        async with self.pool.connection() as conn:
+        conn = await self._exchange_connection()
+        try:
             cursor = await conn.execute(
                 sql.EXCHANGE,
                 {
@@ -307,6 +322,10 @@ class Worker:
                 },
             )
             rows = await cursor.fetchall()
+        except psycopg.OperationalError:
+            self.connection = None  # broken: the next exchange connects again
+            await conn.close()
+            raise
         kept = {(row[0], row[1]) for row in rows if row[2] is None}
         fresh = sorted((row for row in rows if row[2] is not None), key=lambda r: (-r[6], r[7]))
         now = time.monotonic()
