@@ -894,26 +894,23 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 # --- the claim on a big table ----------------------------------------------------------------
 
 
-CLAIM_PARAMETERS = ("ids", "attempts", "statuses", "errors", "delays", "free", "names", "caps")
-"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$8` of the PREPAREd form."""
+CLAIM_PARAMETERS = ("endings", "free", "wanted")
+"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$3` of the PREPAREd form."""
 
-CLAIM_TYPES = "uuid[], int[], text[], text[], float8[], int, text[], int[]"
+CLAIM_TYPES = "json, int, json"
 """Their types, for PREPARE."""
 
 
 def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]:
     """`sql.EXCHANGE`'s parameters for a claim of `free` jobs that records no endings,
     `caps` giving each name's most (all `free` for a name with no limit)."""
-    return {
-        "ids": [],
-        "attempts": [],
-        "statuses": [],
-        "errors": [],
-        "delays": [],
-        "free": free,
-        "names": names,
-        "caps": caps,
-    }
+    wanted = [{"name": name, "cap": cap} for name, cap in zip(names, caps, strict=True)]
+    return {"endings": "[]", "free": free, "wanted": json.dumps(wanted)}
+
+
+def wanted_names(params: dict[str, Any]) -> list[str]:
+    """The job names a claim's parameters ask for."""
+    return [one["name"] for one in json.loads(params["wanted"])]
 
 
 def numbered(query: str, names: Sequence[str]) -> str:
@@ -1000,7 +997,7 @@ def _claim_case(
     if crate:
         crate_explain = pgsql.SQL(
             "EXPLAIN (ANALYZE, TIMING OFF) EXECUTE bench_crate_claim({})"
-        ).format(pgsql.Literal(params["names"]))
+        ).format(pgsql.Literal(wanted_names(params)))
         crate_ms = statistics.median(
             _execution_ms(explainer, crate_explain.as_string(explainer))[0] for _ in range(samples)
         )

@@ -259,16 +259,18 @@ ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority,
 
 # --- Running jobs ----------------------------------------------------------------------
 
-EXCHANGE = """WITH RECURSIVE finished AS (
+EXCHANGE = """WITH RECURSIVE endings AS (
+        SELECT * FROM json_to_recordset(%(endings)s::json)
+            AS r(id uuid, attempts int, status text, error text, delay float8)
+    ), finished AS (
         UPDATE axa_queue q
         SET status = r.status, error = r.error, updated_at = now(),
             started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN r.status = 'queued'
                           THEN now() + make_interval(secs => r.delay) ELSE q.run_at END
-        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(statuses)s::text[],
-                    %(errors)s::text[], %(delays)s::float8[])
-             AS r(id, attempts, status, error, delay)
-        WHERE q.id = r.id AND q.attempts = r.attempts AND q.status = 'running'
+        FROM endings r
+        WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
+          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
         RETURNING q.id, q.attempts
     ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
@@ -279,7 +281,7 @@ EXCHANGE = """WITH RECURSIVE finished AS (
         FROM levels WHERE levels.priority IS NOT NULL
     ), wanted AS (
         SELECT w.name, least(w.cap, %(free)s) AS cap
-        FROM unnest(%(names)s::text[], %(caps)s::int[]) AS w(name, cap)
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
         WHERE %(free)s > 0
     ), candidates AS MATERIALIZED (
         SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
@@ -315,7 +317,15 @@ CTE and scans `axa_queue_pick` per (name, level), so delayed jobs and jobs of ot
 are never read; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
 updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
 into a hash join over the whole table. Writing endings and claiming together halves the
-statements per job: the loop that frees a place writes its ending and fills the place."""
+statements per job: the loop that frees a place writes its ending and fills the place.
+
+Endings and wanted names arrive as two JSON arrays (`[{"id", "attempts", "status", "error",
+"delay"}]` and `[{"name", "cap"}]`): one text parameter each, far cheaper for the client
+to send than a list per column. Endings find their rows by primary key (`id = ANY(ARRAY(
+...))` again), and the fence compares the status with `(SELECT 'running')`, a value the
+planner cannot match to the partial index of running jobs: else, whenever its statistics
+say few jobs run, it scans that index whole (every running job of every worker, and the
+dead entries vacuum has not cleared yet), or on a table of some thousand rows the table."""
 
 HEARTBEAT = """UPDATE axa_queue q SET updated_at = now()
     FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)

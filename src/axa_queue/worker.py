@@ -56,6 +56,10 @@ MIN_HEARTBEAT = 0.02
 RETRY_DATABASE = 0.5
 """Seconds between tries when the database does not answer a write that must land."""
 
+HOLD_ENDINGS = 0.005
+"""Seconds an ending may wait for others to share its statement, only while every loop
+is busy and enough claimed jobs wait for them (`prefetch`); else it is written at once."""
+
 RunObserver = Callable[[str, str, float], None]
 """Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""
 
@@ -129,6 +133,10 @@ class Worker:
         self.runs: dict[tuple[UUID, int], Run] = {}
         self.in_use: Counter[str] = Counter()
         self.endings: list[Ending] = []
+        self.endings_since = 0.0
+        """When the oldest ending not yet sent was made (event loop time)."""
+        self.flush_at: asyncio.TimerHandle | None = None
+        """Sends the endings gathered once the oldest has waited `HOLD_ENDINGS`."""
         self.nudge = asyncio.Event()
         """Set when there may be something to do: an ending, a free loop, new work."""
         self.look = True
@@ -192,8 +200,9 @@ class Worker:
             for task in [*background, *self.helpers]:
                 with contextlib.suppress(BaseException):
                     await task
-            if self.wake_at is not None:
-                self.wake_at.cancel()
+            for timer in (self.wake_at, self.flush_at):
+                if timer is not None:
+                    timer.cancel()
             for one in self.runs.values():
                 if one.timer is not None:
                     one.timer.cancel()
@@ -232,18 +241,37 @@ class Worker:
 
     # --- claiming ----------------------------------------------------------------------
 
-    def _wanted(self, free: int) -> tuple[list[str], list[int]]:
+    def _wanted(self, free: int) -> list[dict[str, Any]]:
         """The names to claim, each with how many it may take now (its free places
-        under a limit, else all free loops)."""
-        names: list[str] = []
-        caps: list[int] = []
+        under a limit, else all free loops), as `sql.EXCHANGE` reads them."""
+        wanted: list[dict[str, Any]] = []
         for name in self.queue.handlers:
             limit = self.queue.limits.get(name)
             room = free if limit is None else min(limit - self.in_use[name], free)
             if room > 0:
-                names.append(name)
-                caps.append(room)
-        return names, caps
+                wanted.append({"name": name, "cap": room})
+        return wanted
+
+    def _due(self) -> bool:
+        """Whether the next exchange should go now rather than let endings gather.
+
+        Only with `prefetch` can it wait: while every loop is busy and more than half
+        the jobs claimed ahead still wait, nothing needs the database yet, so endings
+        gather (for up to `HOLD_ENDINGS`) and one statement records them all and
+        claims as many. A loop coming free, the waiting jobs running low, or stopping
+        makes it due at once."""
+        return (
+            self.stopping
+            or self.active < self.slots
+            or len(self.waiting) <= self.options.prefetch // 2
+            or len(self.endings) >= self.room
+        )
+
+    def _poke(self) -> None:
+        """Wake the exchange loop if it has something to send now; endings that may
+        wait are sent by the `HOLD_ENDINGS` timer at the latest."""
+        if self._due():
+            self.nudge.set()
 
     def _poll_due(self) -> None:
         """The poll interval passed with nothing said: look for work anyway."""
@@ -266,12 +294,23 @@ class Worker:
                     timer.cancel()
                 self.nudge.clear()
                 continue
+            if not self._due() and (
+                not self.endings or loop.time() < self.endings_since + HOLD_ENDINGS
+            ):
+                # Busy loops and jobs waiting for them: let endings gather, so one
+                # statement records many and claims many (see `_due`).
+                await self.nudge.wait()
+                self.nudge.clear()
+                continue
+            if self.flush_at is not None:
+                self.flush_at.cancel()
+                self.flush_at = None
             batch, self.endings = self.endings, []
-            names, caps = self._wanted(free) if claim else ([], [])
+            wanted = self._wanted(free) if claim else []
             wakes = self.wakes
-            self.claiming = bool(names)
+            self.claiming = bool(wanted)
             try:
-                claimed, kept = await self._exchange(batch, free if names else 0, names, caps)
+                claimed, kept = await self._exchange(batch, free if wanted else 0, wanted)
             except psycopg.Error as error:
                 self.claiming = False
                 log.error(
@@ -302,23 +341,28 @@ class Worker:
         return self.connection
 
     async def _exchange(
-        self, batch: list[Ending], free: int, names: list[str], caps: list[int]
+        self, batch: list[Ending], free: int, wanted: list[dict[str, Any]]
     ) -> tuple[list[Run], set[tuple[UUID, int]]]:
-        """Record `batch` and claim up to `free` jobs in one statement; returns the runs
-        claimed and the (id, attempt) of the endings recorded."""
+        """Record `batch` and claim up to `free` jobs of the `wanted` names in one
+        statement; returns the runs claimed and the (id, attempt) of the endings recorded."""
         conn = await self._exchange_connection()
+        endings = [
+            {
+                "id": str(e.run.id),
+                "attempts": e.run.attempts,
+                "status": e.status,
+                "error": e.error,
+                "delay": e.delay,
+            }
+            for e in batch
+        ]
         try:
             cursor = await conn.execute(
                 sql.EXCHANGE,
                 {
-                    "ids": [e.run.id for e in batch],
-                    "attempts": [e.run.attempts for e in batch],
-                    "statuses": [e.status for e in batch],
-                    "errors": [e.error for e in batch],
-                    "delays": [e.delay for e in batch],
+                    "endings": json.dumps(endings, ensure_ascii=False),
                     "free": free,
-                    "names": names,
-                    "caps": caps,
+                    "wanted": json.dumps(wanted, ensure_ascii=False),
                 },
             )
             rows = await cursor.fetchall()
@@ -379,7 +423,7 @@ class Worker:
         if one.name in self.queue.limits:
             self._wake()  # a place under its limit came free: its jobs may be waiting
         else:
-            self.nudge.set()
+            self._poke()
 
     # --- running -----------------------------------------------------------------------
 
@@ -449,8 +493,13 @@ class Worker:
     # --- recording endings -------------------------------------------------------------
 
     def _end(self, ending: Ending) -> None:
+        if not self.endings:
+            loop = asyncio.get_running_loop()
+            self.endings_since = loop.time()
+            if self.options.prefetch and self.flush_at is None:
+                self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self.nudge.set)
         self.endings.append(ending)
-        self.nudge.set()
+        self._poke()
 
     def _recorded(self, batch: list[Ending], kept: set[tuple[UUID, int]]) -> None:
         """Tell observers of the endings recorded; send the others' jobs to review."""

@@ -1,0 +1,133 @@
+"""The exchange statement: endings gathered while loops are busy, found by primary key,
+and written exactly as the handler's failure said."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from typing import Any
+
+from psycopg import sql as pgsql
+
+from axa_queue import NewJob, sql
+from axa_queue.worker import Worker
+from conftest import eventually, running, status_of
+
+
+async def test_an_ending_is_written_while_every_loop_stays_busy_with_jobs_claimed_ahead(
+    make_queue, admin
+) -> None:
+    # One loop and four jobs claimed ahead: once the first ends, the loop is busy and
+    # three jobs wait, so the exchange lets endings gather, for a few milliseconds only.
+    queue = await make_queue(workers=1, prefetch=4)
+    gate = asyncio.Event()
+
+    @queue.handler("Held")
+    async def held(args: dict[str, int]) -> None:
+        if args["n"] > 0:
+            await gate.wait()
+
+    first = await queue.enqueue("Held", {"n": 0}, priority=1)
+    await queue.enqueue_all(NewJob("Held", {"n": n}) for n in range(1, 5))
+    async with running(queue):
+        await eventually(lambda: status_of(admin, first)[0] == "completed")
+        assert admin.execute(
+            "SELECT count(*) FROM axa_queue WHERE status = 'running'"
+        ).fetchone() == (4,), "the other jobs are still claimed and waiting"
+        gate.set()
+        await eventually(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM axa_queue WHERE status = 'completed'"
+                ).fetchone()
+                == (5,)
+            )
+        )
+
+
+async def test_many_endings_share_one_statement_when_jobs_are_claimed_ahead(
+    make_queue, admin, monkeypatch
+) -> None:
+    batches: list[int] = []
+    exchange = Worker._exchange
+
+    async def counted(self: Worker, batch: list[Any], free: int, wanted: Any) -> Any:
+        batches.append(len(batch))
+        return await exchange(self, batch, free, wanted)
+
+    monkeypatch.setattr(Worker, "_exchange", counted)
+    queue = await make_queue(workers=2, prefetch=20)
+    done: list[int] = []
+
+    @queue.handler("Quick")
+    async def quick(args: dict[str, int]) -> None:
+        done.append(args["n"])
+
+    await queue.enqueue_all(NewJob("Quick", {"n": n}) for n in range(200))
+    async with running(queue):
+        await eventually(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM axa_queue WHERE status = 'completed'"
+                ).fetchone()
+                == (200,)
+            )
+        )
+    assert sorted(done) == list(range(200))
+    assert sum(batches) == 200
+    assert max(batches) > 2, "endings gathered while the loops were busy"
+
+
+def _generic_plan(admin: Any, endings: str) -> str:
+    """EXPLAIN of `sql.EXCHANGE`'s generic plan (as the library runs it) for `endings`."""
+    names = ["endings", "free", "wanted"]
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
+    admin.execute("SET plan_cache_mode = force_generic_plan")
+    admin.execute(f"PREPARE exchange_plan(json, int, json) AS {numbered}")
+    try:
+        explain = pgsql.SQL("EXPLAIN EXECUTE exchange_plan({}, 0, '[]')").format(
+            pgsql.Literal(endings)
+        )
+        return "\n".join(row[0] for row in admin.execute(explain).fetchall())
+    finally:
+        admin.execute("DEALLOCATE exchange_plan")
+        admin.execute("RESET plan_cache_mode")
+
+
+async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
+    make_queue, admin
+) -> None:
+    # Statistics taken while few jobs run make the partial index of running jobs look
+    # tiny; the endings must still go by primary key, not scan every running job.
+    queue = await make_queue()
+    await queue.enqueue_all(NewJob("Many", {"n": n}) for n in range(3000))
+    admin.execute("ANALYZE axa_queue")
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
+        "WHERE name = 'Many'"
+    )
+    one = admin.execute("SELECT id FROM axa_queue LIMIT 1").fetchone()[0]
+    endings = json.dumps(
+        [{"id": str(one), "attempts": 1, "status": "completed", "error": None, "delay": 0}]
+    )
+    plan = _generic_plan(admin, endings)
+    finished = plan.split("CTE levels")[0]
+    assert "axa_queue_pkey" in finished, plan
+    assert "axa_queue_running" not in finished, plan
+
+
+async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(max_attempts=1)
+    text = 'he said "no" \\ back\nslash\ttab \x07 bell ünïcödé 漢字 😀 }]'
+
+    @queue.handler("Odd")
+    async def odd(args: Any) -> None:
+        raise ValueError(text)
+
+    job = await queue.enqueue("Odd", {})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job)[0] == "failed")
+    assert status_of(admin, job) == ("failed", f"ValueError: {text}", 1)
