@@ -240,11 +240,16 @@ def foreign_activity(dsn: str) -> int:
 
 
 def bench_queue(
-    dsn: str, loops: int, started: dict[str, float] | None = None, prefetch: int = 0
+    dsn: str,
+    loops: int,
+    started: dict[str, float] | None = None,
+    prefetch: int = 0,
+    held: list[psycopg.AsyncConnection[Any]] | None = None,
 ) -> Queue:
     """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
-    writes its key to `bench_done` on one of the queue's own connections; `started`
-    gets each key's start time."""
+    writes its key to `bench_done` on one of the queue's own connections, as a handler
+    would; or, given `held` (one open connection per loop), on a connection it holds,
+    as the floor's workers do. `started` gets each key's start time."""
     queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))
 
     @queue.handler(JOB)
@@ -252,8 +257,15 @@ def bench_queue(
         now = time.monotonic()
         if started is not None:
             started[args["k"]] = now
-        async with queue.pool.connection() as conn:
-            await conn.execute(DONE, (uuid.UUID(args["k"]),))
+        if held is None:
+            async with queue.pool.connection() as conn:
+                await conn.execute(DONE, (uuid.UUID(args["k"]),))
+            return
+        conn = held.pop()
+        try:
+            await conn.execute(DONE, (uuid.UUID(args["k"]),), prepare=True)
+        finally:
+            held.append(conn)
 
     return queue
 
@@ -456,9 +468,12 @@ def _per_job(busy: float | None, jobs: int) -> float | None:
 
 
 async def _drain_in_process(
-    dsn: str, jobs: int, loops: int, timeout: float, prefetch: int = 0
+    dsn: str, jobs: int, loops: int, timeout: float, prefetch: int = 0, hold: bool = False
 ) -> Drain:
-    queue = bench_queue(dsn, loops, prefetch=prefetch)
+    held = None
+    if hold:
+        held = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(loops)]
+    queue = bench_queue(dsn, loops, prefetch=prefetch, held=held)
     await queue.open()
     try:
         await queue_jobs(queue, jobs)
@@ -491,6 +506,8 @@ async def _drain_in_process(
         return Drain(jobs / (last - t0), _per_job(busy, jobs))
     finally:
         await queue.close()
+        for conn in held or []:
+            await conn.close()
 
 
 def _drain_child(
@@ -623,16 +640,25 @@ def _drain_processes(dsn: str, jobs: int, loops: int, processes: int, timeout: f
                 child.join()
 
 
-def drain_axa(dsn: str, jobs: int, loops: int, processes: int = 1, prefetch: int = 0) -> Drain:
+def drain_axa(
+    dsn: str,
+    jobs: int,
+    loops: int,
+    processes: int = 1,
+    prefetch: int = 0,
+    *,
+    hold: bool = False,
+) -> Drain:
     """Jobs/s of axa-queue running `jobs` pre-queued no-op jobs with `loops` loops in
     each of `processes` processes (this one when 1, else spawned children), from the
     start of `run` to the last ending recorded; then checks exactly-once. `prefetch`
-    (one process only) claims that many jobs ahead of the loops."""
+    (one process only) claims that many jobs ahead of the loops; `hold` (one process
+    only) has the handler write on a connection it holds, not one from the pool."""
     timeout = max(60.0, jobs / 50)
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn)
         if processes == 1:
-            rate = asyncio.run(_drain_in_process(sdsn, jobs, loops, timeout, prefetch))
+            rate = asyncio.run(_drain_in_process(sdsn, jobs, loops, timeout, prefetch, hold))
         else:
             rate = _drain_processes(sdsn, jobs, loops, processes, timeout)
         verify_axa(sdsn, jobs)
@@ -1180,6 +1206,8 @@ class Config:
     loops: tuple[int, ...] = (1, 10, 50)
     processes: int = 2
     process_loops: int = 10
+    prefetch: int = 50
+    """Jobs claimed ahead in the prefetch drains (of `process_loops` loops)."""
     floor_connections: int = 10
     floor_batch: int = 100
     floor_mode: floor.Mode = "asyncio"
@@ -1310,13 +1338,22 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                     _drained(f"drain.axa.1x{loops}", partial(drain_axa, dsn, jobs, loops)),
                 )
             )
-        pl = config.process_loops
+        pl, pf = config.process_loops, config.prefetch
         found.append(
             (
-                f"drain axa 1 x {pl} loops, prefetch {pl}",
+                f"drain axa 1 x {pl} loops, prefetch {pf}",
                 _drained(
                     f"drain.axa.1x{pl}p",
-                    partial(drain_axa, dsn, config.drain_jobs, pl, 1, pl),
+                    partial(drain_axa, dsn, config.drain_jobs, pl, 1, pf),
+                ),
+            )
+        )
+        found.append(
+            (
+                f"drain axa 1 x {pl} loops, prefetch {pf}, handler on a held connection",
+                _drained(
+                    f"drain.axa.1x{pl}ph",
+                    partial(drain_axa, dsn, config.drain_jobs, pl, 1, pf, hold=True),
                 ),
             )
         )
@@ -1470,7 +1507,7 @@ def goals(report: Report) -> list[tuple[str, str, bool | None]]:
         "x",
     )
     goal(
-        f"drain 1 x {c.process_loops} loops, prefetch {c.process_loops} >= 0.7 x floor (b)",
+        f"drain 1 x {c.process_loops} loops, prefetch {c.prefetch} >= 0.7 x floor (b)",
         _ratio(m(f"drain.axa.1x{c.process_loops}p"), m("drain.floor.batch")),
         0.7,
         True,
@@ -1577,8 +1614,13 @@ def format_report(report: Report) -> str:
                 base,
             )
         row(
-            f"  axa 1 process x {c.process_loops} loops, prefetch {c.process_loops} vs floor (b)",
+            f"  axa 1 process x {c.process_loops} loops, prefetch {c.prefetch} vs floor (b)",
             m(f"drain.axa.1x{c.process_loops}p"),
+            base,
+        )
+        row(
+            "    the same, the handler writing on a connection it holds, as floor (b) does",
+            m(f"drain.axa.1x{c.process_loops}ph"),
             base,
         )
         if c.processes > 1:
@@ -1718,6 +1760,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help=f"processes of the multi-process drain (default {d.processes})",
     )
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        help=f"jobs claimed ahead in the prefetch drains (default {d.prefetch})",
+    )
     parser.add_argument("--floor-mode", choices=["asyncio", "threads"], help="the floor's workers")
     parser.add_argument("--latency-samples", type=int, help=f"default {d.latency_samples}")
     parser.add_argument(
@@ -1755,6 +1802,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "drain_jobs",
         "drain_jobs_one_loop",
         "processes",
+        "prefetch",
         "floor_mode",
         "latency_samples",
         "spacing_ms",

@@ -55,6 +55,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
         "drain.axa.1x1",
         "drain.axa.1x10",
         "drain.axa.1x10p",
+        "drain.axa.1x10ph",
         "drain.axa.2x10",
         "drain.floor.one",
         "drain.floor.batch",

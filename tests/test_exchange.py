@@ -1,5 +1,5 @@
-"""The exchange statement: endings gathered while loops are busy, found by primary key,
-and written exactly as the handler's failure said."""
+"""The exchange and the loops: endings gathered while loops are busy, found by primary
+key and written exactly as the handler's failure said; a loop going on from run to run."""
 
 from __future__ import annotations
 
@@ -131,3 +131,63 @@ async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(
     async with running(queue):
         await eventually(lambda: status_of(admin, job)[0] == "failed")
     assert status_of(admin, job) == ("failed", f"ValueError: {text}", 1)
+
+
+async def test_a_cancellation_meant_for_one_run_never_reaches_the_next_run_on_its_loop(
+    make_queue, admin
+) -> None:
+    # One loop goes on from run to run in one task: a handler that swallows the
+    # cancellation of its timeout must not leave it for the next job on that loop.
+    queue = await make_queue(workers=1, prefetch=2)
+    seen: list[str] = []
+
+    @queue.handler("Stubborn")
+    async def stubborn(args: Any) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append("swallowed")
+
+    @queue.handler("Next")
+    async def next_one(args: Any) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if hasattr(task, "cancelling"):
+            assert task.cancelling() == 0, "no cancellation left over"
+        await asyncio.sleep(0.05)
+        seen.append("next")
+
+    first = await queue.enqueue("Stubborn", {}, priority=1, timeout=0.1, max_attempts=1)
+    second = await queue.enqueue("Next", {})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, second)[0] == "completed")
+    assert seen == ["swallowed", "next"]
+    assert status_of(admin, first) == ("failed", "timed out after 0.1 s", 1)
+
+
+async def test_a_stop_past_its_grace_leaves_jobs_claimed_ahead_for_stale_recovery(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(workers=1, prefetch=3, shutdown_grace=0.2)
+    started = asyncio.Event()
+
+    @queue.handler("Forever")
+    async def forever(args: Any) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    await queue.enqueue_all(NewJob("Forever", {}) for _ in range(4))
+    stop = asyncio.Event()
+    task = asyncio.create_task(queue.run(stop))
+    await eventually(
+        lambda: (
+            admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'running'").fetchone()
+            == (4,)
+        )
+    )
+    await asyncio.wait_for(started.wait(), 15)
+    stop.set()
+    await asyncio.wait_for(task, 15)
+    assert admin.execute(
+        "SELECT status, count(*), max(attempts) FROM axa_queue GROUP BY status"
+    ).fetchall() == [("running", 4, 1)]

@@ -84,9 +84,12 @@ class Run:
     order: tuple[int, datetime] = (0, datetime.min.replace(tzinfo=timezone.utc))
     """Claim order: (minus priority, run_at)."""
     task: asyncio.Task[None] | None = None
+    """The loop running it, once it runs; the same loop goes on to later runs."""
     timer: asyncio.TimerHandle | None = None
     seconds: float = 0.0
     """How long the handler ran, once it has ended."""
+    cancelled: bool = False
+    """Whether `stop` cancelled its loop's task (a cancellation to forget when handled)."""
 
     def stop(self, kind: str, reason: str) -> None:
         """Stop this run's handler: its claim is gone, or its time is up."""
@@ -94,6 +97,9 @@ class Run:
             return
         self.stopped = (kind, reason)
         if self.task is not None:
+            # Its loop is waiting inside this run's handler (nothing else of the run
+            # awaits before it is done), so the cancellation lands in this handler.
+            self.cancelled = True
             self.task.cancel()
 
     def lose(self, reason: str) -> None:
@@ -238,6 +244,15 @@ class Worker:
                 for task in pending:
                     task.cancel()
                 await asyncio.wait(pending)
+                self._forget_waiting()
+
+    def _forget_waiting(self) -> None:
+        """Let go of runs claimed ahead that never started: like the runs aborted, they
+        stay `running` for stale recovery."""
+        for one in self.waiting:
+            self.runs.pop((one.id, one.attempts), None)
+            self.in_use[one.name] -= 1
+        self.waiting = []
 
     # --- claiming ----------------------------------------------------------------------
 
@@ -400,12 +415,29 @@ class Worker:
         self._start_waiting()
 
     def _start_waiting(self) -> None:
+        """Start waiting runs on idle loops."""
         while self.waiting and self.active < self.slots:
-            self._start(self.waiting.pop(0))
+            one = self.waiting.pop(0)
+            self._begin(one)
+            one.task = asyncio.get_running_loop().create_task(self._loop(one))
 
-    def _start(self, one: Run) -> None:
+    async def _loop(self, one: Run) -> None:
+        """One loop: run `one`, then each run waiting when it ends, until none waits.
+        Going on to the next run in the same step costs no task and no turn of the
+        event loop."""
+        task = asyncio.current_task()
+        while True:
+            await self._execute(one)
+            if not self.waiting or self.active >= self.slots:
+                self._poke()
+                return
+            one = self.waiting.pop(0)
+            self._begin(one)
+            one.task = task
+            self._poke()
+
+    def _begin(self, one: Run) -> None:
         self.active += 1
-        one.task = asyncio.get_running_loop().create_task(self._execute(one))
         if one.timeout is not None:
             one.timer = asyncio.get_running_loop().call_later(
                 one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
@@ -419,11 +451,8 @@ class Worker:
         self.active -= 1
         self.runs.pop((one.id, one.attempts), None)
         self.in_use[one.name] -= 1
-        self._start_waiting()
         if one.name in self.queue.limits:
             self._wake()  # a place under its limit came free: its jobs may be waiting
-        else:
-            self._poke()
 
     # --- running -----------------------------------------------------------------------
 
@@ -446,9 +475,10 @@ class Worker:
                 one.done = True
                 self._release(one)
                 raise
-            _uncancel()
         except BaseException as failure:  # a job's failure, whatever it is
             error = describe(failure)
+        if one.cancelled:  # stopped by us (also when the handler swallowed it): forget it
+            _uncancel()
         one.done = True
         one.seconds = time.monotonic() - started
         if one.stopped is not None and one.stopped[0] == "lost":
@@ -499,7 +529,6 @@ class Worker:
             if self.options.prefetch and self.flush_at is None:
                 self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self.nudge.set)
         self.endings.append(ending)
-        self._poke()
 
     def _recorded(self, batch: list[Ending], kept: set[tuple[UUID, int]]) -> None:
         """Tell observers of the endings recorded; send the others' jobs to review."""
