@@ -83,7 +83,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
     table = bench.format_report(report)
     assert "goals" in table
     assert "drain" in table and "latency" in table and "claim on a big table" in table
-    assert len(bench.goals(report)) == 10
+    assert len(bench.goals(report)) == 12
 
 
 def _ran(conn: psycopg.Connection[Any], key: uuid.UUID, attempts: int = 1) -> None:

@@ -56,7 +56,7 @@ MIN_HEARTBEAT = 0.02
 RETRY_DATABASE = 0.5
 """Seconds between tries when the database does not answer a write that must land."""
 
-HOLD_ENDINGS = 0.005
+HOLD_ENDINGS = 0.010
 """Seconds an ending may wait for others to share its statement, only while every loop
 is busy and enough claimed jobs wait for them (`prefetch`); else it is written at once."""
 
@@ -67,7 +67,7 @@ OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
 """The outcome an observer is told for each status an ending writes."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Run:
     """One claimed run of a job, identified by its id and attempt."""
 
@@ -111,7 +111,7 @@ class Run:
         return {"job_id": str(self.id), "job": self.name, "attempt": self.attempts}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Ending:
     """How a run ended, waiting to be written."""
 
