@@ -18,7 +18,7 @@ from axa_queue import JobState, NewJob
 from conftest import eventually, running, status_of
 
 WORKER_SCRIPT = '''
-"""A worker process for the tests: python worker.py DSN WORKERS."""
+"""A worker process for the tests: python worker.py DSN WORKERS PREFETCH."""
 import asyncio
 import os
 import signal
@@ -28,11 +28,12 @@ from axa_queue import Queue, QueueOptions
 
 
 async def main() -> None:
-    dsn, workers = sys.argv[1], int(sys.argv[2])
+    dsn, workers, prefetch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     queue = Queue(
         dsn,
         QueueOptions(
             workers=workers,
+            prefetch=prefetch,
             poll_interval=0.05,
             heartbeat_interval=0.1,
             stale_after=1.0,
@@ -83,7 +84,7 @@ async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitab
     script.write_text(WORKER_SCRIPT)
     started: list[Worker] = []
 
-    async def start(workers: int = 1) -> Worker:
+    async def start(workers: int = 1, prefetch: int = 0) -> Worker:
         log = tmp_path / f"worker-{len(started)}.log"
         with log.open("wb") as errors:
             process = await asyncio.create_subprocess_exec(
@@ -91,6 +92,7 @@ async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitab
                 str(script),
                 dsn,
                 str(workers),
+                str(prefetch),
                 stdout=asyncio.subprocess.PIPE,
                 stderr=errors,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -142,6 +144,30 @@ async def test_a_job_whose_worker_process_is_killed_is_recovered_by_another_and_
         await eventually(lambda: status_of(admin, job_id)[0] == "completed")
     assert ran == [{}]
     assert status_of(admin, job_id) == ("completed", None, 2)
+
+
+async def test_jobs_claimed_ahead_by_a_killed_process_are_recovered_and_each_run_once(
+    spawn, make_queue, admin
+) -> None:
+    queue = await make_queue()
+    ids = [await queue.enqueue("Sleep", {"n": n}, max_attempts=2) for n in range(4)]
+    doomed = await spawn(workers=1, prefetch=3)  # one running, three waiting for its loop
+    await eventually(
+        lambda: (
+            admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'running'").fetchone()
+            == (4,)
+        )
+    )
+    doomed.process.kill()
+    assert await asyncio.wait_for(doomed.process.wait(), 10) == -signal.SIGKILL
+
+    rescuer = await make_queue(workers=4, stale_after=1.0, maintenance_interval=0.1)
+    ran: list[int] = []
+    rescuer.handle("Sleep", lambda args: ran.append(args["n"]))
+    async with running(rescuer):
+        await eventually(lambda: all(status_of(admin, i)[0] == "completed" for i in ids))
+    assert sorted(ran) == [0, 1, 2, 3]
+    assert {status_of(admin, i) for i in ids} == {("completed", None, 2)}
 
 
 async def test_a_killed_job_with_no_attempts_left_is_failed_by_another_process(
@@ -332,7 +358,8 @@ async def test_three_worker_processes_run_each_of_600_jobs_exactly_once(
     spawn, make_queue, admin
 ) -> None:
     admin.execute("CREATE TABLE ran (n INTEGER PRIMARY KEY, pid INTEGER NOT NULL)")
-    workers = [await spawn(workers=4) for _ in range(3)]
+    # With and without jobs claimed ahead (their endings gather before they are sent).
+    workers = [await spawn(workers=4, prefetch=prefetch) for prefetch in (0, 4, 16)]
     queue = await make_queue()
     jobs = [NewJob("Record", {"n": n, "sleep": 0.002}) for n in range(600)]
     for start in range(0, 600, 150):  # in a few batches, as producers would

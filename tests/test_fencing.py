@@ -339,3 +339,36 @@ async def test_fencing_is_per_run_so_other_jobs_of_the_process_carry_on(make_que
         kept.release.set()
         await eventually(lambda: status_of(admin, kept_id)[0] == "completed")
     assert status_of(admin, kept_id) == ("completed", None, 1)
+
+
+async def test_endings_gathered_in_one_statement_are_each_fenced_by_their_own_attempt(
+    make_queue, admin
+) -> None:
+    # Jobs claimed ahead keep both loops busy, so endings gather before they are sent;
+    # the one whose claim was taken in the meantime goes to review, the others complete.
+    queue = await make_queue(workers=2, prefetch=8, **SLOW_BEAT)
+    victim: list[UUID] = []
+
+    @queue.handler("Short")
+    async def short(args: dict[str, int]) -> None:
+        await asyncio.sleep(0.002)
+        if args["n"] == 5:
+            take_claim(admin, victim[0], "reclaimed")
+
+    ids = [await queue.enqueue("Short", {"n": n}, priority=20 - n) for n in range(20)]
+    victim.append(ids[5])
+    async with running(queue):
+        await eventually(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM axa_queue WHERE status IN ('queued', 'running')"
+                ).fetchone()
+                == (0,)
+            )
+        )
+    status, error, attempts = status_of(admin, ids[5])
+    assert (status, attempts) == ("needs_review", 2)
+    assert error is not None and "finished after" in error
+    assert admin.execute(
+        "SELECT count(*), max(attempts) FROM axa_queue WHERE status = 'completed'"
+    ).fetchone() == (19, 1)
