@@ -244,12 +244,12 @@ def bench_queue(
     loops: int,
     started: dict[str, float] | None = None,
     prefetch: int = 0,
-    held: list[psycopg.AsyncConnection[Any]] | None = None,
+    held: list[psycopg.AsyncCursor[Any]] | None = None,
 ) -> Queue:
     """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
     writes its key to `bench_done` on one of the queue's own connections, as a handler
-    would; or, given `held` (one open connection per loop), on a connection it holds,
-    as the floor's workers do. `started` gets each key's start time."""
+    would; or, given `held` (a cursor per loop, each on its own connection), with a
+    cursor it holds, as the floor's workers do. `started` gets each key's start time."""
     queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))
 
     @queue.handler(JOB)
@@ -261,11 +261,11 @@ def bench_queue(
             async with queue.pool.connection() as conn:
                 await conn.execute(DONE, (uuid.UUID(args["k"]),))
             return
-        conn = held.pop()
+        cursor = held.pop()
         try:
-            await conn.execute(DONE, (uuid.UUID(args["k"]),), prepare=True)
+            await cursor.execute(DONE, (uuid.UUID(args["k"]),), prepare=True)
         finally:
-            held.append(conn)
+            held.append(cursor)
 
     return queue
 
@@ -470,9 +470,11 @@ def _per_job(busy: float | None, jobs: int) -> float | None:
 async def _drain_in_process(
     dsn: str, jobs: int, loops: int, timeout: float, prefetch: int = 0, hold: bool = False
 ) -> Drain:
-    held = None
-    if hold:
-        held = [await psycopg.AsyncConnection.connect(dsn, autocommit=True) for _ in range(loops)]
+    connections = [
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        for _ in range(loops if hold else 0)
+    ]
+    held = [conn.cursor() for conn in connections] if hold else None
     queue = bench_queue(dsn, loops, prefetch=prefetch, held=held)
     await queue.open()
     try:
@@ -506,7 +508,7 @@ async def _drain_in_process(
         return Drain(jobs / (last - t0), _per_job(busy, jobs))
     finally:
         await queue.close()
-        for conn in held or []:
+        for conn in connections:
             await conn.close()
 
 
