@@ -159,8 +159,10 @@ BEGIN
     END IF;
 END
 $$"""
-"""Room on each page for heartbeats to update in place, and vacuum that keeps up with a
-hot table; set once, so later setups take no lock."""
+"""Room on each page for a row's new versions (claims, endings, heartbeats) to stay on
+its page, and vacuum that keeps up with a hot table; set once, so later setups take no
+lock. (Heartbeats are not HOT updates: `updated_at` keys the partial indexes that stale
+recovery and retention read.)"""
 
 SETUP_NOTIFY_FUNCTION = """CREATE OR REPLACE FUNCTION axa_queue_notify() RETURNS trigger
 LANGUAGE plpgsql AS $$
