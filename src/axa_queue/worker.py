@@ -314,13 +314,15 @@ class Worker:
             ):
                 # Busy loops and jobs waiting for them: let endings gather, so one
                 # statement records many and claims many (see `_due`).
+                if self.endings and self.flush_at is None:
+                    self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self.nudge.set)
                 await self.nudge.wait()
                 self.nudge.clear()
                 continue
             if self.flush_at is not None:
                 self.flush_at.cancel()
                 self.flush_at = None
-            batch, self.endings = self.endings, []
+            batch, since, self.endings = self.endings, self.endings_since, []
             wanted = self._wanted(free) if claim else []
             wakes = self.wakes
             self.claiming = bool(wanted)
@@ -333,6 +335,8 @@ class Worker:
                     extra={"error": str(error), "endings": len(batch)},
                 )
                 self.endings = batch + self.endings
+                if batch:
+                    self.endings_since = since
                 await asyncio.sleep(min(RETRY_DATABASE, poll))
                 continue
             self.claiming = False
