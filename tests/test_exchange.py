@@ -191,3 +191,43 @@ async def test_a_stop_past_its_grace_leaves_jobs_claimed_ahead_for_stale_recover
     assert admin.execute(
         "SELECT status, count(*), max(attempts) FROM axa_queue GROUP BY status"
     ).fetchall() == [("running", 4, 1)]
+
+
+async def test_a_worker_whose_connections_drop_mid_run_reconnects_and_finishes_every_job(
+    make_queue, admin
+) -> None:
+    admin.execute("CREATE TABLE ran (n INTEGER PRIMARY KEY)")
+    queue = await make_queue(workers=3, prefetch=6, max_attempts=3)
+
+    @queue.handler("Work")
+    async def work(args: dict[str, int]) -> None:
+        await asyncio.sleep(0.003)
+        async with queue.pool.connection() as conn:
+            await conn.execute("INSERT INTO ran VALUES (%s) ON CONFLICT DO NOTHING", (args["n"],))
+
+    await queue.enqueue_all(NewJob("Work", {"n": n}) for n in range(300))
+
+    def finished() -> int:
+        row = admin.execute(
+            "SELECT count(*) FROM axa_queue WHERE status IN ('completed', 'needs_review')"
+        ).fetchone()
+        return 0 if row is None else int(row[0])
+
+    async with running(queue):
+        await eventually(lambda: finished() >= 60)
+        # Every connection of the queue's process goes: the exchange loop's, the
+        # listener's and the pool's, in the middle of claims and endings.
+        dropped = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = current_setting('application_name') "
+            "AND pid <> pg_backend_pid()"
+        ).fetchone()
+        assert dropped is not None and dropped[0] >= 2
+        await eventually(lambda: finished() == 300, timeout=60)
+    rows = admin.execute("SELECT status, count(*) FROM axa_queue GROUP BY status").fetchall()
+    assert set(dict(rows)) <= {"completed", "needs_review"}, rows
+    missing = admin.execute(
+        "SELECT count(*) FROM axa_queue q WHERE q.status = 'completed' "
+        "AND NOT EXISTS (SELECT 1 FROM ran WHERE ran.n = (q.args->>'n')::int)"
+    ).fetchone()
+    assert missing == (0,), "every completed job did its work"
