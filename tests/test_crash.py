@@ -377,7 +377,9 @@ async def test_three_worker_processes_run_each_of_600_jobs_exactly_once(
 
     counts = await queue.counts()
     assert (counts.completed, counts.failed, counts.needs_review) == (600, 0, 0), [
-        (job.state, job.error) for job in await queue.jobs(JobState.FAILED)
+        (job.state, job.attempts, job.error)
+        for state in (JobState.FAILED, JobState.NEEDS_REVIEW)
+        for job in await queue.jobs(state)
     ]
     assert admin.execute("SELECT count(*), count(DISTINCT n) FROM ran").fetchone() == (600, 600)
     assert admin.execute("SELECT min(n), max(n) FROM ran").fetchone() == (0, 599)

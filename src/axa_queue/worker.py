@@ -288,6 +288,11 @@ class Worker:
         if self._due():
             self.nudge.set()
 
+    def _flush_due(self) -> None:
+        """The oldest ending gathered has waited `HOLD_ENDINGS`: send them now."""
+        self.flush_at = None
+        self.nudge.set()
+
     def _poll_due(self) -> None:
         """The poll interval passed with nothing said: look for work anyway."""
         self.look = True
@@ -315,7 +320,7 @@ class Worker:
                 # Busy loops and jobs waiting for them: let endings gather, so one
                 # statement records many and claims many (see `_due`).
                 if self.endings and self.flush_at is None:
-                    self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self.nudge.set)
+                    self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self._flush_due)
                 await self.nudge.wait()
                 self.nudge.clear()
                 continue
@@ -531,7 +536,7 @@ class Worker:
             loop = asyncio.get_running_loop()
             self.endings_since = loop.time()
             if self.options.prefetch and self.flush_at is None:
-                self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self.nudge.set)
+                self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self._flush_due)
         self.endings.append(ending)
 
     def _recorded(self, batch: list[Ending], kept: set[tuple[UUID, int]]) -> None:
