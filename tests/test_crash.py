@@ -363,7 +363,7 @@ async def test_three_worker_processes_run_each_of_600_jobs_exactly_once(
     # With and without jobs claimed ahead (their endings gather before they are sent).
     # No process dies here, so the stale period can be long: a heartbeat held up for
     # more than stale_after sends a process's jobs to review by design (once, with 1 s,
-    # 8 jobs went there in a CI run; not reproduced in 26 runs since).
+    # 8 jobs went there in a CI run; not reproduced in 25 runs since).
     workers = [
         await spawn(workers=4, prefetch=prefetch, stale_after=10.0) for prefetch in (0, 4, 16)
     ]
