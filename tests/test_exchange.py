@@ -231,3 +231,30 @@ async def test_a_worker_whose_connections_drop_mid_run_reconnects_and_finishes_e
         "AND NOT EXISTS (SELECT 1 FROM ran WHERE ran.n = (q.args->>'n')::int)"
     ).fetchone()
     assert missing == (0,), "every completed job did its work"
+
+
+async def test_heartbeats_find_their_rows_by_primary_key_however_many_jobs_run(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    await queue.enqueue_all(NewJob("Many", {"n": n}) for n in range(3000))
+    admin.execute("ANALYZE axa_queue")
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
+        "WHERE name = 'Many'"
+    )
+    one = admin.execute("SELECT id FROM axa_queue LIMIT 1").fetchone()[0]
+    numbered = sql.HEARTBEAT.replace("%s", "$1", 1).replace("%s", "$2", 1)
+    admin.execute("SET plan_cache_mode = force_generic_plan")
+    admin.execute(f"PREPARE beat(uuid[], int[]) AS {numbered}")
+    try:
+        explain = pgsql.SQL("EXPLAIN EXECUTE beat({}::uuid[], '{{1}}')").format(
+            pgsql.Literal([one])
+        )
+        plan = "\n".join(row[0] for row in admin.execute(explain).fetchall())
+    finally:
+        admin.execute("DEALLOCATE beat")
+        admin.execute("RESET plan_cache_mode")
+    assert "axa_queue_pkey" in plan, plan
+    assert "axa_queue_running" not in plan, plan
+    assert "Seq Scan on axa_queue" not in plan, plan

@@ -329,12 +329,17 @@ planner cannot match to the partial index of running jobs: else, whenever its st
 say few jobs run, it scans that index whole (every running job of every worker, and the
 dead entries vacuum has not cleared yet), or on a table of some thousand rows the table."""
 
-HEARTBEAT = """UPDATE axa_queue q SET updated_at = now()
-    FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
-    WHERE q.id = r.id AND q.attempts = r.attempts AND q.status = 'running'
+HEARTBEAT = """WITH beats AS (
+        SELECT * FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
+    )
+    UPDATE axa_queue q SET updated_at = now()
+    FROM beats r
+    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
+      AND q.attempts = r.attempts AND q.status = (SELECT 'running')
     RETURNING q.id, q.attempts"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
-is not returned: it lost its claim."""
+is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
+endings are, never by scanning every running job of every worker."""
 
 MARK_LOST = """UPDATE axa_queue SET status = 'needs_review', error = %s, updated_at = now()
     WHERE id = %s AND status IN ('queued', 'running', 'failed')"""
