@@ -79,27 +79,27 @@ async def test_many_endings_share_one_statement_when_jobs_are_claimed_ahead(
     assert max(batches) > 2, "endings gathered while the loops were busy"
 
 
-def _generic_plan(admin: Any, endings: str) -> str:
-    """EXPLAIN of `sql.EXCHANGE`'s generic plan (as the library runs it) for `endings`."""
-    names = ["endings", "free", "wanted"]
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
+def _generic_plan(admin: Any, statement: str, types: str, args: pgsql.Composable) -> str:
+    """EXPLAIN of `statement`'s generic plan (as the library runs it; `$n` placeholders
+    of `types`) for `args`."""
     admin.execute("SET plan_cache_mode = force_generic_plan")
-    admin.execute(f"PREPARE exchange_plan(json, int, json) AS {numbered}")
-    try:
-        explain = pgsql.SQL("EXPLAIN EXECUTE exchange_plan({}, 0, '[]')").format(
-            pgsql.Literal(endings)
+    admin.execute(
+        pgsql.SQL("PREPARE plan_under_test({}) AS {}").format(
+            pgsql.SQL(types),
+            pgsql.SQL(statement),  # type: ignore[arg-type]
         )
+    )
+    try:
+        explain = pgsql.SQL("EXPLAIN EXECUTE plan_under_test({})").format(args)
         return "\n".join(row[0] for row in admin.execute(explain).fetchall())
     finally:
-        admin.execute("DEALLOCATE exchange_plan")
+        admin.execute("DEALLOCATE plan_under_test")
         admin.execute("RESET plan_cache_mode")
 
 
-async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
-    make_queue, admin
-) -> None:
-    # Statistics taken while few jobs run make the partial index of running jobs look
-    # tiny; the endings must still go by primary key, not scan every running job.
+async def _many_running(make_queue: Any, admin: Any) -> Any:
+    """3,000 running jobs, analyzed while they were queued (so the partial index of
+    running jobs looks tiny to the planner); returns one of their ids."""
     queue = await make_queue()
     await queue.enqueue_all(NewJob("Many", {"n": n}) for n in range(3000))
     admin.execute("ANALYZE axa_queue")
@@ -107,11 +107,23 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
         "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
         "WHERE name = 'Many'"
     )
-    one = admin.execute("SELECT id FROM axa_queue LIMIT 1").fetchone()[0]
+    return admin.execute("SELECT id FROM axa_queue LIMIT 1").fetchone()[0]
+
+
+async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
+    make_queue, admin
+) -> None:
+    # Statistics taken while few jobs run make the partial index of running jobs look
+    # tiny; the endings must still go by primary key, not scan every running job.
+    one = await _many_running(make_queue, admin)
     endings = json.dumps(
         [{"id": str(one), "attempts": 1, "status": "completed", "error": None, "delay": 0}]
     )
-    plan = _generic_plan(admin, endings)
+    names = ["endings", "free", "wanted"]
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
+    plan = _generic_plan(
+        admin, numbered, "json, int, json", pgsql.SQL("{}, 0, '[]'").format(pgsql.Literal(endings))
+    )
     finished = plan.split("CTE levels")[0]
     assert "axa_queue_pkey" in finished, plan
     assert "axa_queue_running" not in finished, plan
@@ -236,25 +248,14 @@ async def test_a_worker_whose_connections_drop_mid_run_reconnects_and_finishes_e
 async def test_heartbeats_find_their_rows_by_primary_key_however_many_jobs_run(
     make_queue, admin
 ) -> None:
-    queue = await make_queue()
-    await queue.enqueue_all(NewJob("Many", {"n": n}) for n in range(3000))
-    admin.execute("ANALYZE axa_queue")
-    admin.execute(
-        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
-        "WHERE name = 'Many'"
-    )
-    one = admin.execute("SELECT id FROM axa_queue LIMIT 1").fetchone()[0]
+    one = await _many_running(make_queue, admin)
     numbered = sql.HEARTBEAT.replace("%s", "$1", 1).replace("%s", "$2", 1)
-    admin.execute("SET plan_cache_mode = force_generic_plan")
-    admin.execute(f"PREPARE beat(uuid[], int[]) AS {numbered}")
-    try:
-        explain = pgsql.SQL("EXPLAIN EXECUTE beat({}::uuid[], '{{1}}')").format(
-            pgsql.Literal([one])
-        )
-        plan = "\n".join(row[0] for row in admin.execute(explain).fetchall())
-    finally:
-        admin.execute("DEALLOCATE beat")
-        admin.execute("RESET plan_cache_mode")
+    plan = _generic_plan(
+        admin,
+        numbered,
+        "uuid[], int[]",
+        pgsql.SQL("{}::uuid[], '{{1}}'").format(pgsql.Literal([one])),
+    )
     assert "axa_queue_pkey" in plan, plan
     assert "axa_queue_running" not in plan, plan
     assert "Seq Scan on axa_queue" not in plan, plan

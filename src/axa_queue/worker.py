@@ -284,7 +284,7 @@ class Worker:
 
     def _poke(self) -> None:
         """Wake the exchange loop if it has something to send now; endings that may
-        wait are sent by the `HOLD_ENDINGS` timer at the latest."""
+        wait are sent by the `HOLD_ENDINGS` timer (set by the loop) at the latest."""
         if self._due():
             self.nudge.set()
 
@@ -533,10 +533,8 @@ class Worker:
 
     def _end(self, ending: Ending) -> None:
         if not self.endings:
-            loop = asyncio.get_running_loop()
-            self.endings_since = loop.time()
-            if self.options.prefetch and self.flush_at is None:
-                self.flush_at = loop.call_at(self.endings_since + HOLD_ENDINGS, self._flush_due)
+            self.endings_since = asyncio.get_running_loop().time()
+            self.nudge.set()  # the exchange loop sends it, or sets the timer that will
         self.endings.append(ending)
 
     def _recorded(self, batch: list[Ending], kept: set[tuple[UUID, int]]) -> None:
