@@ -116,17 +116,19 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     # Statistics taken while few jobs run make the partial index of running jobs look
     # tiny; the endings must still go by primary key, not scan every running job.
     one = await _many_running(make_queue, admin)
-    endings = json.dumps(
-        [{"id": str(one), "attempts": 1, "status": "completed", "error": None, "delay": 0}]
+    failed = json.dumps(
+        [{"id": str(one), "attempts": 1, "status": "failed", "error": "boom", "delay": 0}]
     )
-    names = ["endings", "free", "wanted"]
+    names = ["completed", "completed_attempts", "endings", "free", "wanted"]
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    plan = _generic_plan(
-        admin, numbered, "json, int, json", pgsql.SQL("{}, 0, '[]'").format(pgsql.Literal(endings))
-    )
-    finished = plan.split("CTE levels")[0]
-    assert "axa_queue_pkey" in finished, plan
-    assert "axa_queue_running" not in finished, plan
+    types = "uuid[], int[], json, int, json"
+    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]'").format(pgsql.Literal(f"{{{one}}}"))
+    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]'").format(pgsql.Literal(failed))
+    for values in (as_completed, as_failed):
+        plan = _generic_plan(admin, numbered, types, values)
+        finished = plan.split("CTE levels")[0]
+        assert "axa_queue_pkey" in finished, plan
+        assert "axa_queue_running" not in finished, plan
 
 
 async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(

@@ -92,6 +92,10 @@ class JobHandler(Generic[A]):
         self.name = name
         self.fn = fn
         self.is_async = _is_async(fn)
+        self.coroutine_function = (
+            typing.cast("Callable[[A], Awaitable[object]]", fn) if self.is_async else None
+        )
+        """The function itself when it is `async`, so a worker can await it directly."""
         self.argument_type = _argument_type(fn)
         functools.update_wrapper(self, fn)
 

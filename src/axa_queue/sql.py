@@ -262,6 +262,9 @@ ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority,
 # --- Running jobs ----------------------------------------------------------------------
 
 EXCHANGE = """WITH RECURSIVE endings AS (
+        SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay
+        FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
+        UNION ALL
         SELECT * FROM json_to_recordset(%(endings)s::json)
             AS r(id uuid, attempts int, status text, error text, delay float8)
     ), finished AS (
@@ -273,7 +276,7 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         FROM endings r
         WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-        RETURNING q.id, q.attempts
+        RETURNING q.id::text AS id, q.attempts
     ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
         UNION ALL
@@ -303,8 +306,8 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         UPDATE axa_queue q
         SET status = 'running', started_at = now(), updated_at = now(), attempts = q.attempts + 1
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
-        RETURNING q.id, q.attempts, q.name, q.args::text AS args, q.max_attempts, q.timeout_ms,
-                  q.priority, q.run_at
+        RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
+                  q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at
     )
     SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed
     UNION ALL
@@ -321,9 +324,13 @@ updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan canno
 into a hash join over the whole table. Writing endings and claiming together halves the
 statements per job: the loop that frees a place writes its ending and fills the place.
 
-Endings and wanted names arrive as two JSON arrays (`[{"id", "attempts", "status", "error",
-"delay"}]` and `[{"name", "cap"}]`): one text parameter each, far cheaper for the client
-to send than a list per column. Endings find their rows by primary key (`id = ANY(ARRAY(
+Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
+`completed_attempts`: their attempts, in the same order); the other endings and the
+wanted names as JSON arrays (`[{"id", "attempts", "status", "error", "delay"}]` and
+`[{"name", "cap"}]`). Each is one text parameter: far cheaper for the client to build
+than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
+come back as text and `run_at` as epoch seconds, which the client reads and sorts by
+more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key (`id = ANY(ARRAY(
 ...))` again), and the fence compares the status with `(SELECT 'running')`, a value the
 planner cannot match to the partial index of running jobs: else, whenever its statistics
 say few jobs run, it scans that index whole (every running job of every worker, and the
@@ -336,7 +343,7 @@ HEARTBEAT = """WITH beats AS (
     FROM beats r
     WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
       AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-    RETURNING q.id, q.attempts"""
+    RETURNING q.id::text, q.attempts"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
 endings are, never by scanning every running job of every worker."""

@@ -33,9 +33,8 @@ from collections import Counter
 from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 import psycopg
 
@@ -69,9 +68,10 @@ OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
 
 @dataclass(eq=False, slots=True)
 class Run:
-    """One claimed run of a job, identified by its id and attempt."""
+    """One claimed run of a job, identified by its id (as text) and attempt; once it
+    has ended, also how, waiting to be written (`status`, `error`, `delay`)."""
 
-    id: UUID
+    id: str
     name: str
     attempts: int
     limit: int
@@ -81,8 +81,8 @@ class Run:
     done: bool = False
     stopped: tuple[str, str] | None = None
     """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
-    order: tuple[int, datetime] = (0, datetime.min.replace(tzinfo=timezone.utc))
-    """Claim order: (minus priority, run_at)."""
+    order: tuple[int, float] = (0, 0.0)
+    """Claim order: (minus priority, run_at in epoch seconds)."""
     task: asyncio.Task[None] | None = None
     """The loop running it, once it runs; the same loop goes on to later runs."""
     timer: asyncio.TimerHandle | None = None
@@ -90,6 +90,10 @@ class Run:
     """How long the handler ran, once it has ended."""
     cancelled: bool = False
     """Whether `stop` cancelled its loop's task (a cancellation to forget when handled)."""
+    status: str = "running"
+    """How it ended: `completed`, `failed`, or `queued` again after `delay` seconds."""
+    error: str | None = None
+    delay: float = 0.0
 
     def stop(self, kind: str, reason: str) -> None:
         """Stop this run's handler: its claim is gone, or its time is up."""
@@ -108,17 +112,14 @@ class Run:
 
     def fields(self) -> dict[str, Any]:
         """The log fields that name this run (never its arguments)."""
-        return {"job_id": str(self.id), "job": self.name, "attempt": self.attempts}
+        return {"job_id": self.id, "job": self.name, "attempt": self.attempts}
 
-
-@dataclass(frozen=True, slots=True)
-class Ending:
-    """How a run ended, waiting to be written."""
-
-    run: Run
-    status: str
-    error: str | None
-    delay: float
+    def end(self, status: str, error: str | None = None, delay: float = 0.0) -> Run:
+        """Say how the run ended; it is then written with the next exchange."""
+        self.status = status
+        self.error = error
+        self.delay = delay
+        return self
 
 
 class Worker:
@@ -136,9 +137,10 @@ class Worker:
         """Runs claimed ahead (`prefetch`), best first, waiting for a loop."""
         self.active = 0
         """Runs whose handler has started and not yet ended."""
-        self.runs: dict[tuple[UUID, int], Run] = {}
+        self.runs: dict[tuple[str, int], Run] = {}
         self.in_use: Counter[str] = Counter()
-        self.endings: list[Ending] = []
+        self.endings: list[Run] = []
+        """Runs that ended, waiting to be written."""
         self.endings_since = 0.0
         """When the oldest ending not yet sent was made (event loop time)."""
         self.flush_at: asyncio.TimerHandle | None = None
@@ -365,26 +367,37 @@ class Worker:
         return self.connection
 
     async def _exchange(
-        self, batch: list[Ending], free: int, wanted: list[dict[str, Any]]
-    ) -> tuple[list[Run], set[tuple[UUID, int]]]:
-        """Record `batch` and claim up to `free` jobs of the `wanted` names in one
-        statement; returns the runs claimed and the (id, attempt) of the endings recorded."""
+        self, batch: list[Run], free: int, wanted: list[dict[str, Any]]
+    ) -> tuple[list[Run], set[tuple[str, int]] | None]:
+        """Record the endings of `batch` and claim up to `free` jobs of the `wanted`
+        names in one statement; returns the runs claimed, best first, and the (id,
+        attempt) of the endings recorded, or `None` when all of them were."""
         conn = await self._exchange_connection()
-        endings = [
-            {
-                "id": str(e.run.id),
-                "attempts": e.run.attempts,
-                "status": e.status,
-                "error": e.error,
-                "delay": e.delay,
-            }
-            for e in batch
-        ]
+        ids: list[str] = []
+        attempts: list[str] = []
+        others: list[dict[str, Any]] = []
+        for one in batch:
+            if one.status == "completed":
+                ids.append(one.id)
+                attempts.append(str(one.attempts))
+            else:
+                others.append(
+                    {
+                        "id": one.id,
+                        "attempts": one.attempts,
+                        "status": one.status,
+                        "error": one.error,
+                        "delay": one.delay,
+                    }
+                )
         try:
             cursor = await conn.execute(
                 sql.EXCHANGE,
                 {
-                    "endings": json.dumps(endings, ensure_ascii=False),
+                    # Array literals: ids are uuid text and attempts digits, nothing to quote.
+                    "completed": "{" + ",".join(ids) + "}",
+                    "completed_attempts": "{" + ",".join(attempts) + "}",
+                    "endings": json.dumps(others, ensure_ascii=False) if others else "[]",
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
                 },
@@ -394,22 +407,27 @@ class Worker:
             self.connection = None  # broken: the next exchange connects again
             await conn.close()
             raise
-        kept = {(row[0], row[1]) for row in rows if row[2] is None}
-        fresh = sorted((row for row in rows if row[2] is not None), key=lambda r: (-r[6], r[7]))
         now = time.monotonic()
-        return [
+        default_limit = self.options.max_attempts
+        claimed = [
             Run(
-                id=row[0],
-                attempts=row[1],
-                name=row[2],
-                args_text=row[3],
-                limit=row[4] if row[4] is not None else self.options.max_attempts,
-                timeout=None if row[5] is None else row[5] / 1000,
-                last_heard=now,
+                row[0],
+                row[2],
+                row[1],
+                row[4] if row[4] is not None else default_limit,
+                None if row[5] is None else row[5] / 1000,
+                row[3],
+                now,
                 order=(-row[6], row[7]),
             )
-            for row in fresh
-        ], kept
+            for row in rows
+            if row[2] is not None
+        ]
+        if len(claimed) > 1:
+            claimed.sort(key=_order)
+        if len(rows) - len(claimed) == len(batch):
+            return claimed, None  # every ending recorded (the usual case)
+        return claimed, {(row[0], row[1]) for row in rows if row[2] is None}
 
     def _take(self, claimed: list[Run]) -> None:
         """Hold newly claimed runs: start them while loops are free, keep the rest
@@ -417,10 +435,10 @@ class Worker:
         for one in claimed:
             self.runs[(one.id, one.attempts)] = one
             self.in_use[one.name] += 1
-        if self.waiting:
-            self.waiting = sorted([*self.waiting, *claimed], key=lambda r: r.order)
+        if not self.waiting or not claimed or self.waiting[-1].order <= claimed[0].order:
+            self.waiting.extend(claimed)  # the usual case: later claims are no better
         else:
-            self.waiting = list(claimed)
+            self.waiting = sorted([*self.waiting, *claimed], key=_order)
         self._start_waiting()
 
     def _start_waiting(self) -> None:
@@ -477,6 +495,8 @@ class Worker:
                 error = f"no handler for job {one.name}"
             elif one.stopped is not None:
                 pass  # lost while it waited for a loop: its handler never starts
+            elif handler.coroutine_function is not None:  # awaited here: a coroutine less
+                await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
             else:
                 await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
         except asyncio.CancelledError:
@@ -503,7 +523,7 @@ class Worker:
             error = one.stopped[1]
         if error is None:
             self.stats["completed"] += 1
-            self._end(Ending(one, "completed", None, 0.0))
+            self._end(one.end("completed"))
             return
         error = cut_error(error)
         if one.attempts < one.limit:
@@ -513,12 +533,12 @@ class Worker:
                 "job failed, will retry",
                 extra={**one.fields(), "error": error, "retry_in": wait.total_seconds()},
             )
-            self._end(Ending(one, "queued", error, wait.total_seconds()))
+            self._end(one.end("queued", error, wait.total_seconds()))
             self._wake_in(wait)
         else:
             self.stats["failed"] += 1
             log.error("job failed", extra={**one.fields(), "error": error})
-            self._end(Ending(one, "failed", error, 0.0))
+            self._end(one.end("failed", error))
 
     def _lost(self, one: Run, text: str) -> asyncio.Task[Any]:
         self.stats["lost"] += 1
@@ -531,22 +551,23 @@ class Worker:
 
     # --- recording endings -------------------------------------------------------------
 
-    def _end(self, ending: Ending) -> None:
+    def _end(self, ending: Run) -> None:
         if not self.endings:
             self.endings_since = asyncio.get_running_loop().time()
             self.nudge.set()  # the exchange loop sends it, or sets the timer that will
         self.endings.append(ending)
 
-    def _recorded(self, batch: list[Ending], kept: set[tuple[UUID, int]]) -> None:
-        """Tell observers of the endings recorded; send the others' jobs to review."""
-        for ending in batch:
-            if (ending.run.id, ending.run.attempts) in kept:
-                self._observe(ending.run, OUTCOMES[ending.status])
+    def _recorded(self, batch: list[Run], kept: set[tuple[str, int]] | None) -> None:
+        """Tell observers of the endings recorded (all of them when `kept` is None);
+        send the others' jobs to review."""
+        for one in batch:
+            if kept is None or (one.id, one.attempts) in kept:
+                if self.queue.observers:
+                    self._observe(one, OUTCOMES[one.status])
             else:
-                self.stats[OUTCOMES[ending.status]] -= 1
+                self.stats[OUTCOMES[one.status]] -= 1
                 self._lost(
-                    ending.run,
-                    "stopped: it finished after another worker or recovery took its claim",
+                    one, "stopped: it finished after another worker or recovery took its claim"
                 )
 
     def _observe(self, one: Run, outcome: str) -> None:
@@ -591,7 +612,11 @@ class Worker:
             try:
                 async with self.pool.connection() as conn:
                     cursor = await conn.execute(
-                        sql.HEARTBEAT, ([r.id for r in runs], [r.attempts for r in runs])
+                        sql.HEARTBEAT,
+                        (
+                            "{" + ",".join(r.id for r in runs) + "}",
+                            "{" + ",".join(str(r.attempts) for r in runs) + "}",
+                        ),
                     )
                     alive = {(row[0], row[1]) for row in await cursor.fetchall()}
             except psycopg.Error as error:
@@ -676,6 +701,10 @@ class Worker:
             except psycopg.Error as error:
                 log.error("could not queue scheduled jobs", extra={"error": str(error)})
             await asyncio.sleep(every)
+
+
+def _order(one: Run) -> tuple[int, float]:
+    return one.order
 
 
 def _uncancel() -> None:
