@@ -110,6 +110,57 @@ async def _many_running(make_queue: Any, admin: Any) -> Any:
     return admin.execute("SELECT id FROM axa_queue LIMIT 1").fetchone()[0]
 
 
+async def test_completions_retries_and_failures_sharing_one_statement_are_each_written_as_they_ended(
+    make_queue, admin, monkeypatch
+) -> None:
+    # Completed runs travel as arrays, the others as JSON with their error and delay:
+    # one statement carrying both kinds must write each row as its run ended.
+    kinds: list[set[str]] = []
+    exchange = Worker._exchange
+
+    async def seen(self: Worker, batch: list[Any], free: int, wanted: Any) -> Any:
+        kinds.append({one.status for one in batch})
+        return await exchange(self, batch, free, wanted)
+
+    monkeypatch.setattr(Worker, "_exchange", seen)
+    queue = await make_queue(workers=2, prefetch=30, retry_backoff=3600)
+
+    @queue.handler("Mixed")
+    async def mixed(args: dict[str, int]) -> None:
+        await asyncio.sleep(0.001)
+        if args["n"] % 3 == 1:
+            raise ValueError(f"odd one {args['n']}")
+
+    await queue.enqueue_all(
+        NewJob("Mixed", {"n": n}, max_attempts=1 if n % 2 else 2) for n in range(60)
+    )
+    async with running(queue):
+        await eventually(
+            lambda: (
+                admin.execute(
+                    "SELECT count(*) FROM axa_queue WHERE status = 'running' OR attempts = 0"
+                ).fetchone()
+                == (0,)
+            )
+        )
+    rows = admin.execute(
+        "SELECT (args->>'n')::int, status, error, attempts, "
+        "run_at > now() + interval '50 minutes' FROM axa_queue ORDER BY 1"
+    ).fetchall()
+    assert len(rows) == 60
+    for n, status, error, attempts, later in rows:
+        assert attempts == 1, (n, status)
+        if n % 3 != 1:
+            assert (status, error, later) == ("completed", None, False), n
+        elif n % 2:
+            assert (status, error, later) == ("failed", f"ValueError: odd one {n}", False), n
+        else:  # an attempt left: queued again after the backoff (an hour here)
+            assert (status, error, later) == ("queued", f"ValueError: odd one {n}", True), n
+    assert any({"completed", "failed"} <= k or {"completed", "queued"} <= k for k in kinds), (
+        "completions and other endings shared a statement"
+    )
+
+
 async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     make_queue, admin
 ) -> None:
