@@ -55,7 +55,7 @@ MIN_HEARTBEAT = 0.02
 RETRY_DATABASE = 0.5
 """Seconds between tries when the database does not answer a write that must land."""
 
-HOLD_ENDINGS = 0.010
+HOLD_ENDINGS = 0.020
 """Seconds an ending may wait for others to share its statement, only while every loop
 is busy and enough claimed jobs wait for them (`prefetch`); else it is written at once."""
 
@@ -133,6 +133,8 @@ class Worker:
         self.slots = self.options.workers
         self.room = self.options.workers + self.options.prefetch
         """Runs this process may hold: its loops, and the jobs claimed ahead for them."""
+        self.low_water = max(self.slots, self.options.prefetch // 4)
+        """With no more jobs claimed ahead than this waiting, claim more now (`_due`)."""
         self.waiting: list[Run] = []
         """Runs claimed ahead (`prefetch`), best first, waiting for a loop."""
         self.active = 0
@@ -272,15 +274,16 @@ class Worker:
     def _due(self) -> bool:
         """Whether the next exchange should go now rather than let endings gather.
 
-        Only with `prefetch` can it wait: while every loop is busy and more than half
-        the jobs claimed ahead still wait, nothing needs the database yet, so endings
-        gather (for up to `HOLD_ENDINGS`) and one statement records them all and
-        claims as many. A loop coming free, the waiting jobs running low, or stopping
-        makes it due at once."""
+        Only with `prefetch` can it wait: while every loop is busy and more jobs
+        claimed ahead wait than `low_water` (the loops, or a quarter of `prefetch` if
+        more: enough for the loops while a statement is in flight), nothing needs the
+        database yet, so endings gather (for up to `HOLD_ENDINGS`) and one statement
+        records them all and claims as many. A loop coming free, the waiting jobs
+        running low, or stopping makes it due at once."""
         return (
             self.stopping
             or self.active < self.slots
-            or len(self.waiting) <= self.options.prefetch // 2
+            or len(self.waiting) <= self.low_water
             or len(self.endings) >= self.room
         )
 
