@@ -174,6 +174,36 @@ async def test_health_is_200_while_the_database_answers_and_503_when_it_cannot()
             await queue.close()
 
 
+async def test_health_says_a_worker_is_stuck_when_its_statements_fail_while_the_database_answers(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+
+    @queue.handler("Any")
+    async def any_job(args: object) -> None:
+        pass
+
+    health = HealthCheck(queue, asyncio.get_running_loop(), stuck_after=0.3)
+
+    async def says(ok: bool, words: str = "") -> bool:
+        answer = await asyncio.to_thread(health)
+        return answer[0] is ok and words in answer[1]
+
+    async with running(queue):
+        await eventually(lambda: says(True, "ok"))
+        # The database still answers `SELECT 1`, but no statement of the worker can run.
+        admin.execute("ALTER TABLE axa_queue RENAME TO axa_queue_away")
+        try:
+            await eventually(lambda: says(False, "failed to claim or record jobs for"))
+            _, why = await asyncio.to_thread(health)
+            assert 'relation "axa_queue" does not exist' in why, why
+        finally:
+            admin.execute("ALTER TABLE axa_queue_away RENAME TO axa_queue")
+        await eventually(lambda: says(True, "ok"))
+        job = await queue.enqueue("Any", {})
+        await eventually(lambda: status_of(admin, job)[0] == "completed")
+
+
 async def test_health_fails_once_the_queue_is_closed(make_queue) -> None:
     queue = await make_queue()
     health = HealthCheck(queue, asyncio.get_running_loop())

@@ -18,8 +18,9 @@ Two kinds of numbers:
     axa_queue_run_seconds_bucket{job="Report",le="0.5"} 4990
 
 `serve` answers `/metrics` and `/health` (200 when the database answers the queue's
-pool within a few seconds, 503 with the reason when it does not). A job's arguments
-never appear in a metric or a label.
+pool within a few seconds, 503 with the reason when it does not, or when the queue's
+worker has failed every statement for `STUCK_AFTER` seconds though the database
+answers). A job's arguments never appear in a metric or a label.
 
 `axa-queue worker --metrics-port PORT` wires all of this up; with `--processes` the
 workers' counters are summed across processes (prometheus-client's multiprocess mode)
@@ -53,6 +54,7 @@ from prometheus_client.registry import Collector
 
 from .errors import AxaQueueError
 from .jobs import Counts
+from .retries import first_line
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -100,6 +102,10 @@ DURATION_BUCKETS = (
 
 HEALTH_TIMEOUT = 5.0
 """Seconds the health check waits for the database before saying it is unreachable."""
+
+STUCK_AFTER = 30.0
+"""Seconds of failed worker statements, the database answering all along, before the
+health check says the worker is stuck."""
 
 Health = Callable[[], "tuple[bool, str]"]
 """Answers whether all is well, and a line saying why not."""
@@ -207,14 +213,21 @@ class QueueCollector(Collector):
 
 class HealthCheck:
     """Asks, from any thread, whether `queue`'s pool reaches the database: a `SELECT 1`
-    run on the queue's event loop `loop`, given `timeout` seconds."""
+    run on the queue's event loop `loop`, given `timeout` seconds; and, while the queue
+    runs a worker, whether that worker's statements have all failed for `stuck_after`
+    seconds (the database answers, but the worker cannot claim or record jobs)."""
 
     def __init__(
-        self, queue: Queue, loop: asyncio.AbstractEventLoop, timeout: float = HEALTH_TIMEOUT
+        self,
+        queue: Queue,
+        loop: asyncio.AbstractEventLoop,
+        timeout: float = HEALTH_TIMEOUT,
+        stuck_after: float = STUCK_AFTER,
     ) -> None:
         self.queue = queue
         self.loop = loop
         self.timeout = timeout
+        self.stuck_after = stuck_after
 
     def __call__(self) -> tuple[bool, str]:
         """`(True, "ok")`, or `(False, why)`."""
@@ -229,13 +242,12 @@ class HealthCheck:
             future.cancel()
             return False, f"the database did not answer within {self.timeout:g} s"
         except (psycopg.Error, AxaQueueError) as error:
-            return False, f"cannot reach the database: {_first_line(error)}"
+            return False, f"cannot reach the database: {first_line(error)}"
+        worker = self.queue.worker
+        why = None if worker is None else worker.trouble(self.stuck_after)
+        if why is not None:
+            return False, why
         return True, "ok"
-
-
-def _first_line(error: BaseException) -> str:
-    lines = str(error).strip().splitlines()
-    return lines[0] if lines else type(error).__name__
 
 
 class _Server(ThreadingHTTPServer):
@@ -255,7 +267,7 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 ok, why = self.server.health()
             except Exception as error:  # a broken check is an unhealthy worker
-                ok, why = False, f"the health check failed: {_first_line(error)}"
+                ok, why = False, f"the health check failed: {first_line(error)}"
             self._answer(200 if ok else 503, "text/plain; charset=utf-8", f"{why}\n".encode())
         else:
             self._answer(404, "text/plain; charset=utf-8", b"try /metrics or /health\n")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-__all__ = ["MAX_BACKOFF", "MAX_ERROR_BYTES", "backoff", "cut_error", "describe"]
+__all__ = ["MAX_BACKOFF", "MAX_ERROR_BYTES", "backoff", "cut_error", "describe", "first_line"]
 
 MAX_BACKOFF = timedelta(hours=1)
 """The longest wait between attempts."""
@@ -43,3 +43,9 @@ def describe(error: BaseException) -> str:
     message = str(error)
     kind = type(error).__qualname__
     return f"{kind}: {message}" if message else kind
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's text (a database error's DETAIL and HINT follow it)."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__

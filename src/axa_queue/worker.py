@@ -40,7 +40,7 @@ import psycopg
 
 from . import maintenance, sql
 from .options import to_seconds, to_timedelta
-from .retries import backoff, cut_error, describe
+from .retries import backoff, cut_error, describe, first_line
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -167,8 +167,23 @@ class Worker:
         """The exchange loop's connection, made on first use."""
         self.wake_at: asyncio.TimerHandle | None = None
         self.stats: Counter[str] = Counter()
+        self.failing: tuple[float, str] | None = None
+        """Since when (monotonic) and why exchanges have failed, with none gone through
+        since; see `trouble`."""
 
     # --- the whole ---------------------------------------------------------------------
+
+    def trouble(self, after: float) -> str | None:
+        """Why this worker cannot do its work, once every exchange for `after` seconds
+        has failed (the database answers, but not to the worker's statements: a table
+        gone, a privilege revoked, a disk full); else None. Safe from any thread."""
+        failing = self.failing
+        if failing is None:
+            return None
+        seconds = time.monotonic() - failing[0]
+        if seconds < after:
+            return None
+        return f"the worker has failed to claim or record jobs for {seconds:.0f} s: {failing[1]}"
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then let jobs in progress finish and return.
@@ -340,6 +355,8 @@ class Worker:
                 claimed, kept = await self._exchange(batch, free if wanted else 0, wanted)
             except psycopg.Error as error:
                 self.claiming = False
+                since_failing = self.failing[0] if self.failing else time.monotonic()
+                self.failing = (since_failing, first_line(error))
                 log.error(
                     "could not record finished jobs or claim new ones; trying again",
                     extra={"error": str(error), "endings": len(batch)},
@@ -350,6 +367,7 @@ class Worker:
                 await asyncio.sleep(min(RETRY_DATABASE, poll))
                 continue
             self.claiming = False
+            self.failing = None
             got = len(claimed)
             self._take(claimed)
             if claim and got < free and self.wakes == wakes:
