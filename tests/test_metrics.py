@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from axa_queue import Queue
+from axa_queue import Queue, sql
 from axa_queue.metrics import HealthCheck, QueueCollector, RunMetrics, serve
 from conftest import eventually, running, status_of
 
@@ -145,6 +145,52 @@ async def test_refreshing_every_interval_keeps_the_counts_current(make_queue) ->
     await eventually(lambda: value(registry, "axa_queue_jobs", job="A", state="ready") == 1)
     stop.set()
     await asyncio.wait_for(task, 5)
+
+
+async def test_live_jobs_are_counted_at_every_refresh_and_finished_ones_less_often(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    registry = CollectorRegistry()
+    collector = QueueCollector(queue, registry)
+    job = await queue.enqueue("A", {})
+    stop = asyncio.Event()
+    task = asyncio.create_task(collector.refresh_every(0.02, stop, finished_every=3600))
+    try:
+        await eventually(lambda: value(registry, "axa_queue_jobs", job="A", state="ready") == 1)
+        admin.execute(
+            "UPDATE axa_queue SET status = 'completed', attempts = 1, started_at = now() "
+            "WHERE id = %s",
+            (job,),
+        )
+        await eventually(lambda: value(registry, "axa_queue_jobs", job="A", state="ready") == 0)
+        counted = collector.refreshed_at
+        await eventually(lambda: collector.refreshed_at != counted)  # and again
+        assert value(registry, "axa_queue_jobs", job="A", state="completed") == 0
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 5)
+    await collector.refresh()  # finished jobs too
+    assert value(registry, "axa_queue_jobs", job="A", state="completed") == 1
+    assert value(registry, "axa_queue_jobs", job="A", state="ready") == 0
+
+
+async def test_counting_live_jobs_reads_their_indexes_not_the_finished_rows(
+    make_queue, admin
+) -> None:
+    await make_queue()
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, status, run_at, created_at, updated_at, "
+        "started_at, attempts) SELECT gen_random_uuid(), 'Done', '{}', 'completed', now(), "
+        "now(), now(), now(), 1 FROM generate_series(1, 20000)"
+    )
+    admin.execute("ANALYZE axa_queue")
+    plan = "\n".join(
+        row[0] for row in admin.execute("EXPLAIN " + sql.LIVE_COUNTS_BY_NAME).fetchall()
+    )
+    assert "Seq Scan" not in plan, plan
+    for index in ("axa_queue_running", "axa_queue_review"):
+        assert index in plan, plan
 
 
 async def test_health_is_200_while_the_database_answers_and_503_when_it_cannot() -> None:

@@ -304,6 +304,30 @@ def counts_by_name_call() -> Call[dict[str, Counts]]:
     )
 
 
+LiveCounts = tuple[int, int, int, int, float]
+"""ready, waiting, running, needs_review and the oldest ready job's age in seconds."""
+FinishedCounts = tuple[int, int, int]
+"""completed, failed and cancelled."""
+
+
+def live_counts_by_name_call() -> Call[dict[str, LiveCounts]]:
+    """The call that counts the jobs not finished of each name, reading none that are."""
+    return Call(
+        sql.LIVE_COUNTS_BY_NAME,
+        (),
+        lambda rows, _n: {row[0]: (row[1], row[2], row[3], row[4], row[5] or 0.0) for row in rows},
+    )
+
+
+def finished_counts_by_name_call() -> Call[dict[str, FinishedCounts]]:
+    """The call that counts the finished jobs of each name (a scan of them all)."""
+    return Call(
+        sql.FINISHED_COUNTS_BY_NAME,
+        (),
+        lambda rows, _n: {row[0]: (row[1], row[2], row[3]) for row in rows},
+    )
+
+
 @overload
 def enqueue_on(conn: psycopg.AsyncConnection[Any], job: NewJob) -> Awaitable[UUID]: ...
 @overload

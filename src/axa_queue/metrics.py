@@ -3,9 +3,10 @@
 Two kinds of numbers:
 
 - what the table holds, for every job name: jobs in each state and how long the oldest
-  ready job has waited. `QueueCollector` reads them with one query every `every`
-  seconds in the background (`refresh_every`), never on a scrape, so scraping is free
-  and counting a big table costs the same however often Prometheus asks;
+  ready job has waited. `QueueCollector` reads them in the background
+  (`refresh_every`), never on a scrape, so scraping is free: the jobs not finished
+  every `every` seconds from their partial indexes, the finished ones (a scan of
+  every row retention keeps) every `FINISHED_EVERY` seconds;
 - what this process did: runs ended by job name and outcome, and how long they ran.
   `RunMetrics` counts them through `Queue.observe`.
 
@@ -53,8 +54,15 @@ from prometheus_client.multiprocess import MultiProcessCollector, mark_process_d
 from prometheus_client.registry import Collector
 
 from .errors import AxaQueueError
-from .jobs import Counts
+from .jobs import (
+    Counts,
+    FinishedCounts,
+    LiveCounts,
+    finished_counts_by_name_call,
+    live_counts_by_name_call,
+)
 from .retries import first_line
+from .statements import run_async
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -99,6 +107,10 @@ DURATION_BUCKETS = (
     3600.0,
 )
 """Upper bounds, in seconds, of the run-duration histogram: 5 ms to an hour."""
+
+FINISHED_EVERY = 300.0
+"""Seconds between counts of finished jobs in `QueueCollector.refresh_every`: they take
+a scan of every finished row retention keeps, where the live counts read small indexes."""
 
 HEALTH_TIMEOUT = 5.0
 """Seconds the health check waits for the database before saying it is unreachable."""
@@ -146,33 +158,70 @@ class QueueCollector(Collector):
     """Jobs in each state and the oldest ready job's age, for every job name, as of the
     last `refresh()`, plus `axa_queue_database_up` (whether that refresh worked).
 
+    Jobs not finished (ready, waiting, running, in review) are counted at every refresh
+    from their partial indexes, cheap however many finished rows the table keeps; the
+    finished ones (completed, failed, cancelled) take a scan of those rows, so
+    `refresh_every` counts them only every `finished_every` seconds.
+
     Registered on `registry` when one is given.
     """
 
     def __init__(self, queue: Queue, registry: CollectorRegistry | None = REGISTRY) -> None:
         self.queue = queue
         self.counts: dict[str, Counts] = {}
+        self.live: dict[str, LiveCounts] = {}
+        self.finished: dict[str, FinishedCounts] = {}
         self.up = False
         self.refreshed_at: float | None = None
+        """When the last refresh worked (`time.time()`)."""
+        self.finished_at: float | None = None
+        """When the finished jobs were last counted (`time.monotonic()`)."""
         if registry is not None:
             registry.register(self)
 
-    async def refresh(self) -> None:
-        """Count the jobs now (one query). Raises what the database raises."""
+    async def refresh(self, finished: bool = True) -> None:
+        """Count the jobs not finished now, and the finished ones too when `finished`
+        (a query each). Raises what the database raises."""
         try:
-            counts = await self.queue.counts_by_name()
+            async with self.queue.pool.connection() as conn:
+                live = await run_async(conn, live_counts_by_name_call())
+                if finished:
+                    self.finished = await run_async(conn, finished_counts_by_name_call())
+                    self.finished_at = time.monotonic()
         except (psycopg.Error, AxaQueueError):
             self.up = False
             raise
-        self.counts, self.up, self.refreshed_at = counts, True, time.time()
+        self.live, self.up, self.refreshed_at = live, True, time.time()
+        self.counts = {name: self._merged(name) for name in sorted({*live, *self.finished})}
 
-    async def refresh_every(self, every: float, stop: asyncio.Event | None = None) -> None:
+    def _merged(self, name: str) -> Counts:
+        ready, waiting, running, review, oldest = self.live.get(name, (0, 0, 0, 0, 0.0))
+        completed, failed, cancelled = self.finished.get(name, (0, 0, 0))
+        return Counts(
+            ready=ready,
+            waiting=waiting,
+            running=running,
+            completed=completed,
+            failed=failed,
+            cancelled=cancelled,
+            needs_review=review,
+            oldest_ready_seconds=oldest,
+        )
+
+    async def refresh_every(
+        self,
+        every: float,
+        stop: asyncio.Event | None = None,
+        finished_every: float = FINISHED_EVERY,
+    ) -> None:
         """Refresh now and then every `every` seconds until `stop` is set (or the task is
-        cancelled); a failed refresh is logged and tried again next time."""
+        cancelled), counting finished jobs too at first and then every `finished_every`
+        seconds; a failed refresh is logged and tried again next time."""
         stop = stop if stop is not None else asyncio.Event()
         while not stop.is_set():
+            due = self.finished_at is None or time.monotonic() - self.finished_at >= finished_every
             try:
-                await self.refresh()
+                await self.refresh(finished=due)
             except (psycopg.Error, AxaQueueError) as error:
                 log.warning("could not count jobs for metrics", extra={"error": str(error)})
             with contextlib.suppress(asyncio.TimeoutError):
@@ -190,7 +239,7 @@ class QueueCollector(Collector):
         jobs = GaugeMetricFamily(
             "axa_queue_jobs",
             "Jobs in the table by job name and state (ready: queued and due; waiting: "
-            "queued for later), as of the last count.",
+            "queued for later), as of the last count (finished states: counted less often).",
             labels=["job", "state"],
         )
         oldest = GaugeMetricFamily(

@@ -428,6 +428,33 @@ COUNTS_BY_NAME = """SELECT name,
     FROM axa_queue GROUP BY name ORDER BY name"""
 """The same counts for each job name."""
 
+LIVE_COUNTS_BY_NAME = """SELECT name,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    EXTRACT(EPOCH FROM now() - min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    FROM (
+        SELECT name, status, run_at FROM axa_queue WHERE status = 'queued'
+        UNION ALL
+        SELECT name, status, run_at FROM axa_queue WHERE status = 'running'
+        UNION ALL
+        SELECT name, status, run_at FROM axa_queue WHERE status = 'needs_review'
+    ) live GROUP BY name ORDER BY name"""
+"""The counts of jobs not finished, for each job name: each branch reads one partial
+index (queued, running, in review), never the finished rows, so it costs the same on a
+table holding millions of them (what metrics count every few seconds)."""
+
+FINISHED_COUNTS_BY_NAME = """SELECT name,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    FROM axa_queue WHERE status IN ('completed', 'failed', 'cancelled')
+    GROUP BY name ORDER BY name"""
+"""The counts of finished jobs, for each job name: a scan of every finished row kept
+by retention (metrics count them far less often than the live ones)."""
+
 PING = "SELECT 1"
 """Whether the database answers."""
 
