@@ -9,9 +9,10 @@ One `Worker` serves one `Queue.run()`. Its parts, each a task:
   something to do: endings to record, or free loops and a reason to look for work (a
   notification, a loop coming free, a retry's backoff ending, or the poll interval).
   While one statement is in flight the next batch gathers, so at low load an ending is
-  written at once and at high load many share a statement. An ending is durable once
-  its statement commits: a process killed in between (a window of one round trip)
-  leaves its job `running`, and stale recovery runs it again;
+  written at once and at high load many share a statement (with `prefetch`, while
+  every loop is busy, endings also wait up to `HOLD_ENDINGS` for others). An ending is
+  durable once its statement commits: a process killed in between leaves its job
+  `running`, and stale recovery runs it again;
 - each run supervises one handler: its timeout, and whether its claim was lost;
 - the heartbeat reports in for all running jobs of this process in one statement
   per interval; a run whose attempt no longer matches lost its claim, so its
@@ -725,6 +726,7 @@ class Worker:
 
 
 def _order(one: Run) -> tuple[int, float]:
+    """The sort key of runs waiting for a loop: best first."""
     return one.order
 
 
