@@ -700,6 +700,7 @@ def test_a_worker_runs_a_modules_queue_serves_metrics_and_stops_gracefully_on_si
     )
     assert sample(metrics, "axa_queue_run_seconds_count", job="Quick") == 5
     assert sample(metrics, "axa_queue_database_up") == 1
+    assert "axa_queue_worker_stuck_seconds 0.0" in metrics
     slow = enqueue(ready, "Slow", "--args", '{"seconds": 1.0}')
     wait_until(lambda: status_of(admin, slow)[0] == "running")
     worker.popen.send_signal(signal.SIGTERM)
@@ -781,6 +782,47 @@ def test_worker_processes_are_supervised_restarted_when_killed_and_stopped_toget
             os.kill(pid, 0)
     stopped = [e for e in supervisor.events() if e["message"] == "a worker process stopped"]
     assert sorted(e["exit_code"] for e in stopped) == [0, 0]
+
+
+def test_a_supervisors_health_says_when_a_worker_process_cannot_claim_or_record_jobs(
+    ready: str, admin, spawn, tmp_path: Path
+) -> None:
+    target = write_module(tmp_path)
+    supervisor = spawn(
+        "worker",
+        target,
+        "--processes",
+        "1",
+        "--log-format",
+        "json",
+        "--metrics-port",
+        "0",
+        "--metrics-host",
+        "127.0.0.1",
+        "--stuck-after",
+        "0.5",
+    )
+    port = supervisor.wait_for(
+        lambda events: next((e["port"] for e in events if e["message"] == "serving metrics"), 0)
+    )
+    supervisor.wait_for(lambda events: any(e["message"] == "worker started" for e in events))
+    health = f"http://127.0.0.1:{port}/health"
+    wait_until(lambda: get(health) == (200, "ok\n"))
+    # The database answers the supervisor's `SELECT 1`, but no statement of the worker
+    # process can run.
+    admin.execute("ALTER TABLE axa_queue RENAME TO axa_queue_away")
+    try:
+        _, text = wait_until(lambda: (answer := get(health))[0] == 503 and answer)
+        assert "a worker process has failed to claim or record jobs for" in text
+        metrics = get(f"http://127.0.0.1:{port}/metrics")[1]
+        assert sample(metrics, "axa_queue_worker_stuck_seconds") >= 0.5
+    finally:
+        admin.execute("ALTER TABLE axa_queue_away RENAME TO axa_queue")
+    wait_until(lambda: get(health) == (200, "ok\n"))
+    job = enqueue(ready, "Quick")
+    wait_until(lambda: status_of(admin, job)[0] == "completed")
+    supervisor.popen.send_signal(signal.SIGTERM)
+    assert supervisor.finish() == 0
 
 
 def test_worker_processes_stop_by_themselves_when_their_supervisor_is_killed(

@@ -484,6 +484,15 @@ def _need_metrics() -> None:
     show_default=True,
     help="The address the metrics server listens on.",
 )
+@click.option(
+    "--stuck-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=30.0,
+    metavar="SECONDS",
+    show_default=True,
+    help="/health answers 503 once every statement that claims or records jobs has "
+    "failed this long while the database answers (with --processes: in any process).",
+)
 @dsn_option
 def worker(
     target: str,
@@ -494,6 +503,7 @@ def worker(
     log_level: str,
     metrics_port: int | None,
     metrics_host: str,
+    stuck_after: float,
     dsn: str | None,
 ) -> None:
     """Run the jobs of the Queue at MODULE:ATTR (its handlers, limits and schedules).
@@ -512,7 +522,7 @@ def worker(
     with _errors(target_dsn):
         if processes is None:
             code = asyncio.run(
-                supervisor.work(queue, target_dsn, setup, metrics_port, metrics_host)
+                supervisor.work(queue, target_dsn, setup, metrics_port, metrics_host, stuck_after)
             )
         else:
             command = [
@@ -538,6 +548,7 @@ def worker(
                     setup,
                     metrics_port,
                     metrics_host,
+                    stuck_after,
                 )
             )
     if code:

@@ -7,8 +7,10 @@ Two kinds of numbers:
   (`refresh_every`), never on a scrape, so scraping is free: the jobs not finished
   every `every` seconds from their partial indexes, the finished ones (a scan of
   every row retention keeps) every `FINISHED_EVERY` seconds;
-- what this process did: runs ended by job name and outcome, and how long they ran.
-  `RunMetrics` counts them through `Queue.observe`.
+- what this process did: runs ended by job name and outcome, and how long they ran;
+  and how long every statement of its worker has failed, if it has (0 while they go
+  through). `RunMetrics` counts runs through `Queue.observe` and keeps the gauge
+  current with `track`.
 
 ::
 
@@ -17,6 +19,7 @@ Two kinds of numbers:
     axa_queue_database_up 1
     axa_queue_runs_total{job="Report",outcome="completed"} 5120
     axa_queue_run_seconds_bucket{job="Report",le="0.5"} 4990
+    axa_queue_worker_stuck_seconds 0
 
 `serve` answers `/metrics` and `/health` (200 when the database answers the queue's
 pool within a few seconds, 503 with the reason when it does not, or when the queue's
@@ -46,6 +49,7 @@ from prometheus_client import (
     REGISTRY,
     CollectorRegistry,
     Counter,
+    Gauge,
     Histogram,
     generate_latest,
 )
@@ -119,6 +123,12 @@ STUCK_AFTER = 30.0
 """Seconds of failed worker statements, the database answering all along, before the
 health check says the worker is stuck."""
 
+STUCK_GAUGE = "axa_queue_worker_stuck_seconds"
+"""The gauge of how long a worker's statements have all failed (see `RunMetrics`)."""
+
+TRACK_EVERY = 1.0
+"""Seconds between updates of the stuck gauge."""
+
 Health = Callable[[], "tuple[bool, str]"]
 """Answers whether all is well, and a line saying why not."""
 
@@ -142,6 +152,13 @@ class RunMetrics:
             buckets=DURATION_BUCKETS,
             registry=registry,
         )
+        self.stuck = Gauge(
+            STUCK_GAUGE,
+            "Seconds the worker's statements have all failed (none claimed or recorded "
+            "jobs); 0 while they go through. The most of any live process.",
+            registry=registry,
+            multiprocess_mode="livemax",
+        )
 
     def attach(self, queue: Queue) -> RunMetrics:
         """Count every run `queue` ends in this process."""
@@ -152,6 +169,15 @@ class RunMetrics:
         """Count one run of job `name` that ended with `outcome` after `seconds`."""
         self.runs.labels(job=name, outcome=outcome).inc()
         self.seconds.labels(job=name).observe(seconds)
+
+    async def track(self, queue: Queue, every: float = TRACK_EVERY) -> None:
+        """Keep the stuck gauge current with `queue`'s worker, every `every` seconds,
+        until cancelled (a gauge, not a collector, so a supervisor can read it from the
+        processes' shared directory)."""
+        while True:
+            worker = queue.worker
+            self.stuck.set(0.0 if worker is None else worker.failing_for())
+            await asyncio.sleep(every)
 
 
 class QueueCollector(Collector):
@@ -272,11 +298,15 @@ class HealthCheck:
         loop: asyncio.AbstractEventLoop,
         timeout: float = HEALTH_TIMEOUT,
         stuck_after: float = STUCK_AFTER,
+        processes: CollectorRegistry | None = None,
     ) -> None:
         self.queue = queue
         self.loop = loop
         self.timeout = timeout
         self.stuck_after = stuck_after
+        self.processes = processes
+        """A supervisor's registry of its worker processes' metrics, whose stuck gauge
+        the check reads too (the supervisor's own queue runs no worker)."""
 
     def __call__(self) -> tuple[bool, str]:
         """`(True, "ok")`, or `(False, why)`."""
@@ -296,6 +326,13 @@ class HealthCheck:
         why = None if worker is None else worker.trouble(self.stuck_after)
         if why is not None:
             return False, why
+        if self.processes is not None:
+            stuck = self.processes.get_sample_value(STUCK_GAUGE) or 0.0
+            if stuck >= self.stuck_after:
+                return False, (
+                    f"a worker process has failed to claim or record jobs for {stuck:.0f} s "
+                    "(its log says why)"
+                )
         return True, "ok"
 
 

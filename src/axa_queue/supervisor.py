@@ -94,9 +94,16 @@ class _Signals:
 
 
 async def _serve_metrics(
-    queue: Queue, registry: Any, port: int, host: str, stop: asyncio.Event
+    queue: Queue,
+    registry: Any,
+    port: int,
+    host: str,
+    stop: asyncio.Event,
+    stuck_after: float | None,
+    processes: bool,
 ) -> tuple[MetricsServer, asyncio.Task[None]]:
-    """Count jobs now and every `COUNTS_EVERY`, and serve `registry` with a health check.
+    """Count jobs now and every `COUNTS_EVERY`, and serve `registry` with a health check
+    (which, for a supervisor's `processes`, reads their stuck gauge in `registry`).
     Raises `MetricsServerError` when the port cannot be had."""
     from .metrics import HealthCheck, QueueCollector, serve
 
@@ -104,8 +111,13 @@ async def _serve_metrics(
     with contextlib.suppress(psycopg.Error):
         await collector.refresh()
     counting = asyncio.ensure_future(collector.refresh_every(COUNTS_EVERY, stop))
+    health = HealthCheck(
+        queue, asyncio.get_running_loop(), processes=registry if processes else None
+    )
+    if stuck_after is not None:
+        health.stuck_after = stuck_after
     try:
-        server = serve(registry, HealthCheck(queue, asyncio.get_running_loop()), port, host)
+        server = serve(registry, health, port, host)
     except OSError as error:
         counting.cancel()
         raise MetricsServerError(
@@ -116,13 +128,21 @@ async def _serve_metrics(
 
 
 async def work(
-    queue: Queue, dsn: str, setup: bool, metrics_port: int | None, metrics_host: str
+    queue: Queue,
+    dsn: str,
+    setup: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    stuck_after: float | None = None,
 ) -> int:
-    """Run `queue` in this process until signalled; 0 after a graceful stop, 1 aborted."""
+    """Run `queue` in this process until signalled; 0 after a graceful stop, 1 aborted.
+    `stuck_after` (seconds; the health check's default when None): how long every
+    statement of the worker may fail before `/health` says so."""
     await queue.open(dsn, setup=setup)
     stop = asyncio.Event()
     server: MetricsServer | None = None
     counting: asyncio.Task[None] | None = None
+    tracking: asyncio.Task[None] | None = None
     watching: asyncio.Task[None] | None = None
     signals: _Signals | None = None
     slot = os.environ.get(PROCESS_VARIABLE)
@@ -132,16 +152,18 @@ async def work(
         if supervisor and os.environ.get(METRICS_VARIABLE) == "1":
             from .metrics import RunMetrics
 
-            RunMetrics(registry=None).attach(queue)  # summed by the supervisor
+            shared = RunMetrics(registry=None).attach(queue)  # summed by the supervisor
+            tracking = asyncio.ensure_future(shared.track(queue))
         if metrics_port is not None:
             from prometheus_client import CollectorRegistry
 
             from .metrics import RunMetrics
 
             registry = CollectorRegistry()
-            RunMetrics(registry).attach(queue)
+            own = RunMetrics(registry).attach(queue)
+            tracking = asyncio.ensure_future(own.track(queue))
             server, counting = await _serve_metrics(
-                queue, registry, metrics_port, metrics_host, stop
+                queue, registry, metrics_port, metrics_host, stop, stuck_after, processes=False
             )
         running = asyncio.ensure_future(queue.run(stop))
 
@@ -184,7 +206,7 @@ async def work(
     finally:
         if signals is not None:
             signals.close()
-        for task in (watching, counting):
+        for task in (watching, counting, tracking):
             if task is not None:
                 task.cancel()
         if server is not None:
@@ -210,10 +232,12 @@ async def supervise(
     setup: bool,
     metrics_port: int | None,
     metrics_host: str,
+    stuck_after: float | None = None,
 ) -> int:
     """Keep `processes` worker processes running `command` (an `axa-queue worker` command
     line, run with the supervisor's environment) until signalled; 0 when all stopped
-    gracefully. `workers` is only logged: each child's loops come from its command."""
+    gracefully. `workers` is only logged: each child's loops come from its command.
+    `stuck_after`: as for `work`, of any of the processes."""
     control = Queue(dsn, QueueOptions(pool_size=2))
     await control.open(setup=setup)  # set up (or check) once, before any child starts
     env = {**os.environ, DSN_VARIABLES[0]: dsn, SUPERVISOR_VARIABLE: str(os.getpid())}
@@ -239,6 +263,8 @@ async def supervise(
                 metrics_port,
                 metrics_host,
                 stopping,
+                stuck_after,
+                processes=True,
             )
         else:
             await control.close()

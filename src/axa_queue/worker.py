@@ -174,15 +174,19 @@ class Worker:
 
     # --- the whole ---------------------------------------------------------------------
 
+    def failing_for(self) -> float:
+        """Seconds every exchange has failed, none going through; 0 while they do.
+        Safe from any thread."""
+        failing = self.failing
+        return 0.0 if failing is None else time.monotonic() - failing[0]
+
     def trouble(self, after: float) -> str | None:
         """Why this worker cannot do its work, once every exchange for `after` seconds
         has failed (the database answers, but not to the worker's statements: a table
         gone, a privilege revoked, a disk full); else None. Safe from any thread."""
         failing = self.failing
-        if failing is None:
-            return None
-        seconds = time.monotonic() - failing[0]
-        if seconds < after:
+        seconds = self.failing_for()
+        if failing is None or seconds < after:
             return None
         return f"the worker has failed to claim or record jobs for {seconds:.0f} s: {failing[1]}"
 
