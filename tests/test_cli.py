@@ -206,6 +206,14 @@ def sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
+def served_port(process: Process) -> int:
+    """The port a worker (or supervisor) logged it serves metrics on."""
+    port: int = process.wait_for(
+        lambda events: next((e["port"] for e in events if e["message"] == "serving metrics"), 0)
+    )
+    return port
+
+
 def wait_until(check: Callable[[], Any], timeout: float = 20) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -682,9 +690,7 @@ def test_a_worker_runs_a_modules_queue_serves_metrics_and_stops_gracefully_on_si
         "--metrics-host",
         "127.0.0.1",
     )
-    port = worker.wait_for(
-        lambda events: next((e["port"] for e in events if e["message"] == "serving metrics"), 0)
-    )
+    port = served_port(worker)
     started = worker.wait_for(
         lambda events: next((e for e in events if e["message"] == "worker started"), None)
     )
@@ -753,9 +759,7 @@ def test_worker_processes_are_supervised_restarted_when_killed_and_stopped_toget
     supervisor.wait_for(lambda events: sum(e["message"] == "worker started" for e in events) == 2)
     jobs = [enqueue(ready, "Quick") for _ in range(20)]
     wait_until(lambda: all(status_of(admin, j)[0] == "completed" for j in jobs))
-    port = supervisor.wait_for(
-        lambda events: next((e["port"] for e in events if e["message"] == "serving metrics"), 0)
-    )
+    port = served_port(supervisor)
     text = wait_until(
         lambda: (
             (t := get(f"http://127.0.0.1:{port}/metrics")[1])
@@ -802,9 +806,7 @@ def test_a_supervisors_health_says_when_a_worker_process_cannot_claim_or_record_
         "--stuck-after",
         "0.5",
     )
-    port = supervisor.wait_for(
-        lambda events: next((e["port"] for e in events if e["message"] == "serving metrics"), 0)
-    )
+    port = served_port(supervisor)
     supervisor.wait_for(lambda events: any(e["message"] == "worker started" for e in events))
     health = f"http://127.0.0.1:{port}/health"
     wait_until(lambda: get(health) == (200, "ok\n"))
