@@ -59,6 +59,7 @@ from .maintenance import Recovered
 from .options import QueueOptions
 from .queue import DSN_VARIABLES, Queue
 from .schedules import ScheduleInfo
+from .worker import STUCK_AFTER
 
 __all__ = ["load_queue", "main"]
 
@@ -487,7 +488,7 @@ def _need_metrics() -> None:
 @click.option(
     "--stuck-after",
     type=click.FloatRange(min=0, min_open=True),
-    default=30.0,
+    default=STUCK_AFTER,
     metavar="SECONDS",
     show_default=True,
     help="/health answers 503 once every statement that claims or records jobs has "

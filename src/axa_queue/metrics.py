@@ -67,6 +67,7 @@ from .jobs import (
 )
 from .retries import first_line
 from .statements import run_async
+from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -118,10 +119,6 @@ a scan of every finished row retention keeps, where the live counts read small i
 
 HEALTH_TIMEOUT = 5.0
 """Seconds the health check waits for the database before saying it is unreachable."""
-
-STUCK_AFTER = 30.0
-"""Seconds of failed worker statements, the database answering all along, before the
-health check says the worker is stuck."""
 
 STUCK_GAUGE = "axa_queue_worker_stuck_seconds"
 """The gauge of how long a worker's statements have all failed (see `RunMetrics`)."""

@@ -56,6 +56,10 @@ MIN_HEARTBEAT = 0.02
 RETRY_DATABASE = 0.5
 """Seconds between tries when the database does not answer a write that must land."""
 
+STUCK_AFTER = 30.0
+"""Seconds of failed statements, the database answering all along, before a health
+check says the worker is stuck (see `Worker.trouble`)."""
+
 HOLD_ENDINGS = 0.020
 """Seconds an ending may wait for others to share its statement, only while every loop
 is busy and enough claimed jobs wait for them (`prefetch`); else it is written at once."""
