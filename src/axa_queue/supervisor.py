@@ -32,6 +32,7 @@ import psycopg
 from .errors import AxaQueueError
 from .options import QueueOptions
 from .queue import DSN_VARIABLES, Queue
+from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer
@@ -99,7 +100,7 @@ async def _serve_metrics(
     port: int,
     host: str,
     stop: asyncio.Event,
-    stuck_after: float | None,
+    stuck_after: float,
     processes: bool,
 ) -> tuple[MetricsServer, asyncio.Task[None]]:
     """Count jobs now and every `COUNTS_EVERY`, and serve `registry` with a health check
@@ -112,10 +113,11 @@ async def _serve_metrics(
         await collector.refresh()
     counting = asyncio.ensure_future(collector.refresh_every(COUNTS_EVERY, stop))
     health = HealthCheck(
-        queue, asyncio.get_running_loop(), processes=registry if processes else None
+        queue,
+        asyncio.get_running_loop(),
+        stuck_after=stuck_after,
+        processes=registry if processes else None,
     )
-    if stuck_after is not None:
-        health.stuck_after = stuck_after
     try:
         server = serve(registry, health, port, host)
     except OSError as error:
@@ -133,11 +135,11 @@ async def work(
     setup: bool,
     metrics_port: int | None,
     metrics_host: str,
-    stuck_after: float | None = None,
+    stuck_after: float = STUCK_AFTER,
 ) -> int:
     """Run `queue` in this process until signalled; 0 after a graceful stop, 1 aborted.
-    `stuck_after` (seconds; the health check's default when None): how long every
-    statement of the worker may fail before `/health` says so."""
+    `stuck_after`: seconds every statement of the worker may fail, the database
+    answering, before `/health` says so."""
     await queue.open(dsn, setup=setup)
     stop = asyncio.Event()
     server: MetricsServer | None = None
@@ -232,7 +234,7 @@ async def supervise(
     setup: bool,
     metrics_port: int | None,
     metrics_host: str,
-    stuck_after: float | None = None,
+    stuck_after: float = STUCK_AFTER,
 ) -> int:
     """Keep `processes` worker processes running `command` (an `axa-queue worker` command
     line, run with the supervisor's environment) until signalled; 0 when all stopped
