@@ -330,8 +330,8 @@ wanted names as JSON arrays (`[{"id", "attempts", "status", "error", "delay"}]` 
 `[{"name", "cap"}]`). Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
-more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key (`id = ANY(ARRAY(
-...))` again), and the fence compares the status with `(SELECT 'running')`, a value the
+more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
+(`id = ANY(ARRAY(...))` again), and the fence compares the status with `(SELECT 'running')`, a value the
 planner cannot match to the partial index of running jobs: else, whenever its statistics
 say few jobs run, it scans that index whole (every running job of every worker, and the
 dead entries vacuum has not cleared yet), or on a table of some thousand rows the table."""
