@@ -331,10 +331,11 @@ wanted names as JSON arrays (`[{"id", "attempts", "status", "error", "delay"}]` 
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
 more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
-(`id = ANY(ARRAY(...))` again), and the fence compares the status with `(SELECT 'running')`, a value the
-planner cannot match to the partial index of running jobs: else, whenever its statistics
-say few jobs run, it scans that index whole (every running job of every worker, and the
-dead entries vacuum has not cleared yet), or on a table of some thousand rows the table."""
+(`id = ANY(ARRAY(...))` again), and the fence compares the status with
+`(SELECT 'running')`, a value the planner cannot match to the partial index of running
+jobs: else, whenever its statistics say few jobs run, it scans that index whole (every
+running job of every worker, and the dead entries vacuum has not cleared yet), or on a
+table of some thousand rows the table."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
