@@ -1,0 +1,333 @@
+"""The docs run as written, and say what a user needs to configure.
+
+Every fenced block in README.md and docs/*.md names its language. Each ```python
+block is a complete program: it is run as a script in a fresh Python process, with
+`AXA_QUEUE_DSN` set to this test's own schema (and nothing else from the queue's
+environment), so `asyncio.run`, module-level queues and signals behave as for a user
+who pastes it into a file. A block meant to run until stopped (a worker) is preceded by
+
+    <!-- doc-test: interrupt after "TEXT" -->
+
+and is sent SIGINT once it printed TEXT, as a user's Ctrl-C: it must then exit 0
+without a traceback.
+
+The configuration page names every `QueueOptions` field and every environment variable
+the package reads, so a new one cannot go undocumented.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from axa_queue import QueueOptions
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+CONFIGURATION = ROOT / "docs" / "configuration.md"
+SOURCE = ROOT / "src" / "axa_queue"
+
+RUN_TIMEOUT = 90.0
+"""Seconds a block may take (a worker block: to print its marker, then to stop)."""
+
+HIDING_PYTHON = frozenset(
+    {"py", "py3", "python3", "python2", "pycon", "pyi", "ipython", "ipython3", "pytb", "pyodide"}
+)
+"""Tags that render as Python but would not be run: write ```python instead."""
+
+INTERRUPT = re.compile(r'<!--\s*doc-test:\s*interrupt after "([^"]+)"\s*-->')
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a Markdown file."""
+
+    path: Path
+    line: int
+    """The line of the opening fence, from 1."""
+    tag: str
+    code: str
+    interrupt_after: str | None
+    """The text after which the block is sent SIGINT, for blocks that run until stopped."""
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """Every fenced block in `path`, with the `doc-test` directive just before it."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found: list[Block] = []
+    i = 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent, fence = opening["indent"], opening["fence"]
+        tag = opening["info"].strip().split(" ")[0].lower() if opening["info"].strip() else ""
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines) and not (
+            lines[j].strip().startswith(fence) and lines[j].strip().strip(fence[0]) == ""
+        ):
+            line = lines[j]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            j += 1
+        assert j < len(lines), f"{path.relative_to(ROOT)}:{i + 1}: a code block is never closed"
+        previous = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
+        directive = INTERRUPT.search(previous)
+        found.append(
+            Block(
+                path=path,
+                line=i + 1,
+                tag=tag,
+                code="\n".join(body) + "\n",
+                interrupt_after=directive[1] if directive else None,
+            )
+        )
+        i = j + 1
+    return found
+
+
+ALL_BLOCKS = [block for path in DOC_FILES for block in blocks_of(path)]
+PYTHON_BLOCKS = [block for block in ALL_BLOCKS if block.tag == "python"]
+LOOKS_LIKE_PYTHON = re.compile(r"^(import \w|from [\w.]+ import |async def |def \w+\()", re.M)
+
+
+def test_the_docs_have_python_blocks_to_run() -> None:
+    assert len(PYTHON_BLOCKS) >= 5, [b.where for b in PYTHON_BLOCKS]
+    assert any(b.interrupt_after for b in PYTHON_BLOCKS), "the README's worker is run too"
+
+
+@pytest.mark.parametrize("block", ALL_BLOCKS, ids=[b.where for b in ALL_BLOCKS])
+def test_every_code_block_names_its_language_and_none_hides_python(block: Block) -> None:
+    assert block.tag, (
+        f"{block.where}: a code block without a language; write ```python for code to run, "
+        "```sh for commands, ```text for output"
+    )
+    assert block.tag not in HIDING_PYTHON, (
+        f"{block.where}: ```{block.tag} is not run by the tests; write ```python and make "
+        "the block a complete program"
+    )
+    if block.tag != "python":
+        assert not LOOKS_LIKE_PYTHON.search(block.code), (
+            f"{block.where}: this ```{block.tag} block looks like Python; write ```python "
+            "and make it a complete program"
+        )
+    if block.interrupt_after is not None:
+        assert block.tag == "python", f"{block.where}: a doc-test directive on a non-Python block"
+
+
+def _environment(dsn: str) -> dict[str, str]:
+    """The caller's environment with the queue's variables replaced by this test's DSN."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not (name.startswith("AXA_QUEUE_") or name == "DATABASE_URL")
+    }
+    env["AXA_QUEUE_DSN"] = dsn
+    env["PYTHONUNBUFFERED"] = "1"  # so the marker is seen as soon as it is printed
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p
+    )
+    return env
+
+
+def _run(block: Block, script: Path, dsn: str) -> tuple[int, str, str]:
+    """Run `script` as `python script`; interrupt it after its marker if it has one.
+    Returns the exit status, stdout and stderr."""
+    process = subprocess.Popen(
+        [sys.executable, str(script)],
+        cwd=script.parent,
+        env=_environment(dsn),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    output = {process.stdout: bytearray(), process.stderr: bytearray()}
+    selector = selectors.DefaultSelector()
+    for stream in output:
+        os.set_blocking(stream.fileno(), False)
+        selector.register(stream, selectors.EVENT_READ)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    interrupted = False
+    try:
+        while selector.get_map():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                process.kill()
+                process.wait()
+                stdout, stderr = (bytes(output[s]).decode(errors="replace") for s in output)
+                why = (
+                    "did not stop after SIGINT (a worker block must stop on Ctrl-C)"
+                    if interrupted
+                    else "still running; a block must end by itself, or be a worker preceded "
+                    "by a doc-test interrupt directive"
+                )
+                pytest.fail(
+                    f"{block.where}: {why}, after {RUN_TIMEOUT:.0f} s\n"
+                    f"stdout:\n{stdout}\nstderr:\n{stderr}"
+                )
+            for key, _ in selector.select(min(remaining, 1.0)):
+                chunk = key.fileobj.read()  # type: ignore[union-attr]
+                if chunk:
+                    output[key.fileobj].extend(chunk)  # type: ignore[index]
+                elif chunk == b"":
+                    selector.unregister(key.fileobj)
+            if (
+                block.interrupt_after is not None
+                and not interrupted
+                and block.interrupt_after.encode() in output[process.stdout]
+            ):
+                process.send_signal(signal.SIGINT)
+                interrupted = True
+        status = process.wait(timeout=max(deadline - time.monotonic(), 1.0))
+    finally:
+        selector.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    stdout = bytes(output[process.stdout]).decode(errors="replace")
+    stderr = bytes(output[process.stderr]).decode(errors="replace")
+    if block.interrupt_after is not None:
+        assert interrupted, (
+            f"{block.where}: never printed {block.interrupt_after!r}\nstdout:\n{stdout}"
+            f"\nstderr:\n{stderr}"
+        )
+    return status, stdout, stderr
+
+
+@pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.where for b in PYTHON_BLOCKS])
+def test_the_python_block_runs_as_written(block: Block, dsn: str, tmp_path: Path) -> None:
+    try:
+        ast.parse(block.code, filename=block.where)
+    except SyntaxError as error:
+        pytest.fail(f"{block.where}: not valid Python: {error}")
+    if "axa_queue.embedded" in block.code:
+        from axa_queue.embedded import is_available
+
+        if not is_available():
+            pytest.skip("the block needs the [embedded] extra")
+    script = tmp_path / "block.py"
+    script.write_text(f"# {block.where}\n{block.code}", encoding="utf-8")
+    status, stdout, stderr = _run(block, script, dsn)
+    assert status == 0, f"{block.where}: exit status {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    assert "Traceback" not in stderr, f"{block.where}: printed a traceback\n{stderr}"
+
+
+def test_the_harness_runs_a_block_that_names_something_it_never_defined_and_fails_it(
+    dsn: str, tmp_path: Path
+) -> None:
+    block = Block(ROOT / "README.md", 1, "python", "print(dsn)\n", None)
+    script = tmp_path / "block.py"
+    script.write_text(block.code)
+    status, _, stderr = _run(block, script, dsn)
+    assert status != 0 and "NameError" in stderr
+
+
+def test_the_harness_sees_a_worker_that_ctrl_c_stops_with_a_traceback(
+    dsn: str, tmp_path: Path
+) -> None:
+    code = (
+        "import asyncio\n\n\nasync def main() -> None:\n    print('ready')\n"
+        "    await asyncio.Event().wait()\n\n\nasyncio.run(main())\n"
+    )
+    block = Block(ROOT / "README.md", 1, "python", code, "ready")
+    script = tmp_path / "block.py"
+    script.write_text(block.code)
+    status, _, stderr = _run(block, script, dsn)
+    assert status != 0 and "Traceback" in stderr and "KeyboardInterrupt" in stderr
+
+
+def test_the_harness_finds_a_python_block_hidden_behind_another_tag(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "Text.\n\n```py\nprint(1)\n```\n\n```\nimport os\n```\n\n"
+        '<!-- doc-test: interrupt after "ready" -->\n  ```python\n  print("ready")\n  ```\n'
+    )
+    blocks = blocks_of(page)
+    assert [(b.line, b.tag, b.interrupt_after) for b in blocks] == [
+        (3, "py", None),
+        (7, "", None),
+        (12, "python", "ready"),
+    ]
+    assert blocks[2].code == 'print("ready")\n'
+    assert blocks[0].tag in HIDING_PYTHON
+    assert LOOKS_LIKE_PYTHON.search(blocks[1].code)
+
+
+# --- what the configuration page must name ----------------------------------------------------
+
+
+def _documented_text() -> str:
+    return "\n".join(path.read_text(encoding="utf-8") for path in DOC_FILES)
+
+
+def test_the_configuration_page_names_every_queue_option_and_is_linked_from_the_readme() -> None:
+    text = CONFIGURATION.read_text(encoding="utf-8")
+    missing = [f.name for f in dataclasses.fields(QueueOptions) if f"`{f.name}`" not in text]
+    assert not missing, f"docs/configuration.md does not describe QueueOptions {missing}"
+    assert "docs/configuration.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def environment_variables_read() -> set[str]:
+    """Every environment variable the package reads: the names given to `os.environ` /
+    `os.getenv` in src, and the string constants of `*_VARIABLE(S)` names (how the
+    package names the variables it reads)."""
+    names: set[str] = set()
+    for path in SOURCE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        constants: dict[str, ast.expr] = {}
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    if isinstance(target, ast.Name) and node.value is not None:
+                        constants[target.id] = node.value
+        for name, value in constants.items():
+            if re.fullmatch(r"[A-Z_]*VARIABLES?", name):
+                names.update(
+                    n.value
+                    for n in ast.walk(value)
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                )
+        for node in ast.walk(tree):
+            argument: ast.expr | None = None
+            if isinstance(node, ast.Subscript) and ast.unparse(node.value) == "os.environ":
+                argument = node.slice
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                "os.environ.get",
+                "os.getenv",
+            ):
+                argument = node.args[0] if node.args else None
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                names.add(argument.value)
+            elif isinstance(argument, ast.Name) and argument.id in constants:
+                value = constants[argument.id]
+                if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                    names.add(value.value)
+    return names
+
+
+def test_every_environment_variable_the_package_reads_is_in_the_docs() -> None:
+    read = environment_variables_read()
+    assert {"AXA_QUEUE_DSN", "DATABASE_URL", "AXA_QUEUE_MODE"} <= read, read
+    text = _documented_text()
+    missing = sorted(name for name in read if f"`{name}`" not in text)
+    assert not missing, f"environment variables read but not documented: {missing}"
+    assert "`AXA_TEST_DATABASE_URL`" in CONFIGURATION.read_text(encoding="utf-8")
