@@ -285,12 +285,12 @@ def test_the_configuration_page_names_every_queue_option_and_is_linked_from_the_
     assert "docs/configuration.md" in (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def environment_variables_read() -> set[str]:
-    """Every environment variable the package reads: the names given to `os.environ` /
-    `os.getenv` in src, and the string constants of `*_VARIABLE(S)` names (how the
-    package names the variables it reads)."""
+def environment_variables_read(folder: Path = SOURCE) -> set[str]:
+    """Every environment variable the code in `folder` reads: the names given to
+    `os.environ` / `os.getenv`, and the string constants of `*_VARIABLE(S)` names (how
+    the package names the variables it reads)."""
     names: set[str] = set()
-    for path in SOURCE.rglob("*.py"):
+    for path in folder.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         constants: dict[str, ast.expr] = {}
         for node in ast.walk(tree):
@@ -331,3 +331,10 @@ def test_every_environment_variable_the_package_reads_is_in_the_docs() -> None:
     missing = sorted(name for name in read if f"`{name}`" not in text)
     assert not missing, f"environment variables read but not documented: {missing}"
     assert "`AXA_TEST_DATABASE_URL`" in CONFIGURATION.read_text(encoding="utf-8")
+
+
+def test_every_variable_the_docs_name_is_one_the_code_or_the_tests_read() -> None:
+    named = set(re.findall(r"\bAXA_[A-Z0-9_]+\b", _documented_text()))
+    read = environment_variables_read() | environment_variables_read(ROOT / "tests")
+    assert "AXA_TEST_DATABASE_URL" in read
+    assert not named - read, f"the docs name variables nothing reads: {sorted(named - read)}"

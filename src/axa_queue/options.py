@@ -73,6 +73,7 @@ class QueueOptions:
     """How a queue runs. The defaults are the reference crate's.
 
     Every duration takes a `timedelta` or seconds, and reads back as a `timedelta`.
+    docs/configuration.md describes every option with its default.
     """
 
     workers: int = 2
@@ -85,7 +86,8 @@ class QueueOptions:
     stale_after: Duration = timedelta(minutes=60)
     """A running job not heard from for this long is taken for lost with its worker."""
     max_attempts: int = 1
-    """Tries a job gets, including the first, unless it was queued with its own limit."""
+    """Tries a job gets, including the first, unless it was queued with its own limit.
+    The default, 1, means no retries: a job that raises once is failed."""
     retry_backoff: Duration = timedelta(seconds=30)
     """The wait before the first retry; each later one waits twice as long, up to an hour."""
     retention: Duration = timedelta(days=7)
