@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Literal, Union, get_args
@@ -18,8 +19,11 @@ from .errors import OptionsError
 __all__ = [
     "DSN_VARIABLES",
     "MODE_VARIABLE",
+    "POOLER_VARIABLE",
+    "SCHEMA_VARIABLE",
     "Duration",
     "Mode",
+    "Pooler",
     "QueueOptions",
     "dsn_from_environment",
     "to_seconds",
@@ -36,6 +40,20 @@ MODE_VARIABLE = "AXA_QUEUE_MODE"
 """The environment variable that picks the mode when `QueueOptions.mode` is not set."""
 
 _MODES: tuple[str, ...] = get_args(Mode)
+
+Pooler = Literal["direct", "session", "transaction"]
+"""What stands between the queue and PostgreSQL: nothing (`direct`), or a connection
+pooler such as PgBouncer in `session` or in `transaction` mode."""
+
+POOLER_VARIABLE = "AXA_QUEUE_POOLER"
+"""The environment variable that says the pooler when `QueueOptions.pooler` is not set."""
+
+_POOLERS: tuple[str, ...] = get_args(Pooler)
+
+SCHEMA_VARIABLE = "AXA_QUEUE_SCHEMA"
+"""The environment variable that names the schema when `QueueOptions.schema` is not set."""
+
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 DSN_VARIABLES = ("AXA_QUEUE_DSN", "DATABASE_URL")
 """Environment variables read, in order, when no DSN is given."""
@@ -111,6 +129,19 @@ class QueueOptions:
     shutdown_grace: Duration | None = None
     """On stop, how long to wait for jobs in progress before aborting them (they are
     then left for stale recovery); `None` waits for as long as they take."""
+    pooler: Pooler | None = None
+    """What is between the queue and PostgreSQL: `"direct"` (nothing), `"session"` (a
+    pooler such as PgBouncer in session mode) or `"transaction"` (one in transaction
+    mode); `None` reads `AXA_QUEUE_POOLER`, else `"direct"`. `"transaction"` turns off
+    what a transaction pooler cannot carry: prepared statements, LISTEN (workers poll
+    every `poll_interval`; a warning says so once when `listen` is on) and the session
+    settings; see docs/production.md."""
+    schema: str | None = None
+    """The schema of the queue's tables: every statement the queue sends names it, so
+    it works behind any pooler (which refuses `options=-c search_path=...`). A plain
+    lowercase name (letters, digits, `_`; at most 63). `None` reads `AXA_QUEUE_SCHEMA`,
+    else the connection's `search_path` decides. Statements sent on your own
+    connection (`enqueue_on`, `cancel`, ...) still follow its `search_path`."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -144,6 +175,12 @@ class QueueOptions:
             raise OptionsError(
                 f"expected mode to be one of {', '.join(_MODES)}, got: {self.mode!r}"
             )
+        if self.pooler is not None and self.pooler not in _POOLERS:
+            raise OptionsError(
+                f"expected pooler to be one of {', '.join(_POOLERS)}, got: {self.pooler!r}"
+            )
+        if self.schema is not None:
+            _schema_name("schema", self.schema)
         for name in ("listen", "prepare"):
             if not isinstance(getattr(self, name), bool):
                 raise OptionsError(
@@ -162,6 +199,27 @@ class QueueOptions:
                 f"expected {MODE_VARIABLE} to be one of {', '.join(_MODES)}, got: {value!r}"
             )
         return value  # type: ignore[return-value]
+
+    def resolved_pooler(self) -> Pooler:
+        """The pooler in force: the option, else `AXA_QUEUE_POOLER`, else `"direct"`."""
+        if self.pooler is not None:
+            return self.pooler
+        value = os.environ.get(POOLER_VARIABLE, "").strip().lower()
+        if not value:
+            return "direct"
+        if value not in _POOLERS:
+            raise OptionsError(
+                f"expected {POOLER_VARIABLE} to be one of {', '.join(_POOLERS)}, got: {value!r}"
+            )
+        return value  # type: ignore[return-value]
+
+    def resolved_schema(self) -> str | None:
+        """The schema in force: the option, else `AXA_QUEUE_SCHEMA`, else `None` (the
+        connection's `search_path` decides)."""
+        if self.schema is not None:
+            return self.schema
+        value = os.environ.get(SCHEMA_VARIABLE, "").strip()
+        return _schema_name(SCHEMA_VARIABLE, value) if value else None
 
     def seconds(self, name: str) -> float:
         """The duration option `name` in seconds."""
@@ -185,6 +243,15 @@ _DURATIONS = frozenset(
         "maintenance_interval",
     }
 )
+
+
+def _schema_name(name: str, value: object) -> str:
+    if not isinstance(value, str) or not _SCHEMA_NAME.fullmatch(value):
+        raise OptionsError(
+            f"expected {name} to be a schema name of lowercase letters, digits and _ "
+            f"(not starting with a digit, at most 63), got: {value!r}"
+        )
+    return value
 
 
 def _positive_int(name: str, value: object) -> None:

@@ -20,7 +20,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Unpack
 
-from . import maintenance, schedules, sql
+from . import maintenance, pooler, schedules, sql
 from .acts import Act, acts_call
 from .errors import NotOpenError, OptionsError, ScheduleError, SchemaError
 from .handlers import HandlerFunction, JobHandler
@@ -161,8 +161,8 @@ class Queue:
         return self._pool is not None
 
     def connect_kwargs(self) -> dict[str, Any]:
-        """Connection settings the queue uses."""
-        return {"prepare_threshold": 5 if self.options.prepare else None}
+        """Connection settings the queue uses (see `pooler`)."""
+        return pooler.connect_kwargs(self.options)
 
     async def open(self, dsn: str | None = None, *, setup: bool = True) -> Queue:
         """Connect, then set the tables up under the advisory lock (`setup=True`) or only
@@ -185,7 +185,7 @@ class Queue:
                 await _setup(conn)
             await _check(conn)
             row = await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone()
-            self.schema = row[0] if row and row[0] else "public"
+            self.schema = self.options.resolved_schema() or (row[0] if row and row[0] else "public")
             row = await (await conn.execute(sql.HAS_NOTIFY_TRIGGER)).fetchone()
             self.notifies = bool(row and row[0])
         if self.options.listen and not self.notifies:
@@ -198,7 +198,7 @@ class Queue:
             min_size=1,
             max_size=self.options.connections,
             kwargs={"autocommit": True, **self.connect_kwargs()},
-            configure=_configure,
+            configure=_configure if pooler.keeps_session_state(self.options) else None,
             open=False,
             name="axa-queue",
         )

@@ -7,12 +7,18 @@ is additive: indexes, a CHECK constraint marked NOT VALID, table storage setting
 a statement-level trigger that sends one notification per INSERT statement.
 
 Nothing here is built from values: parameters go in as `%s` placeholders. Names are
-unqualified, so the connection's `search_path` decides the schema.
+unqualified, so the connection's `search_path` decides the schema, unless the queue is
+given one (`QueueOptions.schema`): then `in_schema` names it in each statement.
 """
 
 from __future__ import annotations
 
-__all__ = ["CHANNEL", "SETUP_LOCK", "SETUP_STATEMENTS"]
+import functools
+import re
+
+from psycopg import sql as pgsql
+
+__all__ = ["CHANNEL", "SETUP_LOCK", "SETUP_STATEMENTS", "in_schema"]
 
 CHANNEL = "axa_queue"
 """The LISTEN/NOTIFY channel; the payload is `<schema> <seconds until the earliest new job>`."""
@@ -552,6 +558,36 @@ LISTEN = "LISTEN axa_queue"
 
 SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
 """The claim's estimates can tempt the JIT, which costs far more than the query."""
+
+# --- A schema named in every statement ---------------------------------------------------
+
+_TABLE = re.compile(r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_acts)(?![\w.'\"(])")
+"""A table named in a statement; not the channel (`'axa_queue'`, `LISTEN axa_queue`),
+a setting (`axa_queue.notify`), a `table.column` or a longer name (`axa_queue_ready`)."""
+
+_TABLE_LITERAL = re.compile(
+    r"(?<=to_regclass\(')(axa_queue|axa_job_acts)(?=')|(?<=')(axa_queue)(?='::regclass)"
+)
+"""A table named in a literal that becomes a `regclass`."""
+
+_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse)(?=\()")
+"""A function the setup makes (a trigger of the same name is not followed by `(`)."""
+
+
+@functools.lru_cache(maxsize=1024)
+def in_schema(statement: str, schema: str) -> str:
+    """`statement` with the queue's tables and functions qualified by `schema`, so it
+    runs whatever the connection's `search_path` (a transaction pooler refuses to set
+    it at connect, and shares the server connection). Computed once per statement.
+
+    `schema` must be a plain lowercase name (`QueueOptions` checks it); it goes in
+    quoted as an identifier, and inside the `regclass` literals (where a plain name
+    needs no escaping) as well."""
+    quoted = pgsql.Identifier(schema).as_string()
+    statement = _TABLE.sub(lambda m: f"{quoted}.{m[1]}", statement)
+    statement = _TABLE_LITERAL.sub(lambda m: f"{quoted}.{m[0]}", statement)
+    return _FUNCTION.sub(lambda m: f"{quoted}.{m[1]}", statement)
+
 
 # --- The demo's sandbox (`axa-queue demo --dsn`) ----------------------------------------
 # Templates for `psycopg.sql.SQL(...).format(psycopg.sql.Identifier(name))`: the schema

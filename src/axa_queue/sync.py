@@ -25,7 +25,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 from typing_extensions import Unpack
 
-from . import sql
+from . import pooler, sql
 from .acts import Act, acts_call
 from .errors import OptionsError
 from .jobs import (
@@ -76,10 +76,7 @@ class SyncQueue:
                     dsn,
                     min_size=1,
                     max_size=self.options.connections,
-                    kwargs={
-                        "autocommit": True,
-                        "prepare_threshold": 5 if self.options.prepare else None,
-                    },
+                    kwargs={"autocommit": True, **pooler.connect_kwargs(self.options, sync=True)},
                     open=False,
                     name="axa-queue-sync",
                 )

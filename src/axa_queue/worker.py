@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from . import maintenance, sql
+from . import maintenance, pooler, sql
 from .options import to_seconds, to_timedelta
 from .retries import backoff, cut_error, describe, first_line
 
@@ -204,7 +204,7 @@ class Worker:
         ]
         if self.queue.schedule_list:
             background.append(self._spawn(self._schedule_loop(), "schedules"))
-        if self.options.listen and self.queue.notifies:
+        if self.queue.notifies and pooler.listens(self.options):
             background.append(self._spawn(self._listen_loop(), "listener"))
         stopped = asyncio.ensure_future(stop.wait())
         try:
@@ -393,7 +393,8 @@ class Worker:
             self.connection = await psycopg.AsyncConnection.connect(
                 self.queue.dsn or "", autocommit=True, **self.queue.connect_kwargs()
             )
-            await self.connection.execute(sql.SESSION_SETTINGS)
+            if pooler.keeps_session_state(self.options):
+                await self.connection.execute(sql.SESSION_SETTINGS)
         return self.connection
 
     async def _exchange(
