@@ -8,6 +8,7 @@ connection's `search_path`, and the schema is dropped afterwards.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 import uuid
@@ -19,6 +20,7 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
+import pgbouncer
 from axa_queue import Queue, QueueOptions
 
 LOCAL_CANDIDATES = (
@@ -91,6 +93,47 @@ def admin(dsn: str) -> Iterator[psycopg.Connection[Any]]:
     """A sync autocommit connection to this test's schema, for arranging and checking."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         yield conn
+
+
+def _need_pgbouncer() -> None:
+    """Skip when `pgbouncer` is not installed, unless `AXA_TEST_REQUIRE_PGBOUNCER` is set
+    (CI sets it: there, a skip would hide a failure)."""
+    if pgbouncer.binary() is None:
+        message = "pgbouncer is not installed (Debian: apt-get install pgbouncer)"
+        if os.environ.get("AXA_TEST_REQUIRE_PGBOUNCER"):
+            pytest.fail(f"{message}, and AXA_TEST_REQUIRE_PGBOUNCER is set")
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session", params=["session", "transaction"])
+def bouncer(request: pytest.FixtureRequest, database_url: str) -> Iterator[pgbouncer.PgBouncer]:
+    """A real PgBouncer in front of the test server, in session and in transaction mode
+    (the test runs once in each, and the two are shared by the whole session)."""
+    _need_pgbouncer()
+    with pgbouncer.start(database_url, request.param) as running:
+        yield running
+
+
+@pytest.fixture
+def start_bouncer(
+    database_url: str,
+) -> Iterator[Callable[..., pgbouncer.PgBouncer]]:
+    """Start a PgBouncer of the test's own: `start_bouncer("transaction", pool_size=1)`;
+    stopped after the test."""
+    _need_pgbouncer()
+    with contextlib.ExitStack() as stack:
+
+        def start(mode: str, pool_size: int = 20) -> pgbouncer.PgBouncer:
+            return stack.enter_context(pgbouncer.start(database_url, mode, pool_size))
+
+        yield start
+
+
+@pytest.fixture
+def bounced(bouncer: pgbouncer.PgBouncer, schema: str) -> str:
+    """A DSN through the bouncer. It cannot carry this test's schema (PgBouncer refuses
+    `options=-c search_path=...`): give the queue `QueueOptions(schema=schema)`."""
+    return bouncer.dsn(application_name=schema)
 
 
 FAST = dict(

@@ -88,7 +88,7 @@ def start(database_url: str, mode: str, pool_size: int = 20) -> Iterator[PgBounc
         )
         command = [found, str(here / "pgbouncer.ini")]
         if os.geteuid() == 0:
-            os.chmod(tmp, 0o755)  # noqa: S103 - nobody must read its configuration
+            os.chmod(tmp, 0o755)  # nobody must read its configuration
             command[1:1] = ["-u", "nobody"]
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True

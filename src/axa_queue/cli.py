@@ -33,6 +33,7 @@ import importlib
 import json
 import os
 import sys
+import typing
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -56,7 +57,7 @@ from .acts import Act, ActKind, ActResult, cancel, retry
 from .errors import AxaQueueError, JobNotFoundError, OptionsError
 from .jobs import Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
-from .options import QueueOptions
+from .options import POOLER_VARIABLE, SCHEMA_VARIABLE, Pooler, QueueOptions
 from .queue import DSN_VARIABLES, Queue
 from .schedules import ScheduleInfo
 from .worker import STUCK_AFTER
@@ -73,6 +74,16 @@ DSN_HELP = (
     "Default: $AXA_QUEUE_DSN, then $DATABASE_URL."
 )
 JSON_HELP = "Print JSON, for scripts, instead of a table."
+POOLER_HELP = (
+    "What is between this and PostgreSQL: direct, or a pooler (PgBouncer) in session or "
+    "transaction mode; transaction turns off prepared statements, LISTEN and session "
+    "settings. Default: the queue's own option, else $AXA_QUEUE_POOLER, else direct."
+)
+SCHEMA_HELP = (
+    "The schema of the queue's tables, named in every statement (works behind a pooler, "
+    "which refuses options=-c search_path). Default: the queue's own option, else "
+    "$AXA_QUEUE_SCHEMA, else the connection's search_path."
+)
 
 
 # --- errors ------------------------------------------------------------------------------
@@ -190,7 +201,10 @@ def _with_queue(
 ) -> T:
     """Open a queue on `dsn` (checking the tables, or setting them up), do `work`, close."""
     target = _dsn(dsn)
-    queue = Queue(target, options if options is not None else QueueOptions(pool_size=2))
+    queue = Queue(
+        target,
+        _connection_options(options if options is not None else QueueOptions(pool_size=2)),
+    )
 
     async def go() -> T:
         try:
@@ -301,8 +315,50 @@ MOMENT = _Moment()
 
 
 def dsn_option(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """The `--dsn` option, read from the environment when not given."""
+    """The `--dsn` option, read from the environment when not given, with `--pooler` and
+    `--schema` (kept in the context for `_connection_options`, not passed to `fn`)."""
+    fn = click.option(
+        "--schema",
+        metavar="NAME",
+        expose_value=False,
+        callback=_remember,
+        help=SCHEMA_HELP,
+    )(fn)
+    fn = click.option(
+        "--pooler",
+        type=click.Choice(typing.get_args(Pooler)),
+        expose_value=False,
+        callback=_remember,
+        help=POOLER_HELP,
+    )(fn)
     return click.option("--dsn", envvar=list(DSN_VARIABLES), metavar="DSN", help=DSN_HELP)(fn)
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None and param.name is not None:
+        ctx.meta[f"axa_queue.{param.name}"] = value
+    return value
+
+
+def _given_connection_options() -> dict[str, str]:
+    """The `--pooler` and `--schema` given on the command line."""
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return {}
+    return {
+        name: ctx.meta[f"axa_queue.{name}"]
+        for name in ("pooler", "schema")
+        if f"axa_queue.{name}" in ctx.meta
+    }
+
+
+def _connection_options(options: QueueOptions) -> QueueOptions:
+    """`options` with the `--pooler` and `--schema` given on the command line."""
+    given = _given_connection_options()
+    if not given:
+        return options
+    with _errors(None):
+        return dataclasses.replace(options, **given)  # type: ignore[arg-type]
 
 
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -346,14 +402,24 @@ def setup(dsn: str | None) -> None:
 
 
 @main.command("sql")
-def sql_command() -> None:
+@click.option(
+    "--schema",
+    metavar="NAME",
+    help="Name this schema in every statement. Default: none, so the search_path decides.",
+)
+def sql_command(schema: str | None) -> None:
     """Print the setup statements, for a migration tool.
 
     They are what `setup` runs: run them in one transaction; each is safe to run again.
     """
+    if schema is not None:
+        with _errors(None):
+            schema = QueueOptions(schema=schema).schema
     click.echo(f"-- axa-queue {__version__}: the job queue's tables, indexes and triggers.")
     click.echo("-- Run in one transaction; every statement is safe to run again.\n")
     for statement in sql.SETUP_STATEMENTS:
+        if schema is not None:
+            statement = sql.in_schema(statement, schema)
         click.echo(f"{statement.strip()};\n")
 
 
@@ -517,6 +583,7 @@ def worker(
     if workers is not None:
         with _errors(None):
             queue.options = dataclasses.replace(queue.options, workers=workers)
+    queue.options = _connection_options(queue.options)
     if metrics_port is not None:
         _need_metrics()
     target_dsn = _dsn(dsn or queue.dsn)
@@ -540,6 +607,14 @@ def worker(
             ]
             if workers is not None:
                 command += ["--workers", str(workers)]
+            for name, value in _given_connection_options().items():
+                command += [f"--{name}", value]
+            # The supervisor's own queue (setup, metrics) reads them from the environment.
+            with _errors(None):
+                os.environ[POOLER_VARIABLE] = queue.options.resolved_pooler()
+                schema = queue.options.resolved_schema()
+            if schema is not None:
+                os.environ[SCHEMA_VARIABLE] = schema
             code = asyncio.run(
                 supervisor.supervise(
                     command,

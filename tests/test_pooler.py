@@ -1,0 +1,360 @@
+"""Behind PgBouncer: `QueueOptions(pooler=...)` and `QueueOptions(schema=...)`.
+
+The tests that need a pooler run against a real PgBouncer (tests/pgbouncer.py), once in
+session mode and once in transaction mode; the others check the same options on a
+direct connection, or without a database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+
+import pgbouncer
+from axa_queue import NewJob, Queue, QueueOptions, Schedule, sql
+from axa_queue.acts import cancel
+from axa_queue.cli import main
+from axa_queue.errors import OptionsError
+from conftest import FAST, eventually, running, status_of
+
+LISTEN_WARNING = "LISTEN cannot pass a transaction pooler"
+
+
+def through(bouncer: pgbouncer.PgBouncer, schema: str, **options: Any) -> QueueOptions:
+    """Fast options for a queue behind `bouncer`, on the test's schema."""
+    return QueueOptions(**{**FAST, "pooler": bouncer.mode, "schema": schema, **options})
+
+
+def task_names() -> set[str]:
+    return {task.get_name() for task in asyncio.all_tasks()}
+
+
+# --- item 16: what a transaction pooler cannot carry is turned off ---------------------------
+
+
+async def test_concurrent_single_enqueues_through_pgbouncer_all_succeed(
+    bounced: str, bouncer: pgbouncer.PgBouncer, schema: str
+) -> None:
+    # Without pooler="transaction", about half of these fail in transaction mode with
+    # DuplicatePreparedStatement or InvalidSqlStatementName (psycopg prepares a
+    # statement after 5 runs, on a server connection other clients then get).
+    queue = Queue(bounced, through(bouncer, schema, pool_size=8))
+    async with queue:
+
+        async def enqueuer(n: int) -> None:
+            for i in range(40):
+                await queue.enqueue("noted", {"enqueuer": n, "i": i})
+
+        await asyncio.gather(*(enqueuer(n) for n in range(8)))
+        assert (await queue.counts()).ready == 320
+
+
+async def test_a_worker_behind_pgbouncer_runs_every_job_and_listens_only_in_session_mode(
+    bounced: str,
+    bouncer: pgbouncer.PgBouncer,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from axa_queue import pooler
+
+    monkeypatch.setattr(pooler, "_told", set())  # the warning is given once per process
+    queue = Queue(bounced, through(bouncer, schema))
+    done: list[int] = []
+
+    @queue.handler("noted")
+    async def noted(args: dict[str, int]) -> None:
+        done.append(args["i"])
+
+    async with queue:
+        ids = await queue.enqueue_all([NewJob("noted", {"i": i}) for i in range(30)])
+        for _ in range(2):  # a second run warns no more
+            async with running(queue):
+                await eventually(lambda: len(done) >= 30)
+                await eventually(lambda: "axa-queue-exchange" in task_names())
+                listening = "axa-queue-listener" in task_names()
+            assert listening == (bouncer.mode == "session")
+    assert sorted(done) == list(range(30))
+    assert {status_of(admin, job_id)[0] for job_id in ids} == {"completed"}
+    warnings = [r for r in caplog.records if LISTEN_WARNING in r.getMessage()]
+    assert len(warnings) == (1 if bouncer.mode == "transaction" else 0)
+
+
+async def test_a_worker_behind_a_transaction_pooler_with_listen_off_gives_no_warning(
+    start_bouncer: Callable[..., pgbouncer.PgBouncer],
+    schema: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from axa_queue import pooler
+
+    monkeypatch.setattr(pooler, "_told", set())
+    bouncer = start_bouncer("transaction")
+    queue = Queue(bouncer.dsn(), through(bouncer, schema, listen=False))
+    ran = asyncio.Event()
+
+    @queue.handler("noted")
+    async def noted(args: Any) -> None:
+        ran.set()
+
+    async with queue:
+        await queue.enqueue("noted")
+        async with running(queue):
+            await asyncio.wait_for(ran.wait(), 15)
+    assert not [r for r in caplog.records if LISTEN_WARNING in r.getMessage()]
+
+
+def test_behind_a_transaction_pooler_nothing_is_prepared_on_the_server() -> None:
+    from axa_queue import pooler
+
+    assert pooler.connect_kwargs(QueueOptions())["prepare_threshold"] == 5
+    assert pooler.connect_kwargs(QueueOptions(pooler="session"))["prepare_threshold"] == 5
+    assert pooler.connect_kwargs(QueueOptions(prepare=False))["prepare_threshold"] is None
+    for sync in (False, True):
+        kwargs = pooler.connect_kwargs(QueueOptions(pooler="transaction"), sync=sync)
+        assert kwargs["prepare_threshold"] is None
+        assert "cursor_factory" not in kwargs  # no schema given: the search_path decides
+
+
+def test_the_pooler_and_the_schema_are_read_from_the_environment_when_not_given(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert QueueOptions().resolved_pooler() == "direct"
+    assert QueueOptions().resolved_schema() is None
+    monkeypatch.setenv("AXA_QUEUE_POOLER", "Transaction")
+    monkeypatch.setenv("AXA_QUEUE_SCHEMA", "jobs")
+    assert QueueOptions().resolved_pooler() == "transaction"
+    assert QueueOptions().resolved_schema() == "jobs"
+    given = QueueOptions(pooler="session", schema="other")
+    assert (given.resolved_pooler(), given.resolved_schema()) == ("session", "other")
+    monkeypatch.setenv("AXA_QUEUE_POOLER", "pgbouncer")
+    with pytest.raises(OptionsError, match="AXA_QUEUE_POOLER to be one of direct, session"):
+        QueueOptions().resolved_pooler()
+    monkeypatch.setenv("AXA_QUEUE_SCHEMA", 'a"; DROP')
+    with pytest.raises(OptionsError, match="AXA_QUEUE_SCHEMA to be a schema name"):
+        QueueOptions().resolved_schema()
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"pooler": "pgbouncer"},
+        {"pooler": True},
+        {"schema": ""},
+        {"schema": "Jobs"},
+        {"schema": "1jobs"},
+        {"schema": "jobs.queue"},
+        {"schema": "jobs'"},
+        {"schema": "x" * 64},
+        {"schema": 7},
+    ],
+)
+def test_a_bad_pooler_or_schema_is_refused_naming_the_option(options: dict[str, Any]) -> None:
+    with pytest.raises(OptionsError, match=f"expected {next(iter(options))} to be"):
+        QueueOptions(**options)
+
+
+# --- item 17: no session state left on a shared server connection ------------------------
+
+
+async def test_behind_a_transaction_pooler_the_queue_leaves_no_session_settings_behind(
+    start_bouncer: Callable[..., pgbouncer.PgBouncer], database_url: str, schema: str
+) -> None:
+    bouncer = start_bouncer("transaction", pool_size=1)  # one server connection for all
+    with psycopg.connect(database_url) as direct:
+        defaults = [
+            direct.execute(f"SHOW {name}").fetchone() for name in ("jit", "plan_cache_mode")
+        ]
+
+    def shown() -> list[Any]:
+        with psycopg.connect(bouncer.dsn(), autocommit=True) as other:
+            return [other.execute(f"SHOW {name}").fetchone() for name in ("jit", "plan_cache_mode")]
+
+    queue = Queue(bouncer.dsn(), through(bouncer, schema))
+    ran = asyncio.Event()
+
+    @queue.handler("noted")
+    async def noted(args: Any) -> None:
+        ran.set()
+
+    async with queue:
+        await queue.enqueue("noted")
+        async with running(queue):  # the pool's and the exchange loop's connections
+            await asyncio.wait_for(ran.wait(), 15)
+            assert await asyncio.to_thread(shown) == defaults
+        with queue.sync() as sync:
+            sync.enqueue("noted")
+        assert await asyncio.to_thread(shown) == defaults
+
+
+async def test_a_direct_queue_keeps_its_session_settings_for_the_hot_statements(
+    make_queue: Callable[..., Any],
+) -> None:
+    queue = await make_queue()
+    async with queue.pool.connection() as conn:
+        jit = await (await conn.execute("SHOW jit")).fetchone()
+        mode = await (await conn.execute("SHOW plan_cache_mode")).fetchone()
+    assert (jit, mode) == (("off",), ("force_generic_plan",))
+
+
+# --- item 18: a schema option that works behind a pooler --------------------------------------
+
+
+def test_pgbouncer_refuses_a_search_path_in_the_startup_options(
+    bouncer: pgbouncer.PgBouncer, schema: str
+) -> None:
+    with pytest.raises(psycopg.OperationalError, match="unsupported startup parameter"):
+        psycopg.connect(bouncer.dsn(options=f"-c search_path={schema}"))
+
+
+async def test_a_queue_given_a_schema_works_through_pgbouncer(
+    bounced: str, bouncer: pgbouncer.PgBouncer, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    queue = Queue(bounced, through(bouncer, schema))
+    async with queue:
+        assert queue.schema == schema
+        job_id = await queue.enqueue("noted", {"secret": "x"}, run_in=3600)
+        async with queue.connection() as conn:
+            result = await cancel(conn, job_id, by="ops", reason="not needed")
+        assert result.applied
+        assert [act.kind.value for act in await queue.acts(job_id)] == ["cancelled"]
+        assert (await queue.job(job_id)) is not None
+        assert (await queue.counts()).cancelled == 1
+    tables = admin.execute(
+        "SELECT table_schema, table_name FROM information_schema.tables "
+        "WHERE table_name LIKE 'axa%%' AND table_schema = %s ORDER BY table_name",
+        (schema,),
+    ).fetchall()
+    assert tables == [(schema, "axa_job_acts"), (schema, "axa_queue"), (schema, "axa_schedule")]
+
+
+async def test_every_statement_of_a_queue_given_a_schema_names_it(
+    database_url: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    # An empty search_path: any statement that did not name the schema would fail.
+    dsn = psycopg.conninfo.make_conninfo(
+        database_url, options="-c search_path=", application_name=schema
+    )
+    queue = Queue(dsn, QueueOptions(**{**FAST, "schema": schema}))
+    ran = asyncio.Event()
+
+    @queue.handler("noted")
+    async def noted(args: Any) -> None:
+        ran.set()
+
+    @queue.handler("broken")
+    async def broken(args: Any) -> None:
+        raise RuntimeError("no")
+
+    queue.schedule(Schedule.every("ticked", 3600, NewJob("noted", {})))
+    async with queue:
+        assert queue.notifies
+        await queue.setup()
+        await queue.check()
+        await queue.ping()
+        failing = await queue.enqueue("broken")
+        later = await queue.enqueue_all([NewJob("noted", {"n": 1}, run_in=3600)])
+        async with running(queue):
+            await asyncio.wait_for(ran.wait(), 15)
+            await eventually(lambda: status_of(admin, failing)[0] == "failed")
+        async with queue.connection() as conn:
+            await cancel(conn, later[0], by="ops", reason="not needed")
+        assert len(await queue.acts(later[0])) == 1
+        assert (await queue.counts()).failed == 1
+        assert set(await queue.counts_by_name()) == {"noted", "broken"}
+        assert len(await queue.jobs()) == 3
+        assert [s.name for s in await queue.schedules()] == ["ticked"]
+        assert await queue.recover_stale(dry_run=True) == []
+        assert await queue.recover_stale() == []
+        assert await queue.purge(dry_run=True) == 0
+        assert await queue.purge() == 0
+        assert await queue.archive_schedules() == 0
+        with queue.sync() as sync:
+            sync.enqueue("noted")
+            assert sync.counts().ready == 1
+    assert status_of(admin, failing)[1] is not None
+
+
+def test_in_schema_names_the_tables_and_functions_and_leaves_channel_and_settings() -> None:
+    bare = re.compile(r"(?<![\w.\"'])(axa_queue|axa_schedule|axa_job_acts)(?![\w'.])")
+    for name in dir(sql):
+        statement = getattr(sql, name)
+        if not name.isupper() or not isinstance(statement, str) or name == "CHANNEL":
+            continue
+        named = sql.in_schema(statement, "jobs")
+        left = [m for m in bare.finditer(named) if named[: m.start()][-7:] != "LISTEN "]
+        assert not left, (name, named)
+    assert sql.in_schema(sql.LISTEN, "jobs") == sql.LISTEN
+    function = sql.in_schema(sql.SETUP_NOTIFY_FUNCTION, "jobs")
+    assert "pg_notify('axa_queue', TG_TABLE_SCHEMA" in function
+    assert "current_setting('axa_queue.notify', true)" in function
+    assert 'FUNCTION "jobs".axa_queue_notify()' in function
+    trigger = sql.in_schema(sql.SETUP_NOTIFY_TRIGGER, "jobs")
+    assert "TRIGGER axa_queue_notify\n" in trigger  # a trigger's name takes no schema
+    assert 'EXECUTE FUNCTION "jobs".axa_queue_notify()' in trigger
+    assert "to_regclass('\"jobs\".axa_job_acts')" in sql.in_schema(sql.MISSING_TRIGGERS, "jobs")
+    assert "WHERE axa_schedule.archived_at" in sql.in_schema(sql.SCHEDULES_SEEN, "jobs")
+
+
+# --- the command line --------------------------------------------------------------------------
+
+
+def cli(*args: str) -> Any:
+    runner = CliRunner(env={"AXA_QUEUE_DSN": None, "DATABASE_URL": None})
+    return runner.invoke(main, list(args), prog_name="axa-queue", catch_exceptions=False)
+
+
+def test_the_cli_works_through_pgbouncer_with_pooler_and_schema(
+    bounced: str, bouncer: pgbouncer.PgBouncer, schema: str
+) -> None:
+    where = ("--dsn", bounced, "--pooler", bouncer.mode, "--schema", schema)
+    result = cli("setup", *where)
+    assert result.exit_code == 0, result.output
+    assert f"in schema {schema}" in result.output
+    assert cli("check", *where).exit_code == 0
+    result = cli("enqueue", "noted", "--args", '{"n": 1}', *where)
+    assert result.exit_code == 0, result.output
+    job_id = uuid.UUID(result.stdout.strip())
+    result = cli("counts", "--json", *where)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["ready"] == 1
+    assert cli("show", str(job_id), *where).exit_code == 0
+
+
+def test_the_cli_refuses_a_bad_schema_in_one_line() -> None:
+    result = cli("counts", "--dsn", "postgresql://nowhere/db", "--schema", "Bad-Name")
+    assert result.exit_code == 2
+    assert result.stderr.strip().startswith("Error: expected schema to be a schema name")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_sql_command_can_name_a_schema_for_a_migration() -> None:
+    result = cli("sql", "--schema", "jobs")
+    assert result.exit_code == 0
+    assert 'CREATE TABLE IF NOT EXISTS "jobs".axa_queue (' in result.output
+    assert "CREATE TABLE IF NOT EXISTS axa_queue (" in cli("sql").output
+
+
+def test_a_queue_reads_its_pooler_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from axa_queue import pooler
+
+    monkeypatch.setattr(pooler, "_told", set())
+    monkeypatch.setenv("AXA_QUEUE_POOLER", "transaction")
+    queue = Queue("postgresql://nowhere/db")
+    assert queue.connect_kwargs()["prepare_threshold"] is None
+    with caplog.at_level(logging.WARNING, logger="axa_queue"):
+        assert not pooler.listens(queue.options)
+        assert not pooler.listens(queue.options)
+    assert len([r for r in caplog.records if LISTEN_WARNING in r.getMessage()]) == 1
