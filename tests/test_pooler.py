@@ -124,6 +124,9 @@ def test_behind_a_transaction_pooler_nothing_is_prepared_on_the_server() -> None
         kwargs = pooler.connect_kwargs(QueueOptions(pooler="transaction"), sync=sync)
         assert kwargs["prepare_threshold"] is None
         assert "cursor_factory" not in kwargs  # no schema given: the search_path decides
+    # PgBouncer 1.21+ with max_prepared_statements carries them: then say so.
+    given = QueueOptions(pooler="transaction", prepare=True)
+    assert pooler.connect_kwargs(given)["prepare_threshold"] == 5
 
 
 def test_the_pooler_and_the_schema_are_read_from_the_environment_when_not_given(
@@ -150,6 +153,7 @@ def test_the_pooler_and_the_schema_are_read_from_the_environment_when_not_given(
     [
         {"pooler": "pgbouncer"},
         {"pooler": True},
+        {"prepare": "yes"},
         {"schema": ""},
         {"schema": "Jobs"},
         {"schema": "1jobs"},

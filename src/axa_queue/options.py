@@ -120,10 +120,12 @@ class QueueOptions:
     mode: Mode | None = None
     """What `perform_later` does; `None` reads `AXA_QUEUE_MODE`, else `"queue"`."""
     listen: bool = True
-    """Wake on LISTEN/NOTIFY as well as polling. Turn off behind PgBouncer in
-    transaction mode, which cannot carry LISTEN."""
-    prepare: bool = True
-    """Use server-side prepared statements. Turn off behind PgBouncer in transaction mode."""
+    """Wake on LISTEN/NOTIFY as well as polling. Behind a transaction pooler, which
+    cannot carry LISTEN, workers only poll (`pooler="transaction"` says so once)."""
+    prepare: bool | None = None
+    """Use server-side prepared statements; `None` for yes, unless `pooler` is
+    `"transaction"`. Give `True` there only with PgBouncer 1.21 or later and its
+    `max_prepared_statements` set (older ones mix them up between clients)."""
     pool_size: int | None = None
     """Connections in the queue's pool; `None` for `workers + 4`, at least 6."""
     shutdown_grace: Duration | None = None
@@ -181,11 +183,10 @@ class QueueOptions:
             )
         if self.schema is not None:
             _schema_name("schema", self.schema)
-        for name in ("listen", "prepare"):
-            if not isinstance(getattr(self, name), bool):
-                raise OptionsError(
-                    f"expected {name} to be True or False, got: {getattr(self, name)!r}"
-                )
+        if not isinstance(self.listen, bool):
+            raise OptionsError(f"expected listen to be True or False, got: {self.listen!r}")
+        if self.prepare is not None and not isinstance(self.prepare, bool):
+            raise OptionsError(f"expected prepare to be True, False or None, got: {self.prepare!r}")
 
     def resolved_mode(self) -> Mode:
         """The mode in force: the option, else `AXA_QUEUE_MODE`, else `"queue"`."""

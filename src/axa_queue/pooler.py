@@ -44,9 +44,14 @@ _told: set[str] = set()
 
 def connect_kwargs(options: QueueOptions, *, sync: bool = False) -> dict[str, Any]:
     """The keyword arguments for `psycopg.(Async)Connection.connect` under `options`:
-    no prepared statements behind a transaction pooler (or with `prepare=False`), and a
+    no prepared statements behind a transaction pooler (unless `prepare=True`, for
+    PgBouncer 1.21+ with `max_prepared_statements`) or with `prepare=False`, and a
     cursor that names the schema when there is one."""
-    prepare = options.prepare and options.resolved_pooler() != "transaction"
+    prepare = (
+        options.prepare
+        if options.prepare is not None
+        else options.resolved_pooler() != "transaction"
+    )
     kwargs: dict[str, Any] = {"prepare_threshold": PREPARE_THRESHOLD if prepare else None}
     schema = options.resolved_schema()
     if schema is not None:
