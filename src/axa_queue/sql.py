@@ -249,7 +249,8 @@ HAS_NOTIFY_TRIGGER = """SELECT EXISTS (SELECT 1 FROM pg_trigger
 """Whether inserts notify; without it workers fall back to polling."""
 
 CURRENT_SCHEMA = "SELECT current_schema()"
-"""The schema the tables resolve to, which notifications name."""
+"""The schema the tables resolve to, which notifications name (unless the queue is
+given its schema)."""
 
 # --- Enqueue ---------------------------------------------------------------------------
 
@@ -557,7 +558,9 @@ LISTEN = "LISTEN axa_queue"
 """Receive wake-ups for new jobs."""
 
 SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
-"""The claim's estimates can tempt the JIT, which costs far more than the query."""
+"""The claim's estimates can tempt the JIT, which costs far more than the query. Set
+only on connections that are the queue's own: never behind a transaction pooler, where
+they would stay on a server connection other clients then use (see `pooler`)."""
 
 # --- A schema named in every statement ---------------------------------------------------
 
