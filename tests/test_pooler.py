@@ -10,9 +10,16 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import re
+import signal
+import subprocess
+import sys
+import threading
+import time
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -362,3 +369,72 @@ def test_a_queue_reads_its_pooler_from_the_environment(
         assert not pooler.listens(queue.options)
         assert not pooler.listens(queue.options)
     assert len([r for r in caplog.records if LISTEN_WARNING in r.getMessage()]) == 1
+
+
+MODULE = """
+from axa_queue import Queue, QueueOptions
+
+queue = Queue(options=QueueOptions(poll_interval=0.1))
+
+
+@queue.handler("noted")
+async def noted(args: object) -> None:
+    pass
+"""
+
+
+def test_worker_processes_run_jobs_through_pgbouncer_with_pooler_and_schema(
+    bounced: str,
+    bouncer: pgbouncer.PgBouncer,
+    schema: str,
+    admin: psycopg.Connection[Any],
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "pooled_jobs.py").write_text(MODULE)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    for name in ("AXA_QUEUE_DSN", "DATABASE_URL", "AXA_QUEUE_POOLER", "AXA_QUEUE_SCHEMA"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "axa_queue.cli", "worker", "pooled_jobs:queue"]
+    command += ["--processes", "2", "--log-format", "json", "--dsn", bounced]
+    command += ["--pooler", bouncer.mode, "--schema", schema]
+    process = subprocess.Popen(command, env=env, cwd=tmp_path, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr or ()), daemon=True)
+    reader.start()
+    try:
+        # The supervisor sets the tables up in the schema before any child starts.
+        def set_up() -> bool:
+            found = admin.execute("SELECT to_regclass(%s)", (f"{schema}.axa_queue",)).fetchone()
+            return process.poll() is None and found is not None and found[0] is not None
+
+        deadline = time.monotonic() + 30
+        while not set_up():
+            assert process.poll() is None, "the worker exited early"
+            assert time.monotonic() < deadline, "no tables before the deadline"
+            time.sleep(0.05)
+        queue = Queue(bounced, through(bouncer, schema))
+
+        async def enqueue() -> list[uuid.UUID]:
+            async with queue:
+                return await queue.enqueue_all([NewJob("noted", {"n": n}) for n in range(20)])
+
+        ids = asyncio.run(enqueue())
+        deadline = time.monotonic() + 30
+        while {status_of(admin, job_id)[0] for job_id in ids} != {"completed"}:
+            assert process.poll() is None, "the worker exited early"
+            assert time.monotonic() < deadline, "jobs not done before the deadline"
+            time.sleep(0.05)
+        while sum('"worker started"' in line for line in list(lines)) < 2:
+            assert process.poll() is None, "the worker exited early"
+            assert time.monotonic() < deadline, "not every process started"
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        reader.join(5)
+    errors = "".join(lines)
+    assert process.returncode == 0, errors
+    assert (LISTEN_WARNING in errors) == (bouncer.mode == "transaction")
