@@ -438,3 +438,32 @@ def test_worker_processes_run_jobs_through_pgbouncer_with_pooler_and_schema(
     errors = "".join(lines)
     assert process.returncode == 0, errors
     assert (LISTEN_WARNING in errors) == (bouncer.mode == "transaction")
+
+
+async def test_behind_a_session_pooler_a_notification_naming_the_schema_wakes_the_worker(
+    start_bouncer: Callable[..., pgbouncer.PgBouncer],
+    schema: str,
+    admin: psycopg.Connection[Any],
+) -> None:
+    bouncer = start_bouncer("session")
+    # Polls an hour apart: only a notification can start the second job in time.
+    queue = Queue(bouncer.dsn(), through(bouncer, schema, poll_interval=3600))
+    ran: list[int] = []
+
+    @queue.handler("noted")
+    async def noted(args: dict[str, int]) -> None:
+        ran.append(args["n"])
+
+    def listening() -> bool:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND state = 'idle'",
+            (sql.LISTEN,),
+        ).fetchone()
+        return row is not None and row[0] > 0
+
+    async with queue, running(queue):
+        await eventually(listening)
+        await queue.enqueue("noted", {"n": 1})
+        await eventually(lambda: ran == [1])
+        await queue.enqueue("noted", {"n": 2})
+        await eventually(lambda: ran == [1, 2])
