@@ -15,7 +15,11 @@
 
 `QueueOptions.schema` names the tables' schema in every statement (`sql.in_schema`),
 through a cursor class that rewrites each statement once, since a pooler refuses the
-`options=-c search_path=...` startup parameter.
+`options=-c search_path=...` startup parameter. After the first time, a statement
+costs one cache lookup (about 0.3 µs); without a schema the cursor is psycopg's own.
+Statements on the queue's connections (`queue.connection()` included) are rewritten;
+those on the caller's own connection (`enqueue_on`, `cancel`...) are not, and follow
+that connection's `search_path`.
 """
 
 from __future__ import annotations
@@ -87,6 +91,8 @@ def _cursor(schema: str) -> type[psycopg.Cursor[Any]]:
     """A cursor class that names `schema` in every statement it sends."""
 
     class SchemaCursor(psycopg.Cursor[Any]):
+        # `query: Any`: psycopg overloads `execute` (a query with parameters, or a
+        # template without); this one override serves both.
         def execute(
             self,
             query: Any,
