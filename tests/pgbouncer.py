@@ -5,7 +5,8 @@ It needs Debian's `pgbouncer` package (`.ci/run` installs it in CI); without it 
 tests that use it are skipped, saying why. PgBouncer refuses to run as root, so as
 root it is started as `nobody` (`-u nobody`), in a temporary directory that user can
 read. Clients log in with the server's user and no password (`auth_type = trust`);
-the test server trusts local connections.
+PgBouncer logs in to the server as that user, with the password of the test server's
+DSN when it has one.
 """
 
 from __future__ import annotations
@@ -71,13 +72,14 @@ def start(database_url: str, mode: str, pool_size: int = 20) -> Iterator[PgBounc
     server_port = str(params.get("port") or "5432")
     user = str(params.get("user") or os.environ.get("USER") or "postgres")
     dbname = str(params.get("dbname") or user)
+    password = f" password={params['password']}" if params.get("password") else ""
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="axa-pgbouncer-") as tmp:
         here = Path(tmp)
         (here / "users.txt").write_text(f'"{user}" ""\n')
         (here / "pgbouncer.ini").write_text(
             "[databases]\n"
-            f"{dbname} = host={host} port={server_port} dbname={dbname} user={user}\n"
+            f"{dbname} = host={host} port={server_port} dbname={dbname} user={user}{password}\n"
             "[pgbouncer]\n"
             f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
             f"unix_socket_dir =\nauth_type = trust\nauth_file = {here / 'users.txt'}\n"
