@@ -248,6 +248,7 @@ PUBLIC = [
     "Act",
     "ActKind",
     "ActResult",
+    "ArgumentsError",
     "AxaQueueError",
     "Counts",
     "JobHandler",
