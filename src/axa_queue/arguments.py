@@ -152,6 +152,16 @@ def _json_type(value: object) -> str:
 
 
 def _type_name(hint: Any) -> str:
+    """A declared type as it is written in code, without module names: `list[Line]`."""
+    origin = typing.get_origin(hint)
+    args = typing.get_args(hint)
+    if origin is Union or (hasattr(types, "UnionType") and origin is types.UnionType):
+        return " | ".join("None" if a is type(None) else _type_name(a) for a in args)
+    if origin is Literal:
+        return f"Literal[{', '.join(repr(a) for a in args)}]"
+    if origin is not None and args:
+        inner = ", ".join("..." if a is Ellipsis else _type_name(a) for a in args)
+        return f"{getattr(origin, '__name__', str(origin))}[{inner}]"
     if isinstance(hint, type):
         return hint.__name__
     return str(hint).replace("typing.", "")
@@ -211,6 +221,9 @@ class _Decoder:
             options = typing.get_args(hint)
             if raw is None and type(None) in options:
                 return None
+            given = [option for option in options if option is not type(None)]
+            if len(given) == 1 and isinstance(raw, (dict, list)):
+                return self.value(given[0], raw, where)  # Optional[X]: X's message says where
             for option in options:
                 if option is type(None):
                     continue
