@@ -7,9 +7,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import logging
+import re
 from collections.abc import Callable
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 from zoneinfo import ZoneInfo
@@ -18,6 +21,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner
 
+import axa_queue
 from axa_queue import (
     NewJob,
     OptionsError,
@@ -38,6 +42,7 @@ from axa_queue.jobs import LATEST_RUN_AT, MAX_ARGS_DEPTH, MAX_NAME_CHARS
 from axa_queue.options import MAX_DURATION
 from axa_queue.retries import describe, first_line
 from axa_queue.sql import SETUP_STATEMENTS
+from conftest import eventually, running, status_of
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""
@@ -369,6 +374,33 @@ def test_a_database_errors_detail_and_context_are_not_kept_nor_logged(admin) -> 
         assert "unsupported Unicode escape sequence" in told, told
         assert_private(told)
         assert "CONTEXT" not in told and "DETAIL" not in told
+
+
+async def test_a_handlers_database_error_is_kept_and_logged_without_the_data_it_quotes(
+    make_queue, admin, dsn, caplog
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    queue = await make_queue()
+
+    @queue.handler("Import")
+    async def load(args: dict[str, Any]) -> None:
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await conn.execute("SELECT %s::jsonb", (args["raw"],))
+
+    job_id = await queue.enqueue("Import", {"raw": '{"' + KEY + '": "' + SECRET + '\\u0000"}'})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job_id)[0] == "failed")
+    error = status_of(admin, job_id)[1]
+    assert error == "UntranslatableCharacter: unsupported Unicode escape sequence", error
+    assert_private(caplog.text)
+    assert_private(" ".join(str(record.__dict__) for record in caplog.records))
+
+
+def test_no_log_record_of_the_package_carries_an_errors_whole_text() -> None:
+    package = Path(axa_queue.__file__).parent
+    for module in package.glob("*.py"):
+        text = module.read_text()
+        assert not re.search(r"\"error\":\s*str\(", text), module.name  # DETAIL, CONTEXT
 
 
 # --- the command line ----------------------------------------------------------------------

@@ -42,6 +42,7 @@ from .jobs import (
 )
 from .maintenance import Recovered
 from .options import DSN_VARIABLES, Duration, QueueOptions, dsn_from_environment, to_seconds
+from .retries import describe
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
 from .sync import SyncQueue
@@ -131,6 +132,7 @@ class Queue:
     def limit(self, name: str, jobs: int) -> None:
         """Run at most `jobs` (at least one) jobs named `name` at once in this process.
         Other names keep the remaining loops busy. Not a limit across processes."""
+        check_name(name)
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise OptionsError(
                 f"expected the limit of job {name!r} to be a positive integer, got: {jobs!r}"
@@ -294,7 +296,7 @@ class Queue:
             try:
                 await work
             except Exception as error:
-                log.error("background job failed", extra={"job": name, "error": str(error)})
+                log.error("background job failed", extra={"job": name, "error": describe(error)})
 
         task = asyncio.get_running_loop().create_task(guarded(), name=f"axa-queue-bg-{name}")
         self._background.add(task)
