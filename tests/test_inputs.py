@@ -209,20 +209,22 @@ async def test_bad_arguments_are_refused_by_the_queue_and_perform_later(make_que
     assert row == (0,)
 
 
-def test_a_schedule_whose_arguments_cannot_be_stored_is_refused_when_registered() -> None:
-    queue = Queue()
-    good = NewJob("Report", {KEY: []})
-    schedule = Schedule.every("nightly", 3600, good)
-    good.args[KEY].append(Decimal(1))  # changed after it was checked
+def test_a_schedule_whose_arguments_cannot_be_stored_is_refused_when_made() -> None:
     with pytest.raises(OptionsError) as raised:
-        queue.schedule(schedule)
+        Schedule.every("nightly", 3600, NewJob("Report", {KEY: [Decimal(1)]}))
     assert "'Report'" in str(raised.value) and "Decimal" in str(raised.value)
     assert_private(str(raised.value))
-    assert queue.schedule_list == []
-    with pytest.raises(OptionsError):
-        Schedule.every("nightly", 3600, good)
     with pytest.raises(OptionsError):
         Schedule("nightly", timedelta(hours=1), NewJob("Report", {KEY: [SECRET + "\x00"]}))
+
+
+def test_a_new_job_is_encoded_once_when_made_and_later_changes_to_its_args_are_not_seen() -> None:
+    args: dict[str, Any] = {KEY: []}
+    job = NewJob("Report", args)
+    schedule = Schedule.every("nightly", 3600, job)
+    args[KEY].append(Decimal(1))  # not JSON, but too late to matter
+    assert json.loads(schedule.job.encoded_args()) == json.loads(job.encoded_args()) == {KEY: []}
+    assert "_args_json" not in repr(job) and SECRET not in repr(NewJob("R", {KEY: SECRET}))
 
 
 # --- times and lengths ---------------------------------------------------------------------

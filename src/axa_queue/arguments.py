@@ -47,6 +47,10 @@ CONVERTED = "date, datetime, Decimal, UUID and Enum"
 """The field types a dataclass's arguments are converted for, both ways."""
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+"""Made once: `json.dumps` with options makes an encoder per call, most of its cost."""
+
+
 class _Refused(Exception):
     """What makes a value unstorable; the text never holds the value."""
 
@@ -65,8 +69,7 @@ def storable_problem(text: str) -> str | None:
 def to_json(value: Any, job: str) -> str:
     """The arguments of job `job` as JSON text, or `ArgumentsError` saying why not."""
     try:
-        plain = _plain(value, 0, typed=False)
-        return json.dumps(plain, separators=(",", ":"), allow_nan=False)
+        return _ENCODER.encode(_plain(value, 0, typed=False))
     except _Refused as refused:
         problem = str(refused)
     except (ValueError, TypeError, RecursionError):  # a number too long to print, ...
@@ -82,25 +85,50 @@ def _text(value: str, what: str) -> str:
 
 
 def _plain(value: Any, depth: int, typed: bool) -> Any:
-    """`value` as plain JSON values; `typed` inside a dataclass. The depth is checked
-    before going down, so this never recurses more than `MAX_ARGS_DEPTH` deep."""
-    if depth > MAX_ARGS_DEPTH:
-        raise _Refused(f"they nest deeper than {MAX_ARGS_DEPTH} levels (or hold themselves)")
+    """`value` as plain JSON values; `typed` inside a dataclass. `depth` counts the
+    objects and arrays around `value`; it is checked before going down, so this never
+    recurses more than `MAX_ARGS_DEPTH` deep. The plain cases come first: most
+    arguments are a small object of strings and numbers."""
+    kind = type(value)
+    if kind is str:
+        if value.isascii() and "\x00" not in value:
+            return value
+        return _text(value, "a string")
+    if kind is int or kind is bool or value is None:
+        return value
+    if kind is dict or kind is list or kind is tuple:
+        if depth >= MAX_ARGS_DEPTH:
+            raise _Refused(f"they nest deeper than {MAX_ARGS_DEPTH} levels (or hold themselves)")
+        if kind is dict:
+            return {
+                key if type(key) is str and key.isascii() and "\x00" not in key else _key(key): (
+                    _plain(item, depth + 1, typed)
+                )
+                for key, item in value.items()
+            }
+        return [_plain(item, depth + 1, typed) for item in value]
+    return _other(value, depth, typed)
+
+
+def _other(value: Any, depth: int, typed: bool) -> Any:
+    """`_plain` of anything but a plain `str`, `int`, `bool`, `None`, `dict`, `list` or
+    `tuple`: floats, subclasses, dataclasses and the types converted inside them."""
     if typed and isinstance(value, enum.Enum):
         return _plain(value.value, depth, typed)
     if isinstance(value, str):
         return _text(value, "a string")
-    if value is None or isinstance(value, int):  # bool is an int
+    if isinstance(value, int):
         return value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise _Refused("they hold a number JSON cannot hold (NaN or infinity)")
         return value
-    if isinstance(value, dict):
-        return {_key(key): _plain(item, depth + 1, typed) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item, depth + 1, typed) for item in value]
+    if isinstance(value, (dict, list, tuple)):
+        plain = dict(value) if isinstance(value, dict) else list(value)
+        return _plain(plain, depth, typed)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if depth >= MAX_ARGS_DEPTH:
+            raise _Refused(f"they nest deeper than {MAX_ARGS_DEPTH} levels (or hold themselves)")
         return {
             f.name: _plain(getattr(value, f.name), depth + 1, True)
             for f in dataclasses.fields(value)

@@ -122,7 +122,7 @@ class NewJob:
 
     `args` is any JSON value, or a dataclass instance (queued as its fields, see
     `arguments`); arguments that cannot be stored raise `ArgumentsError` here, before
-    any SQL. They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS`
+    any SQL. They are encoded here, once: changing a mutable `args` later is not seen. They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS`
     characters. `run_in` (a delay on the database's clock, at most 100 years) and
     `run_at` (a timezone-aware time from `EARLIEST_RUN_AT` to before `LATEST_RUN_AT`)
     are exclusive. `max_attempts` and `timeout` left as `None`
@@ -136,6 +136,9 @@ class NewJob:
     run_at: datetime | None = None
     max_attempts: int | None = None
     timeout: Duration | None = None
+    _args_json: str = field(default="", init=False, repr=False, compare=False)
+    """The arguments as JSON, made once when the job is made: what is checked is what
+    is stored, and a job queued by a schedule at every tick is encoded once."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
@@ -178,12 +181,15 @@ class NewJob:
             raise OptionsError(
                 f"expected timeout of job {self.name!r} to be more than zero, got: {self.timeout!r}"
             )
-        self.encoded_args()  # refuses what cannot be stored, before any SQL
+        # Refuses what cannot be stored, before any SQL; later changes to a mutable
+        # `args` are not seen: a NewJob is a value.
+        object.__setattr__(self, "_args_json", to_json(self.args, self.name))
 
     def encoded_args(self) -> str:
-        """The arguments as JSON text, as the `args` column will hold them; raises
-        `ArgumentsError` (naming the job and the problem, never a value) if they cannot be."""
-        return to_json(self.args, self.name)
+        """The arguments as JSON text, as the `args` column will hold them, encoded (and
+        checked: `ArgumentsError` naming the job and the problem, never a value) when
+        the job was made."""
+        return self._args_json
 
     def delay_seconds(self) -> float:
         """Seconds from now to the first run (zero unless `run_in` was given)."""

@@ -140,10 +140,7 @@ class Queue:
         self.limits[name] = jobs
 
     def schedule(self, schedule: Schedule) -> Schedule:
-        """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice,
-        and a job whose arguments can no longer be stored (changed since the schedule
-        was made), so nothing fails at every tick."""
-        schedule.job.encoded_args()
+        """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice."""
         if any(s.name == schedule.name for s in self.schedule_list):
             raise ScheduleError(f"the schedule {schedule.name!r} was added twice")
         self.schedule_list.append(schedule)
