@@ -122,11 +122,12 @@ class NewJob:
 
     `args` is any JSON value, or a dataclass instance (queued as its fields, see
     `arguments`); arguments that cannot be stored raise `ArgumentsError` here, before
-    any SQL. They are encoded here, once: changing a mutable `args` later is not seen. They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS`
-    characters. `run_in` (a delay on the database's clock, at most 100 years) and
-    `run_at` (a timezone-aware time from `EARLIEST_RUN_AT` to before `LATEST_RUN_AT`)
-    are exclusive. `max_attempts` and `timeout` left as `None`
-    stay NULL on the row, so each worker applies its own default, as the crate does.
+    any SQL. They are encoded here, once: changing a mutable `args` later is not seen.
+    They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS` characters.
+    `run_in` (a delay on the database's clock, at most 100 years) and `run_at` (a
+    timezone-aware time from `EARLIEST_RUN_AT` to before `LATEST_RUN_AT`) are
+    exclusive. `max_attempts` and `timeout` left as `None` stay NULL on the row, so
+    each worker applies its own default, as the crate does.
     """
 
     name: str

@@ -67,8 +67,10 @@ class Schedule:
                 f"the schedule {name!r} needs an interval of at least a second, got: {length}"
             )
         object.__setattr__(self, "interval", length)
-        if not isinstance(self.job, NewJob):
+        if not isinstance(self.job, NewJob):  # a NewJob's arguments were checked when made
             raise ScheduleError(f"expected the job of schedule {name!r} to be a NewJob")
+        if self.job.run_in is not None or self.job.run_at is not None:
+            object.__setattr__(self, "job", dataclasses.replace(self.job, run_in=None, run_at=None))
         if self.first_at is not None and (
             not isinstance(self.first_at, datetime) or self.first_at.utcoffset() is None
         ):
@@ -82,7 +84,6 @@ class Schedule:
                 f"{EARLIEST_RUN_AT.isoformat()} to before {LATEST_RUN_AT.isoformat()}, "
                 f"got: {self.first_at.isoformat()}"
             )
-        self.job.encoded_args()  # arguments that cannot be stored are refused here
 
     @classmethod
     def every(
@@ -93,12 +94,10 @@ class Schedule:
         at once.
 
         Raises `ScheduleError` for a name that is not 1 to `MAX_SCHEDULE_NAME` characters
-        with no NUL or lone surrogate, an interval out of bounds, or a naive `first_at`,
-        and `ArgumentsError` for job arguments that cannot be stored: mistakes in code,
-        found at boot.
+        with no NUL or lone surrogate, an interval out of bounds, or a naive `first_at`:
+        mistakes in code, found at boot. (A job whose arguments cannot be stored is
+        refused before, by `NewJob`.)
         """
-        if isinstance(job, NewJob):
-            job = dataclasses.replace(job, run_in=None, run_at=None)
         return cls(name, interval, job, first_at)  # type: ignore[arg-type]
 
 
