@@ -431,3 +431,38 @@ def test_the_cli_refuses_what_cannot_be_queued_in_one_line_with_status_2(
     assert len(lines) == 1 and lines[0].startswith("Error: "), result.stderr
     assert named in lines[0], lines[0]
     assert_private(result.output)
+
+
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        (
+            f'queue.schedule(Schedule.every("s", 60, NewJob("Report", {{"{KEY}": Decimal(1)}})))',
+            "Decimal",
+        ),
+        (
+            f'queue.schedule(Schedule.every("s", 60, NewJob("Report", {{"{KEY}": "{SECRET}\\x00"}})))',
+            "NUL",
+        ),
+        ('queue.schedule(Schedule.every("s\\x00", 60, NewJob("Report")))', "schedule name"),
+        ('queue.handle("Rep\\x00ort", print)', "job name"),
+    ],
+    ids=["decimal-args", "nul-args", "nul-schedule-name", "nul-handler-name"],
+)
+def test_a_worker_module_with_a_schedule_or_handler_that_cannot_be_stored_stops_at_boot(
+    tmp_path, monkeypatch, line: str, named: str
+) -> None:
+    module = f"bad_{uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "from decimal import Decimal\n"
+        "from axa_queue import NewJob, Queue, Schedule\n\n"
+        f"queue = Queue()\n{line}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    runner = CliRunner(env={"AXA_QUEUE_DSN": "postgresql://nobody@127.0.0.1:1/none"})
+    result = runner.invoke(main, ["worker", f"{module}:queue"], catch_exceptions=False)
+    assert result.exit_code == 1, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert f"importing '{module}' failed" in lines[0] and named in lines[0], lines[0]
+    assert_private(result.output)
