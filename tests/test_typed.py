@@ -415,12 +415,9 @@ def decode_error(stored: Any) -> str:
     return str(raised.value)
 
 
-GOOD = json.loads(NewJob("Invoice", INVOICE).encoded_args())
-
-
 def changed(path: str, value: Any) -> dict[str, Any]:
     """The stored arguments of INVOICE with the value at the dotted `path` replaced."""
-    stored = json.loads(json.dumps(GOOD))
+    stored = json.loads(NewJob("Invoice", INVOICE).encoded_args())
     *parents, last = path.split(".")
     target: Any = stored
     for part in parents:
