@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .acts import MAX_REASON_CHARS, Act, ActKind, ActResult, acts_on, cancel, retry
 from .errors import (
+    ArgumentsError,
     AxaQueueError,
     JobNotFoundError,
     NotACodeError,
@@ -47,6 +48,7 @@ __all__ = [
     "Act",
     "ActKind",
     "ActResult",
+    "ArgumentsError",
     "AxaQueueError",
     "Counts",
     "JobHandler",

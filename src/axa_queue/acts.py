@@ -25,7 +25,7 @@ import psycopg
 
 from . import sql
 from .errors import NotACodeError
-from .jobs import JobState
+from .jobs import JobState, job_id_of
 from .statements import Call, Connection, Row, run
 
 __all__ = [
@@ -110,7 +110,11 @@ def _read_result(rows: list[Row], _count: int) -> ActResult:
 
 
 def _act_call(statement: str, job_id: UUID, by: str, reason: str) -> Call[ActResult]:
-    params = {"id": job_id, "by": check_code(by, "by"), "reason": check_code(reason, "reason")}
+    params = {
+        "id": job_id_of(job_id),
+        "by": check_code(by, "by"),
+        "reason": check_code(reason, "reason"),
+    }
     return Call(statement, params, _read_result)
 
 
@@ -154,7 +158,7 @@ def acts_call(job_id: UUID) -> Call[list[Act]]:
     """The call that reads a job's acts, oldest first."""
     return Call(
         sql.ACTS,
-        (job_id,),
+        (job_id_of(job_id),),
         lambda rows, _n: [
             Act(
                 id=r[0],

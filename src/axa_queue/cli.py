@@ -55,7 +55,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from . import __version__, demo, logs, sql, supervisor, wording
 from .acts import Act, ActKind, ActResult, cancel, retry
 from .errors import AxaQueueError, JobNotFoundError, OptionsError
-from .jobs import Counts, JobInfo, JobState, NewJob
+from .jobs import MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
 from .options import POOLER_VARIABLE, SCHEMA_VARIABLE, Pooler, QueueOptions
 from .queue import DSN_VARIABLES, Queue
@@ -647,6 +647,10 @@ def _parse_args(text: str) -> Any:
         ) from None
     except ValueError as error:
         raise BadInput(f"--args is not valid JSON: {error}") from None
+    except RecursionError:
+        raise BadInput(
+            f"--args nests too deep to read (a job's arguments nest at most {MAX_ARGS_DEPTH} deep)"
+        ) from None
 
 
 @main.command()
@@ -714,10 +718,6 @@ def enqueue(
             max_attempts=max_attempts,
             timeout=timeout,
         )
-        try:
-            job.encoded_args()
-        except TypeError as error:
-            raise BadInput(str(error)) from None
 
     async def work(queue: Queue) -> UUID:
         return await queue.enqueue(job)

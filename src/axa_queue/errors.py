@@ -4,6 +4,7 @@
 
     AxaQueueError
      ├── OptionsError (ValueError)      an option or argument makes no sense
+     │    ├── ArgumentsError (TypeError) a job's arguments cannot be stored as JSON
      │    ├── NotACodeError             a person's `by` or `reason` is not a short code
      │    └── ScheduleError             a schedule is malformed or registered twice
      ├── SchemaError                    the tables, columns or triggers are missing or off
@@ -19,6 +20,7 @@ from __future__ import annotations
 from uuid import UUID
 
 __all__ = [
+    "ArgumentsError",
     "AxaQueueError",
     "JobNotFoundError",
     "NotACodeError",
@@ -35,6 +37,15 @@ class AxaQueueError(Exception):
 
 class OptionsError(AxaQueueError, ValueError):
     """An option or argument makes no sense; the message names it and its value."""
+
+
+class ArgumentsError(OptionsError, TypeError):
+    """A job's arguments cannot be stored: not JSON, a NUL character or lone surrogate
+    in a string or key, or nested too deep. Raised when the job is made, before any SQL.
+
+    The message names the job and the problem, never a value or a key. It is a
+    `TypeError` too, as arguments of the wrong kind always were.
+    """
 
 
 class NotACodeError(OptionsError):

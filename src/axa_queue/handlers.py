@@ -1,9 +1,12 @@
 """Handlers: the code that runs a job, and typed jobs that can queue themselves.
 
 A handler is registered under a job name with `@queue.handler("Report")` or
-`queue.handle("Report", fn)`. Its one argument is the job's arguments: the JSON
-value as stored, or, when the parameter is annotated with a dataclass, an instance
-of it built from the stored fields.
+`queue.handle("Report", fn)`; a name registered twice is refused unless
+`replace=True`. Its one argument is the job's arguments: the JSON value as stored,
+or, when the parameter is annotated with a dataclass (a typed handler), an instance
+of it built from the stored fields, each converted and checked by its declared type
+(`arguments.from_json`: unknown keys, missing fields and wrong types fail the attempt
+with a `TypeError` naming the field, never a value or an unknown key).
 
 The returned `JobHandler` can queue itself: `await report.perform_later(args,
 priority=5)`. The queue's mode decides what that does (`QueueOptions.mode`, else the
@@ -31,6 +34,7 @@ from uuid import UUID
 
 from typing_extensions import Unpack
 
+from .arguments import from_json
 from .jobs import JobOptions, NewJob
 
 if TYPE_CHECKING:
@@ -61,19 +65,6 @@ def _argument_type(fn: Callable[..., object]) -> type | None:
     if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         return hint
     return None
-
-
-def _json_type(value: object) -> str:
-    """The JSON type of a decoded value: array, string, number, boolean or null."""
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    return "null" if value is None else type(value).__name__
 
 
 def _is_async(fn: Callable[..., object]) -> bool:
@@ -107,14 +98,11 @@ class JobHandler(Generic[A]):
         return self.fn(args)
 
     def decode(self, raw: Any) -> A:
-        """The handler's argument from the stored JSON value."""
+        """The handler's argument from the stored JSON value: as it is, or, for a typed
+        handler, its dataclass, converted and checked field by field (see `arguments`);
+        a `TypeError` naming the field, never a value or an unknown key, if it does not fit."""
         if self.argument_type is not None:
-            if not isinstance(raw, dict):  # named by its JSON type, never its value
-                raise TypeError(
-                    f"job {self.name!r} expects a JSON object for "
-                    f"{self.argument_type.__name__}, got a JSON {_json_type(raw)}"
-                )
-            return self.argument_type(**raw)  # type: ignore[no-any-return]
+            return from_json(self.argument_type, raw, self.name)  # type: ignore[no-any-return]
         return raw  # type: ignore[no-any-return]
 
     async def invoke(self, args: A, executor: Executor | None = None) -> None:

@@ -7,12 +7,10 @@ shows a job's arguments: not `repr`, not `JobInfo`, not an error message.
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-import json
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypedDict, overload
 from uuid import UUID, uuid4
 
@@ -20,25 +18,81 @@ import psycopg
 from typing_extensions import Unpack
 
 from . import sql
+from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
 from .errors import OptionsError
 from .options import Duration, to_seconds
 from .statements import Call, Connection, Row, run
 
 __all__ = [
+    "EARLIEST_RUN_AT",
+    "LATEST_RUN_AT",
+    "MAX_ARGS_DEPTH",
+    "MAX_NAME_CHARS",
     "Counts",
     "JobInfo",
     "JobOptions",
     "JobState",
     "NewJob",
+    "check_name",
     "counts_on",
     "enqueue_all_on",
     "enqueue_on",
+    "job_id_of",
     "job_on",
     "jobs_on",
 ]
 
 SMALLINT = (-32768, 32767)
 """The range of a job's priority, a PostgreSQL smallint."""
+
+MAX_NAME_CHARS = 200
+"""The longest job name, in characters (as for a schedule's): room for any dotted path,
+and far below what the name's index can hold."""
+
+EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=timezone.utc)
+"""The earliest `run_at` taken (an earlier time would run at once all the same)."""
+
+LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=timezone.utc)
+"""The first `run_at` refused: far enough from year 9999 that any session time zone,
+and any delay the queue adds, still reads back as a Python `datetime`."""
+
+
+def check_name(name: object, what: str = "job", limit: int = MAX_NAME_CHARS) -> str:
+    """`name` when PostgreSQL can store it as a name: 1 to `limit` characters, not
+    blank, with no NUL character or lone surrogate; else an `OptionsError` saying why."""
+    if not isinstance(name, str):
+        problem = f"it is a {type(name).__name__}, not a string"
+    elif not name.strip():
+        problem = "it is empty or blank"
+    elif len(name) > limit:
+        problem = f"it is {len(name)} characters long"
+    else:
+        held = storable_problem(name)
+        if held is None:
+            return name
+        problem = f"it holds {held}"
+    shown = repr(name) if not isinstance(name, str) or len(name) <= 40 else f"{name[:40]!r}..."
+    raise OptionsError(
+        f"the {what} name {shown} cannot be used: {problem} (a {what} name is 1 to "
+        f"{limit} characters, not blank, with no NUL character or lone surrogate)"
+    )
+
+
+def job_id_of(value: object) -> UUID:
+    """`value` as a job id: a `UUID`, or its text. Anything else raises an `OptionsError`
+    naming it, before anything is sent (a malformed id would abort the caller's
+    transaction on the server)."""
+    if isinstance(value, UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return UUID(value)
+        except ValueError:
+            pass
+    shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:60]}..."
+    raise OptionsError(
+        f"expected a job id (a UUID, or its text like 0191f3c2-...), got: {shown}; nothing was sent"
+    )
 
 
 class JobState(str, enum.Enum):
@@ -66,10 +120,14 @@ class JobState(str, enum.Enum):
 class NewJob:
     """A job to queue: the handler it is for, its arguments, and when and how it runs.
 
-    `args` is any JSON value, or a dataclass instance (queued as its fields). It is
-    never shown by `repr`. `run_in` (a delay on the database's clock) and `run_at`
-    (a timezone-aware time) are exclusive. `max_attempts` and `timeout` left as `None`
-    stay NULL on the row, so each worker applies its own default, as the crate does.
+    `args` is any JSON value, or a dataclass instance (queued as its fields, see
+    `arguments`); arguments that cannot be stored raise `ArgumentsError` here, before
+    any SQL. They are encoded here, once: changing a mutable `args` later is not seen.
+    They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS` characters.
+    `run_in` (a delay on the database's clock, at most 100 years) and `run_at` (a
+    timezone-aware time from `EARLIEST_RUN_AT` to before `LATEST_RUN_AT`) are
+    exclusive. `max_attempts` and `timeout` left as `None` stay NULL on the row, so
+    each worker applies its own default, as the crate does.
     """
 
     name: str
@@ -79,10 +137,12 @@ class NewJob:
     run_at: datetime | None = None
     max_attempts: int | None = None
     timeout: Duration | None = None
+    _args_json: str = field(default="", init=False, repr=False, compare=False)
+    """The arguments as JSON, made once when the job is made: what is checked is what
+    is stored, and a job queued by a schedule at every tick is encoded once."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name.strip():
-            raise OptionsError(f"expected a job name to be a non-empty string, got: {self.name!r}")
+        check_name(self.name)
         if (
             not isinstance(self.priority, int)
             or isinstance(self.priority, bool)
@@ -112,23 +172,25 @@ class NewJob:
                 f"expected run_at of job {self.name!r} to be a timezone-aware datetime, "
                 f"got: {self.run_at!r}"
             )
+        if self.run_at is not None and not EARLIEST_RUN_AT <= self.run_at < LATEST_RUN_AT:
+            raise OptionsError(
+                f"expected run_at of job {self.name!r} to be from "
+                f"{EARLIEST_RUN_AT.isoformat()} to before {LATEST_RUN_AT.isoformat()}, "
+                f"got: {self.run_at.isoformat()}"
+            )
         if self.timeout is not None and to_seconds(self.timeout, "timeout") <= 0:
             raise OptionsError(
                 f"expected timeout of job {self.name!r} to be more than zero, got: {self.timeout!r}"
             )
+        # Refuses what cannot be stored, before any SQL; later changes to a mutable
+        # `args` are not seen: a NewJob is a value.
+        object.__setattr__(self, "_args_json", to_json(self.args, self.name))
 
     def encoded_args(self) -> str:
-        """The arguments as JSON text, as the `args` column will hold them."""
-        value = self.args
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            value = dataclasses.asdict(value)
-        try:
-            return json.dumps(value, separators=(",", ":"), allow_nan=False)
-        except (TypeError, ValueError) as error:
-            # The message names the type that failed, never the value.
-            raise TypeError(
-                f"the arguments of job {self.name!r} cannot be queued as JSON: {error}"
-            ) from None
+        """The arguments as JSON text, as the `args` column will hold them, encoded (and
+        checked: `ArgumentsError` naming the job and the problem, never a value) when
+        the job was made."""
+        return self._args_json
 
     def delay_seconds(self) -> float:
         """Seconds from now to the first run (zero unless `run_in` was given)."""
@@ -261,6 +323,7 @@ def job_info(row: Row) -> JobInfo:
 
 def job_call(job_id: UUID) -> Call[JobInfo | None]:
     """The call that reads one job."""
+    job_id = job_id_of(job_id)
     return Call(sql.JOB, (job_id,), lambda rows, _n: job_info(rows[0]) if rows else None)
 
 

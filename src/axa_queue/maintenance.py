@@ -17,6 +17,7 @@ import psycopg
 
 from . import sql
 from .jobs import JobState
+from .retries import first_line
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -91,7 +92,7 @@ async def run_once(queue: Queue) -> None:
             if archived:
                 log.info("archived schedules no longer in code", extra={"archived": archived})
     except psycopg.Error as error:
-        log.error("could not archive schedules", extra={"error": str(error)})
+        log.error("could not archive schedules", extra={"error": first_line(error)})
     try:
         async with queue.pool.connection() as conn:
             for one in await recover_stale(conn, stale, options.max_attempts):
@@ -105,11 +106,11 @@ async def run_once(queue: Queue) -> None:
                     },
                 )
     except psycopg.Error as error:
-        log.error("could not recover stale jobs", extra={"error": str(error)})
+        log.error("could not recover stale jobs", extra={"error": first_line(error)})
     try:
         async with queue.pool.connection() as conn:
             purged = await purge(conn, options.seconds("retention"))
             if purged:
                 log.info("purged finished jobs past retention", extra={"purged": purged})
     except psycopg.Error as error:
-        log.error("could not purge old jobs", extra={"error": str(error)})
+        log.error("could not purge old jobs", extra={"error": first_line(error)})

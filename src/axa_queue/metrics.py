@@ -240,7 +240,7 @@ class QueueCollector(Collector):
             try:
                 await self.refresh(finished=due)
             except (psycopg.Error, AxaQueueError) as error:
-                log.warning("could not count jobs for metrics", extra={"error": str(error)})
+                log.warning("could not count jobs for metrics", extra={"error": first_line(error)})
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
 

@@ -18,6 +18,7 @@ from .errors import OptionsError
 
 __all__ = [
     "DSN_VARIABLES",
+    "MAX_DURATION",
     "MODE_VARIABLE",
     "POOLER_VARIABLE",
     "SCHEMA_VARIABLE",
@@ -64,13 +65,22 @@ def dsn_from_environment() -> str | None:
     return next((os.environ[v] for v in DSN_VARIABLES if os.environ.get(v)), None)
 
 
+MAX_DURATION = timedelta(days=36525)
+"""The longest duration any option takes: 100 years. Past it, a time counted from now
+leaves what PostgreSQL and Python can both read back (or overflows on the way), and
+nobody means it: it is a typo, or a stand-in for "never"."""
+
+
 def to_timedelta(value: Duration, name: str = "duration") -> timedelta:
-    """`value` as a `timedelta`, refusing what is not a finite, non-negative length."""
+    """`value` as a `timedelta`, refusing what is not a finite, non-negative length of
+    at most `MAX_DURATION`, with an `OptionsError` naming the option and the bound."""
     if isinstance(value, timedelta):
         result = value
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         if not math.isfinite(value):
             raise OptionsError(f"expected {name} to be a finite number of seconds, got: {value!r}")
+        if abs(value) > MAX_DURATION.total_seconds():  # before timedelta() can overflow
+            raise OptionsError(_too_long(name, value))
         result = timedelta(seconds=value)
     else:
         raise OptionsError(
@@ -78,11 +88,21 @@ def to_timedelta(value: Duration, name: str = "duration") -> timedelta:
         )
     if result < timedelta(0):
         raise OptionsError(f"expected {name} to be zero or more, got: {value!r}")
+    if result > MAX_DURATION:
+        raise OptionsError(_too_long(name, value))
     return result
 
 
+def _too_long(name: str, value: Duration) -> str:
+    return (
+        f"expected {name} to be at most 100 years ({MAX_DURATION.days} days, "
+        f"{MAX_DURATION.total_seconds():.0f} seconds), got: {value!r}"
+    )
+
+
 def to_seconds(value: Duration, name: str = "duration") -> float:
-    """`value` as seconds, refusing what is not a finite, non-negative length."""
+    """`value` as seconds, refusing what is not a finite, non-negative length of at
+    most `MAX_DURATION`."""
     return to_timedelta(value, name).total_seconds()
 
 

@@ -31,15 +31,18 @@ from .jobs import (
     JobState,
     NewJob,
     as_new_job,
+    check_name,
     counts_by_name_call,
     counts_call,
     enqueue_call,
     enqueue_many_call,
     job_call,
+    job_id_of,
     jobs_call,
 )
 from .maintenance import Recovered
 from .options import DSN_VARIABLES, Duration, QueueOptions, dsn_from_environment, to_seconds
+from .retries import describe
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
 from .sync import SyncQueue
@@ -91,28 +94,37 @@ class Queue:
     # --- registration (no I/O) ---------------------------------------------------------
 
     @overload
-    def handler(self, name: str) -> Callable[[HandlerFunction[A]], JobHandler[A]]: ...
-    @overload
-    def handler(self, name: HandlerFunction[A]) -> JobHandler[A]: ...
     def handler(
-        self, name: str | HandlerFunction[A]
+        self, name: str, *, replace: bool = False
+    ) -> Callable[[HandlerFunction[A]], JobHandler[A]]: ...
+    @overload
+    def handler(self, name: HandlerFunction[A], *, replace: bool = False) -> JobHandler[A]: ...
+    def handler(
+        self, name: str | HandlerFunction[A], *, replace: bool = False
     ) -> Callable[[HandlerFunction[A]], JobHandler[A]] | JobHandler[A]:
         """Register the decorated function for jobs named `name` (or, used bare, for
-        jobs named after the function). Returns a `JobHandler`, callable as before."""
+        jobs named after the function). Returns a `JobHandler`, callable as before.
+        A name already registered is refused unless `replace=True`."""
         if callable(name):
-            return self.handle(getattr(name, "__name__", repr(name)), name)
+            return self.handle(getattr(name, "__name__", repr(name)), name, replace=replace)
 
         def register(fn: HandlerFunction[A]) -> JobHandler[A]:
-            return self.handle(name, fn)
+            return self.handle(name, fn, replace=replace)
 
         return register
 
-    def handle(self, name: str, fn: HandlerFunction[A]) -> JobHandler[A]:
-        """Run `fn` for jobs named `name`; registering a name again replaces its handler."""
-        if not isinstance(name, str) or not name.strip():
-            raise OptionsError(f"expected a job name to be a non-empty string, got: {name!r}")
+    def handle(self, name: str, fn: HandlerFunction[A], *, replace: bool = False) -> JobHandler[A]:
+        """Run `fn` for jobs named `name` (1 to `MAX_NAME_CHARS` characters, no NUL or
+        lone surrogate). A name already registered raises `OptionsError`, so two modules
+        cannot take the same name by mistake; pass `replace=True` to replace its handler."""
+        check_name(name)
         if not callable(fn):
             raise OptionsError(f"expected the handler of job {name!r} to be callable, got: {fn!r}")
+        if name in self.handlers and not replace:
+            raise OptionsError(
+                f"a handler for job {name!r} is already registered "
+                f"({self.handlers[name].fn!r}): pass replace=True to replace it"
+            )
         registered = JobHandler(self, name, fn)
         self.handlers[name] = registered
         return registered
@@ -120,6 +132,7 @@ class Queue:
     def limit(self, name: str, jobs: int) -> None:
         """Run at most `jobs` (at least one) jobs named `name` at once in this process.
         Other names keep the remaining loops busy. Not a limit across processes."""
+        check_name(name)
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise OptionsError(
                 f"expected the limit of job {name!r} to be a positive integer, got: {jobs!r}"
@@ -280,7 +293,7 @@ class Queue:
             try:
                 await work
             except Exception as error:
-                log.error("background job failed", extra={"job": name, "error": str(error)})
+                log.error("background job failed", extra={"job": name, "error": describe(error)})
 
         task = asyncio.get_running_loop().create_task(guarded(), name=f"axa-queue-bg-{name}")
         self._background.add(task)
@@ -290,7 +303,7 @@ class Queue:
 
     async def job(self, job_id: UUID | str) -> JobInfo | None:
         """What the queue knows of one job (never its arguments), or `None`."""
-        return await self._run(job_call(_uuid(job_id)))
+        return await self._run(job_call(job_id_of(job_id)))
 
     async def jobs(
         self, state: JobState | str | None = None, name: str | None = None, limit: int = 50
@@ -308,7 +321,7 @@ class Queue:
 
     async def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""
-        return await self._run(acts_call(_uuid(job_id)))
+        return await self._run(acts_call(job_id_of(job_id)))
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule in the table, archived or not, with its last job's state."""
@@ -375,15 +388,6 @@ class Queue:
             log.warning("run() has no handlers and no schedules: it only does housekeeping")
         self.worker = Worker(self)
         await self.worker.run(stop if stop is not None else asyncio.Event())
-
-
-def _uuid(value: UUID | str) -> UUID:
-    if isinstance(value, UUID):
-        return value
-    try:
-        return UUID(str(value))
-    except ValueError:
-        raise OptionsError(f"expected a job id (a UUID), got: {value!r}") from None
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

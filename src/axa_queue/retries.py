@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
+
 __all__ = ["MAX_BACKOFF", "MAX_ERROR_BYTES", "backoff", "cut_error", "describe", "first_line"]
 
 MAX_BACKOFF = timedelta(hours=1)
@@ -38,14 +40,32 @@ def cut_error(text: str) -> str:
     return data[:MAX_ERROR_BYTES].decode("utf-8", errors="ignore")
 
 
+def _text(error: BaseException) -> str:
+    """An error's message; for a database error, only PostgreSQL's primary message.
+
+    Its DETAIL and CONTEXT (and the statement's parameters psycopg adds) may quote the
+    data of the row or statement, `JSON data, line 1: {"token": ...` for one, and what
+    is kept or logged must never hold a job's arguments.
+    """
+    if isinstance(error, psycopg.Error):
+        primary = error.diag.message_primary
+        if primary:
+            return str(primary)
+        lines = str(error).strip().splitlines()
+        return lines[0] if lines else ""
+    return str(error)
+
+
 def describe(error: BaseException) -> str:
-    """The text kept for a failed run: the exception's type and message."""
-    message = str(error)
+    """The text kept for a failed run: the exception's type and message (a database
+    error's primary message only, without the DETAIL and CONTEXT that may quote data)."""
+    message = _text(error)
     kind = type(error).__qualname__
     return f"{kind}: {message}" if message else kind
 
 
 def first_line(error: BaseException) -> str:
-    """The first line of an error's text (a database error's DETAIL and HINT follow it)."""
-    lines = str(error).strip().splitlines()
+    """The first line of an error's text; of a database error, its primary message
+    (its DETAIL, CONTEXT and HINT, which may quote data, are left out)."""
+    lines = _text(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__

@@ -28,7 +28,7 @@ import psycopg
 
 from . import sql
 from .errors import OptionsError, ScheduleError
-from .jobs import JobState, NewJob, enqueue_on
+from .jobs import EARLIEST_RUN_AT, LATEST_RUN_AT, JobState, NewJob, check_name, enqueue_on
 from .options import Duration, to_timedelta
 
 __all__ = ["MAX_SCHEDULE_NAME", "Schedule", "ScheduleInfo", "next_due"]
@@ -36,14 +36,15 @@ __all__ = ["MAX_SCHEDULE_NAME", "Schedule", "ScheduleInfo", "next_due"]
 log = logging.getLogger("axa_queue.schedules")
 
 MAX_SCHEDULE_NAME = 200
-"""The longest schedule name, in characters."""
+"""The longest schedule name, in characters (a job name's limit too)."""
 
 
 @dataclass(frozen=True)
 class Schedule:
     """A job queued every `interval` under the stable name `name`.
 
-    Make one with `Schedule.every`. A delay set on the job is ignored.
+    Make one with `Schedule.every`. A delay set on the job is ignored. Whichever way
+    it is made, it is checked as `every` says.
     """
 
     name: str
@@ -51,36 +52,53 @@ class Schedule:
     job: NewJob
     first_at: datetime | None = None
 
-    @classmethod
-    def every(
-        cls, name: str, interval: Duration, job: NewJob, *, first_at: datetime | None = None
-    ) -> Schedule:
-        """Queue `job` every `interval` (at least a second), first at `first_at` (a
-        timezone-aware time, used only when the schedule's row is made) or at once.
-
-        Raises `ScheduleError` for an empty or over-long name, an interval under a
-        second, or a naive `first_at`: mistakes in code, found at boot.
-        """
-        if not isinstance(name, str) or not name or len(name) > MAX_SCHEDULE_NAME:
-            raise ScheduleError(
-                f"a schedule name must be 1 to {MAX_SCHEDULE_NAME} characters, got: {name!r}"
-            )
+    def __post_init__(self) -> None:
         try:
-            length = to_timedelta(interval, "interval")
+            check_name(self.name, "schedule", MAX_SCHEDULE_NAME)
+        except OptionsError as error:
+            raise ScheduleError(str(error)) from None
+        name = self.name
+        try:
+            length = to_timedelta(self.interval, "interval")
         except OptionsError as error:
             raise ScheduleError(f"schedule {name!r}: {error}") from None
         if length < timedelta(seconds=1):
             raise ScheduleError(
                 f"the schedule {name!r} needs an interval of at least a second, got: {length}"
             )
-        if first_at is not None and (
-            not isinstance(first_at, datetime) or first_at.utcoffset() is None
+        object.__setattr__(self, "interval", length)
+        if not isinstance(self.job, NewJob):  # a NewJob's arguments were checked when made
+            raise ScheduleError(f"expected the job of schedule {name!r} to be a NewJob")
+        if self.job.run_in is not None or self.job.run_at is not None:
+            object.__setattr__(self, "job", dataclasses.replace(self.job, run_in=None, run_at=None))
+        if self.first_at is not None and (
+            not isinstance(self.first_at, datetime) or self.first_at.utcoffset() is None
         ):
             raise ScheduleError(
                 f"expected first_at of schedule {name!r} to be a timezone-aware datetime, "
-                f"got: {first_at!r}"
+                f"got: {self.first_at!r}"
             )
-        return cls(name, length, dataclasses.replace(job, run_in=None, run_at=None), first_at)
+        if self.first_at is not None and not EARLIEST_RUN_AT <= self.first_at < LATEST_RUN_AT:
+            raise ScheduleError(
+                f"expected first_at of schedule {name!r} to be from "
+                f"{EARLIEST_RUN_AT.isoformat()} to before {LATEST_RUN_AT.isoformat()}, "
+                f"got: {self.first_at.isoformat()}"
+            )
+
+    @classmethod
+    def every(
+        cls, name: str, interval: Duration, job: NewJob, *, first_at: datetime | None = None
+    ) -> Schedule:
+        """Queue `job` every `interval` (at least a second, at most 100 years), first at
+        `first_at` (a timezone-aware time, used only when the schedule's row is made) or
+        at once.
+
+        Raises `ScheduleError` for a name that is not 1 to `MAX_SCHEDULE_NAME` characters
+        with no NUL or lone surrogate, an interval out of bounds, or a naive `first_at`:
+        mistakes in code, found at boot. (A job whose arguments cannot be stored is
+        refused before, by `NewJob`.)
+        """
+        return cls(name, interval, job, first_at)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -368,7 +368,7 @@ class Worker:
                 self.failing = (since_failing, first_line(error))
                 log.error(
                     "could not record finished jobs or claim new ones; trying again",
-                    extra={"error": str(error), "endings": len(batch)},
+                    extra={"error": first_line(error), "endings": len(batch)},
                 )
                 self.endings = batch + self.endings
                 if batch:
@@ -620,7 +620,7 @@ class Worker:
             except psycopg.Error as error:
                 log.error(
                     "could not mark a lost job for review; trying again",
-                    extra={**one.fields(), "error": str(error)},
+                    extra={**one.fields(), "error": first_line(error)},
                 )
                 await asyncio.sleep(RETRY_DATABASE)
 
@@ -651,7 +651,9 @@ class Worker:
                     )
                     alive = {(row[0], row[1]) for row in await cursor.fetchall()}
             except psycopg.Error as error:
-                log.warning("heartbeat failed", extra={"error": str(error), "jobs": len(runs)})
+                log.warning(
+                    "heartbeat failed", extra={"error": first_line(error), "jobs": len(runs)}
+                )
                 now = time.monotonic()
                 for one in runs:
                     if now - one.last_heard >= stale:
@@ -709,7 +711,7 @@ class Worker:
             except psycopg.Error as error:
                 log.warning(
                     "lost the notification connection; polling until it is back",
-                    extra={"error": str(error)},
+                    extra={"error": first_line(error)},
                 )
                 await asyncio.sleep(pause)
                 pause = min(pause * 2, self.options.seconds("poll_interval"), 5.0)
@@ -730,7 +732,7 @@ class Worker:
                 if queued:
                     self._wake()
             except psycopg.Error as error:
-                log.error("could not queue scheduled jobs", extra={"error": str(error)})
+                log.error("could not queue scheduled jobs", extra={"error": first_line(error)})
             await asyncio.sleep(every)
 
 
