@@ -25,7 +25,7 @@ import psycopg
 
 from . import sql
 from .errors import NotACodeError
-from .jobs import JobState
+from .jobs import JobState, moment
 from .statements import Call, Connection, Row, run
 
 __all__ = [
@@ -164,7 +164,7 @@ def acts_call(job_id: UUID) -> Call[list[Act]]:
                 attempts=r[4],
                 by=r[5],
                 reason=r[6],
-                at=r[7],
+                at=moment(r[7]),
             )
             for r in rows
         ],

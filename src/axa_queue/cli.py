@@ -54,7 +54,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from . import __version__, demo, logs, sql, supervisor, wording
 from .acts import Act, ActKind, ActResult, cancel, retry
 from .errors import AxaQueueError, JobNotFoundError, OptionsError
-from .jobs import Counts, JobInfo, JobState, NewJob
+from .jobs import EARLIEST, LATEST, Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
 from .options import QueueOptions
 from .queue import DSN_VARIABLES, Queue
@@ -246,6 +246,10 @@ def _print_json(value: Any) -> None:
 def _when(moment: datetime | None) -> str:
     if moment is None:
         return "-"
+    if moment == LATEST:  # past what Python holds (year 9999, `infinity`): see JobInfo
+        return ">9999-12-31"
+    if moment == EARLIEST:
+        return "<0001-01-01"
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 

@@ -393,15 +393,23 @@ PURGEABLE = """SELECT count(*) FROM axa_queue
 # --- Inspection ------------------------------------------------------------------------
 
 JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    run_at, started_at, created_at, updated_at FROM axa_queue WHERE id = %s"""
-"""One job, without its arguments."""
+    EXTRACT(EPOCH FROM run_at), EXTRACT(EPOCH FROM started_at),
+    EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM updated_at)
+    FROM axa_queue WHERE id = %s"""
+"""One job, without its arguments. Times come as epoch seconds (exact numeric), which
+any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime` cannot
+(`infinity`, past year 9999, or year 9999 shown in a session time zone east of UTC),
+written by another client, would otherwise fail the read (`jobs.moment` clamps it)."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    run_at, started_at, created_at, updated_at FROM axa_queue
+    EXTRACT(EPOCH FROM run_at), EXTRACT(EPOCH FROM started_at),
+    EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM updated_at)
+    FROM axa_queue
     WHERE (%(state)s::text IS NULL OR status = %(state)s)
       AND (%(name)s::text IS NULL OR name = %(name)s)
-    ORDER BY created_at DESC, id LIMIT %(limit)s"""
-"""The newest jobs, optionally of one state and name, without their arguments."""
+    ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s"""
+"""The newest jobs, optionally of one state and name, without their arguments; times
+as epoch seconds, as `JOB` reads them, so one odd row never breaks the listing."""
 
 COUNTS = """SELECT
     count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
@@ -496,9 +504,10 @@ RETRY = """WITH target AS (
 and keep the act, in one statement. Attempts keep rising, so an old run stays fenced.
 Returns the act kept (or NULL) and the state it found."""
 
-ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, at
+ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at)
     FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
-"""Every act done to one job, oldest first."""
+"""Every act done to one job, oldest first; its time as epoch seconds, as `JOB` reads
+times."""
 
 # --- Schedules -------------------------------------------------------------------------
 
@@ -540,10 +549,12 @@ SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = now(), updated_at = 
       AND seen_at < now() - make_interval(secs => %s)"""
 """Archive schedules no live process has in code (unseen for the stale period)."""
 
-SCHEDULES = """SELECT s.name, s.interval_ms, s.due_at, s.last_job, s.seen_at,
-    s.archived_at, s.created_at, q.status AS last_status, q.error AS last_error
+SCHEDULES = """SELECT s.name, s.interval_ms, EXTRACT(EPOCH FROM s.due_at), s.last_job,
+    EXTRACT(EPOCH FROM s.seen_at), EXTRACT(EPOCH FROM s.archived_at),
+    EXTRACT(EPOCH FROM s.created_at), q.status AS last_status, q.error AS last_error
     FROM axa_schedule s LEFT JOIN axa_queue q ON q.id = s.last_job ORDER BY s.name"""
-"""Every schedule, archived or not, with its last job's state."""
+"""Every schedule, archived or not, with its last job's state; times as epoch seconds,
+as `JOB` reads them."""
 
 # --- Notifications ---------------------------------------------------------------------
 
