@@ -106,10 +106,10 @@ class _Main(click.Group):
                 click.echo(error.ctx.get_help())  # bare `axa-queue`: show what there is
                 sys.exit(0)
             hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-            click.echo(f"Error: {_one_line(error.format_message())}{hint}", err=True)
+            click.echo(f"Error: {shown(_one_line(error.format_message()))}{hint}", err=True)
             sys.exit(error.exit_code)
         except click.ClickException as error:
-            click.echo(f"Error: {_one_line(error.format_message())}", err=True)
+            click.echo(f"Error: {shown(_one_line(error.format_message()))}", err=True)
             sys.exit(error.exit_code)
         except click.Abort:
             click.echo("Aborted.", err=True)
@@ -119,6 +119,35 @@ class _Main(click.Group):
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def shown(text: str | None) -> str:
+    """`text` as the CLI prints it to a terminal: every character that is not printable
+    (control characters such as ESC, format characters such as the bidi overrides
+    U+202E and U+2066 and the zero-width U+200B, line and paragraph separators, lone
+    surrogates) written as a Python escape, `\\t`, `\\x1b`, `\\u202e`, `\\U000e0041`, so a name,
+    an error, a `by` or a `reason` written by anyone can never move the cursor, recolour
+    or reorder what an operator reads. The ASCII space and every visible character are
+    kept as they are; `None` is shown as `-`. JSON output needs none of this."""
+    if text is None:
+        return "-"
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[ch]
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def _dsn(given: str | None) -> str:
@@ -257,7 +286,14 @@ def _short(text: str | None, limit: int = 60) -> str:
     if not text:
         return "-"
     flat = _one_line(text)
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return shown(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+def _lines(text: str | None) -> str:
+    """`text` kept on its lines, each `shown`."""
+    if not text:
+        return "-"
+    return "\n".join(shown(line) for line in text.splitlines())
 
 
 def _tries(info: JobInfo) -> str:
@@ -346,7 +382,7 @@ def setup(dsn: str | None) -> None:
         return queue.schema
 
     schema = _with_queue(dsn, work, setup=True)
-    click.echo(f"the queue's tables are set up in schema {schema}")
+    click.echo(f"the queue's tables are set up in schema {shown(schema)}")
 
 
 @main.command("sql")
@@ -374,7 +410,9 @@ def check(dsn: str | None) -> None:
         return queue.schema  # `open(setup=False)` has checked everything
 
     schema = _with_queue(dsn, work, setup=False)
-    click.echo(f"ok: the queue's tables, columns and triggers are in place in schema {schema}")
+    click.echo(
+        f"ok: the queue's tables, columns and triggers are in place in schema {shown(schema)}"
+    )
 
 
 # --- worker ------------------------------------------------------------------------------------
@@ -698,7 +736,7 @@ def jobs(state: str | None, name: str | None, limit: int, as_json: bool, dsn: st
     for info in found:
         table.add_row(
             str(info.id),
-            info.name,
+            shown(info.name),
             info.state.value,
             _tries(info),
             str(info.priority),
@@ -731,7 +769,7 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
     table.add_column()
     for label, value in (
         ("id", str(info.id)),
-        ("name", info.name),
+        ("name", shown(info.name)),
         ("state", info.state.value),
         ("tries", _tries(info)),
         ("priority", str(info.priority)),
@@ -740,7 +778,7 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         ("started at", _when(info.started_at)),
         ("created at", _when(info.created_at)),
         ("updated at", _when(info.updated_at)),
-        ("error", info.error or "-"),
+        ("error", _lines(info.error)),
     ):
         table.add_row(label, value)
     _console().print(table)
@@ -780,7 +818,7 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
     table.add_column("OLDEST READY", justify="right")
     for name, one in sorted(found.items()):
         table.add_row(
-            name,
+            shown(name),
             *(str(getattr(one, state)) for state in states),
             wording.seconds(one.oldest_ready_seconds),
         )
@@ -808,7 +846,7 @@ def schedules(as_json: bool, dsn: str | None) -> None:
         table.add_column(column, no_wrap=column != "NAME")
     for one in found:
         table.add_row(
-            one.name,
+            shown(one.name),
             wording.seconds(one.interval),
             _when(one.due_at),
             str(one.last_job) if one.last_job else "-",
@@ -846,7 +884,9 @@ def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
     for column in ("AT", "ACT", "BY", "REASON", "AFTER TRIES"):
         table.add_column(column, no_wrap=column in ("AT", "ACT"))
     for act in found:
-        table.add_row(_when(act.at), act.kind.value, act.by, act.reason, str(act.attempts))
+        table.add_row(
+            _when(act.at), act.kind.value, shown(act.by), shown(act.reason), str(act.attempts)
+        )
     _console().print(table)
 
 
@@ -954,7 +994,7 @@ def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -
         for column in ("ID", "NAME", "TRIES", "NOW" if not dry_run else "WOULD BE"):
             table.add_column(column, no_wrap=column != "NAME")
         for one in found:
-            table.add_row(str(one.id), one.name, str(one.attempts), one.state.value)
+            table.add_row(str(one.id), shown(one.name), str(one.attempts), one.state.value)
         _console().print(table)
     jobs_text = wording.plural(len(found), "stale job")
     click.echo(
