@@ -967,20 +967,35 @@ DRY_RUN_HELP = "Only say what would be done; change nothing."
     help="A running job not heard from for this long is taken for lost with its worker; "
     "give the workers' own stale_after.",
 )
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Tries a job queued without its own max_attempts gets, the first included, as "
+    "the workers' QueueOptions.max_attempts gives it; give the workers' own. "
+    f"Default: {QueueOptions().max_attempts}, QueueOptions' default.",
+)
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @json_option
 @dsn_option
-def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -> None:
+def recover(
+    stale_after: float, max_attempts: int | None, dry_run: bool, as_json: bool, dsn: str | None
+) -> None:
     """Recover stale jobs now: queue again (or fail, when out of tries) jobs whose
     worker has not been heard from. Workers also do this every few minutes."""
     if not stale_after > 0:
         raise BadInput(f"expected --stale-after to be more than zero seconds, got: {stale_after:g}")
+    if max_attempts is not None and max_attempts < 1:
+        raise BadInput(f"expected --max-attempts to be a positive integer, got: {max_attempts}")
     with _errors(None):
         options = QueueOptions(
             pool_size=2,
             stale_after=stale_after,
             heartbeat_interval=min(60.0, stale_after / 2),
         )
+        if max_attempts is not None:
+            options = dataclasses.replace(options, max_attempts=max_attempts)
 
     async def work(queue: Queue) -> list[Recovered]:
         return await queue.recover_stale(dry_run=dry_run)
@@ -997,11 +1012,18 @@ def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -
             table.add_row(str(one.id), shown(one.name), str(one.attempts), one.state.value)
         _console().print(table)
     jobs_text = wording.plural(len(found), "stale job")
+    given = (
+        f"{options.max_attempts} (--max-attempts)"
+        if max_attempts is not None
+        else f"{options.max_attempts} (the default of --max-attempts and of "
+        "QueueOptions.max_attempts)"
+    )
     click.echo(
         f"{jobs_text} would be recovered (dry run: nothing changed)"
         if dry_run
         else f"recovered {jobs_text}"
     )
+    click.echo(f"jobs queued without their own max_attempts were given {given}")
 
 
 @main.command()
