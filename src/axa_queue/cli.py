@@ -53,7 +53,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import __version__, demo, logs, sql, supervisor, wording
 from .acts import Act, ActKind, ActResult, cancel, retry
-from .errors import AxaQueueError, JobNotFoundError, OptionsError
+from .errors import AxaQueueError, JobNotFoundError, OptionsError, SchemaError
 from .jobs import EARLIEST, LATEST, Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
 from .options import QueueOptions
@@ -206,6 +206,10 @@ def _errors(dsn: str | None) -> Iterator[None]:
         raise Failed(f"the database at {_where(dsn or '')} refused: {_reason(error)}") from None
     except OptionsError as error:  # a value from the command line, refused by the library
         raise BadInput(str(error)) from None
+    except SchemaError as error:
+        if isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise BadInput(str(error)) from None  # setup by a role that may not: --no-setup
+        raise Failed(str(error)) from None
     except AxaQueueError as error:  # SchemaError, JobNotFoundError, DemoError, ...
         raise Failed(str(error)) from None
 

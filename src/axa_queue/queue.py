@@ -182,7 +182,7 @@ class Queue:
             self.dsn, autocommit=True, **self.connect_kwargs()
         ) as conn:
             if setup:
-                await _setup(conn)
+                await _allowed_setup(conn)
             await _check(conn)
             row = await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone()
             self.schema = row[0] if row and row[0] else "public"
@@ -239,7 +239,7 @@ class Queue:
     async def setup(self) -> None:
         """Run `SETUP_STATEMENTS` in one transaction under the setup lock."""
         async with self.pool.connection() as conn:
-            await _setup(conn)
+            await _allowed_setup(conn)
 
     async def check(self) -> None:
         """Raise `SchemaError` unless every table, column and refusing trigger is there."""
@@ -395,6 +395,21 @@ async def _setup(conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(sql.TAKE_SETUP_LOCK, (sql.SETUP_LOCK,))
         for statement in sql.SETUP_STATEMENTS:
             await conn.execute(statement)
+
+
+async def _allowed_setup(conn: psycopg.AsyncConnection[Any]) -> None:
+    """`_setup`, or a `SchemaError` saying what to do when this role may not run it (the
+    least-privilege role of docs/production.md may not)."""
+    try:
+        await _setup(conn)
+    except psycopg.errors.InsufficientPrivilege as error:
+        raise SchemaError(
+            f"this database role may not set the job queue's tables up "
+            f"({error.diag.message_primary}): open the queue with setup=False (a worker: "
+            "`axa-queue worker --no-setup`), which only checks the tables, and run "
+            "`axa-queue setup` (or the statements `axa-queue sql` prints, in a migration) "
+            "as the role that owns them"
+        ) from error
 
 
 async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
