@@ -20,6 +20,7 @@ from axa_queue import (
     cancel,
     retry,
 )
+from axa_queue.acts import check_code
 from conftest import eventually, running, status_of
 
 
@@ -310,6 +311,34 @@ BAD_CODES = [
     pytest.param("patient-Smith\r", id="carriage-return"),
     pytest.param("patient-Smith\tward-4", id="tab"),
     pytest.param("patient-Smith\x1b[31m", id="escape"),
+    pytest.param("   ", id="blanks"),
+    pytest.param("\u00a0\u3000", id="unicode-blanks"),
+    pytest.param("\u200b", id="zero-width-space-alone"),
+    pytest.param("patient\u200bSmith", id="zero-width-space"),
+    pytest.param("patient\u2028Smith", id="line-separator"),
+    pytest.param("patient\u2029Smith", id="paragraph-separator"),
+    pytest.param("ops:\u202eecila", id="right-to-left-override"),
+    pytest.param("\u2066patient\u2069", id="bidi-isolates"),
+    pytest.param("patient\ufeff", id="byte-order-mark"),
+    pytest.param("patient\u00adSmith", id="soft-hyphen"),
+    pytest.param("patient\U000e0041", id="tag-character"),
+    pytest.param("patient\ud800", id="lone-surrogate"),
+    pytest.param("patient\ue000", id="private-use"),
+    pytest.param("patient\u00a0Smith", id="no-break-space"),
+    pytest.param(" patient-Smith", id="leading-space"),
+    pytest.param("patient-Smith ", id="trailing-space"),
+    pytest.param("patient\x85Smith", id="c1-control"),
+]
+
+GOOD_CODES = [
+    "ops:alice",
+    "customer asked, twice",
+    "INC-1234",
+    "José Müller",
+    "日本語の理由",
+    "🙂",
+    "x",
+    "é" * MAX_REASON_CHARS,
 ]
 
 
@@ -356,6 +385,11 @@ async def test_a_by_or_reason_that_is_not_text_is_refused(make_queue, bad: Any) 
             await cancel(conn, job_id, "ops:alice", bad)
 
 
+@pytest.mark.parametrize("good", GOOD_CODES)
+def test_visible_codes_with_spaces_between_words_are_codes(good: str) -> None:
+    assert check_code(good, "by") == good
+
+
 async def test_a_by_and_reason_of_200_accented_characters_are_kept_whole(make_queue, admin) -> None:
     queue = await make_queue()
     job_id = await queue.enqueue("Report", {})
@@ -377,6 +411,14 @@ async def test_a_by_and_reason_of_200_accented_characters_are_kept_whole(make_qu
         ("reason", "é" * 201),
         ("reason", "two\r\nlines"),
         ("reason", "a\ttab"),
+        ("by", "ops:\u202eecila"),
+        ("by", "   "),
+        ("by", " ops"),
+        ("reason", "why "),
+        ("reason", "a\u200bb"),
+        ("reason", "a\u2028b"),
+        ("reason", "\u2066x\u2069"),
+        ("reason", "x\ufeff"),
         ("act", "deleted"),
     ],
 )

@@ -12,12 +12,12 @@ from typing import Any
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from axa_queue import JobState, SyncQueue, cancel, job_on, jobs_on
 from axa_queue.cli import main
 from axa_queue.sql import SETUP_STATEMENTS
-from click.testing import CliRunner
 
 LATEST = datetime.max.replace(tzinfo=timezone.utc)
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)

@@ -14,7 +14,6 @@ TRUNCATE from anyone, and fire even under `session_replication_role = replica`.
 from __future__ import annotations
 
 import enum
-import unicodedata
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
@@ -88,13 +87,29 @@ class ActResult:
 
 
 def check_code(text: object, what: str) -> str:
-    """Refuse `text` as a `by` or `reason` unless it is 1 to 200 characters with no
-    control characters. The refused text is never echoed."""
+    """Refuse `text` as a `by` or `reason` unless it is a visible, printable code:
+
+    - a `str` of 1 to 200 characters (`MAX_REASON_CHARS`);
+    - every character printable, as Python's `str.isprintable` says: none of Unicode's
+      control characters (Cc: tab, line breaks, ESC, C1 controls), format characters
+      (Cf: zero-width U+200B..U+200D, bidi controls U+200E/U+200F, U+202A..U+202E,
+      U+2066..U+2069, U+FEFF, soft hyphen, tag characters), surrogates (Cs), private-use
+      (Co) or unassigned (Cn) code points, line or paragraph separators (U+2028,
+      U+2029), or spaces (Zs) other than the ASCII space, such as U+00A0 and U+3000;
+    - no ASCII space first or last (so never blank).
+
+    Letters, marks, digits, punctuation and symbols of any script are codes, and so are
+    words with single or several ASCII spaces between them. The refused text is never
+    echoed. The table itself refuses the control, zero-width and bidi characters and
+    leading or trailing spaces as well, for rows other clients write.
+    """
     if (
         not isinstance(text, str)
         or not text
         or len(text) > MAX_REASON_CHARS
-        or any(unicodedata.category(ch) == "Cc" for ch in text)
+        or not text.isprintable()
+        or text[0] == " "
+        or text[-1] == " "
     ):
         raise NotACodeError(what, MAX_REASON_CHARS)
     return text

@@ -914,8 +914,11 @@ def _act(
     return result
 
 
-BY_HELP = "Who is acting: a short code such as a user name (1 to 200 characters)."
-REASON_HELP = "Why: a short code such as a ticket id (1 to 200 characters)."
+BY_HELP = (
+    "Who is acting: a short code such as a user name (1 to 200 visible characters; "
+    "no control, zero-width or bidi characters, no space first or last)."
+)
+REASON_HELP = "Why: a short code such as a ticket id (the same rule as --by)."
 
 
 @main.command("cancel")

@@ -149,6 +149,26 @@ $$"""
 """The table refuses unknown states, and a running job without a start; NOT VALID so
 rows already there are not rescanned (an old table may hold anything)."""
 
+SETUP_ACTS_CODES = r"""DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conname = 'axa_job_acts_codes_visible' AND conrelid = 'axa_job_acts'::regclass
+    ) THEN
+        ALTER TABLE axa_job_acts ADD CONSTRAINT axa_job_acts_codes_visible CHECK (
+            by !~ '^ | $|[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]'
+            AND reason !~ '^ | $|[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]'
+        ) NOT VALID;
+    END IF;
+END
+$$"""
+"""The table refuses a `by` or `reason` with a space first or last (so a blank one) or
+with an invisible character PostgreSQL's `[[:cntrl:]]` lets through: zero-width and
+bidi controls (U+200B..U+200F, U+202A..U+202E, U+2066..U+2069), line and paragraph
+separators, the BOM, soft hyphen and tag characters. `acts.check_code` refuses all this
+and more before anything is sent; this keeps acts other clients insert visible too. NOT
+VALID, so acts already kept are not rescanned (and they may never be changed)."""
+
 SETUP_STORAGE = """DO $$
 BEGIN
     IF NOT coalesce((SELECT reloptions FROM pg_class WHERE oid = 'axa_queue'::regclass)
@@ -207,6 +227,7 @@ SETUP_STATEMENTS: tuple[str, ...] = (
     SETUP_REVIEW_INDEX,
     SETUP_PICK_INDEX,
     SETUP_STATE_CHECK,
+    SETUP_ACTS_CODES,
     SETUP_STORAGE,
     SETUP_NOTIFY_FUNCTION,
     SETUP_NOTIFY_TRIGGER,
