@@ -9,7 +9,10 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import seed_crate as crate
 from axa_queue import (
     MAX_REASON_CHARS,
     ActKind,
@@ -463,6 +466,7 @@ def test_the_acts_table_itself_refuses_a_row_that_is_not_a_code(
     "statement",
     [
         "UPDATE axa_job_acts SET reason = 'rewritten'",
+        "UPDATE axa_job_acts SET db_role = 'someone_else'",
         "DELETE FROM axa_job_acts",
         "TRUNCATE axa_job_acts",
         "TRUNCATE axa_job_acts CASCADE",
@@ -536,3 +540,87 @@ async def test_a_jobs_acts_are_listed_in_order_and_only_its_own(make_queue, admi
     assert {a.job_id for a in acts} == {job_id}
     assert [a.by for a in await queue.acts(other)] == ["ops:zed"]
     assert await queue.acts(uuid4()) == []
+
+
+# --- the database role of each act ---------------------------------------------------
+
+
+@pytest.fixture
+def worker_role(admin, schema: str, dsn: str):
+    """A role with the documented worker grants, and a DSN that acts as it."""
+    role = f"axa_worker_{uuid4().hex[:8]}"
+    try:
+        admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(pgsql.Identifier(role)))
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("the test database user may not create roles")
+    try:
+        admin.execute(pgsql.SQL("GRANT {} TO current_user").format(pgsql.Identifier(role)))
+        yield role, make_conninfo(dsn, options=f"{conninfo_to_dict(dsn)['options']} -c role={role}")
+    finally:
+        admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
+        admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
+
+
+def grant_worker(admin, schema: str, role: str) -> None:
+    for grant in (
+        "GRANT USAGE ON SCHEMA {} TO {}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue TO {1}",
+        "GRANT SELECT, INSERT ON axa_job_acts TO {1}",
+    ):
+        admin.execute(pgsql.SQL(grant).format(pgsql.Identifier(schema), pgsql.Identifier(role)))
+
+
+async def test_each_act_records_the_database_role_that_wrote_it_ours_and_the_crates(
+    make_queue, admin, schema: str, worker_role
+) -> None:
+    role, as_worker = worker_role
+    queue = await make_queue()
+    grant_worker(admin, schema, role)
+    ours, crates = await queue.enqueue("Report", {}), await queue.enqueue("Report", {})
+    async with await psycopg.AsyncConnection.connect(as_worker) as conn:
+        assert await cancel(conn, ours, "ops:alice", "customer_asked")
+    with psycopg.connect(as_worker, autocommit=True) as conn:  # the crate's own statement
+        kept = conn.execute(crate.CANCEL, crate.params(crates, "ops:bob", "customer_asked"))
+        assert kept.rowcount == 1
+    owner = admin.execute("SELECT current_user").fetchone()[0]
+    set_state(admin, crates, "failed", 1)  # and the crate's retry, as the tables' owner
+    admin.execute(crate.RETRY_FAILED, crate.params(crates, "ops:carol", "fixed"))
+    [act] = await queue.acts(ours)
+    assert (act.by, act.role) == ("ops:alice", role)
+    assert [(a.by, a.role) for a in await queue.acts(crates)] == [
+        ("ops:bob", role),
+        ("ops:carol", owner),
+    ]
+
+
+async def test_an_act_cannot_claim_another_database_role(
+    make_queue, admin, schema: str, worker_role
+) -> None:
+    role, as_worker = worker_role
+    queue = await make_queue()
+    grant_worker(admin, schema, role)
+    job_id = uuid4()
+    with psycopg.connect(as_worker, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason, db_role) "
+            "VALUES (%s, 'Report', 'cancelled', 0, 'ops:alice', 'INC-1', 'postgres')",
+            (job_id,),
+        )
+    [act] = await queue.acts(job_id)
+    assert act.by == "ops:alice", "`by` is the application's claim: any role may write any"
+    assert act.role == role, "the role is the database's word: no insert may choose it"
+
+
+async def test_acts_kept_before_the_role_column_existed_have_no_role(make_queue, admin) -> None:
+    with admin.transaction():
+        for statement in crate.SETUP_STATEMENTS:
+            admin.execute(statement)
+    job_id = uuid4()
+    admin.execute(
+        "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason) "
+        "VALUES (%s, 'Report', 'cancelled', 0, 'ops:alice', 'INC-1')",
+        (job_id,),
+    )
+    queue = await make_queue()  # our setup adds the column to the crate's table
+    [act] = await queue.acts(job_id)
+    assert act.by == "ops:alice" and act.role is None

@@ -127,3 +127,18 @@ def test_an_error_line_never_carries_a_control_sequence() -> None:
     assert "app\\x1b[31m\\u202e" in refused.stderr
     for raw in RAW:
         assert raw not in refused.output
+
+
+def test_acts_show_the_database_role_that_wrote_each(admin, dsn: str) -> None:
+    setup(admin)
+    job_id = insert(admin, "Report", "queued")
+    assert (
+        cli("cancel", str(job_id), "--by", "ops:alice", "--reason", "INC-1", dsn=dsn).exit_code == 0
+    )
+    role = admin.execute("SELECT current_user").fetchone()[0]
+    listed = cli("acts", str(job_id), dsn=dsn)
+    assert_clean(listed)
+    header, row = listed.stdout.splitlines()[:2]
+    assert "ROLE" in header.split() and role in row.split() and "ops:alice" in row.split()
+    [act] = json.loads(cli("acts", str(job_id), "--json", dsn=dsn).stdout)
+    assert (act["by"], act["role"]) == ("ops:alice", role)

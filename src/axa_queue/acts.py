@@ -71,6 +71,11 @@ class Act:
     reason: str
     at: datetime
     """When, on the database's clock."""
+    role: str | None = None
+    """The database role that inserted the act (`current_user`), recorded by the table
+    itself whoever's statement it was (the Rust crate's too), and not to be chosen by
+    the insert. `None` for an act kept before setup added the column. Unlike `by`,
+    which is the application's claim, this is PostgreSQL's word."""
 
 
 @dataclass(frozen=True)
@@ -180,6 +185,7 @@ def acts_call(job_id: UUID) -> Call[list[Act]]:
                 by=r[5],
                 reason=r[6],
                 at=moment(r[7]),
+                role=r[8],
             )
             for r in rows
         ],

@@ -866,7 +866,8 @@ def schedules(as_json: bool, dsn: str | None) -> None:
 @json_option
 @dsn_option
 def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
-    """List what people did to a job (cancelled, retried, released), oldest first.
+    """List what people did to a job (cancelled, retried, released), oldest first:
+    who by the application's word (BY) and which database role wrote it (ROLE).
 
     Acts are kept after the job's row is purged.
     """
@@ -885,11 +886,16 @@ def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         click.echo(f"no acts on job {job_id}")
         return
     table = Table(box=None, header_style="bold")
-    for column in ("AT", "ACT", "BY", "REASON", "AFTER TRIES"):
+    for column in ("AT", "ACT", "BY", "ROLE", "REASON", "AFTER TRIES"):
         table.add_column(column, no_wrap=column in ("AT", "ACT"))
     for act in found:
         table.add_row(
-            _when(act.at), act.kind.value, shown(act.by), shown(act.reason), str(act.attempts)
+            _when(act.at),
+            act.kind.value,
+            shown(act.by),
+            shown(act.role),
+            shown(act.reason),
+            str(act.attempts),
         )
     _console().print(table)
 

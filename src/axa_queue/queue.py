@@ -53,8 +53,9 @@ A = TypeVar("A")
 T = TypeVar("T")
 
 
-ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate")
-"""The refusing triggers `check` requires, each set to fire always."""
+ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate", "axa_job_acts_role")
+"""The refusing triggers and the one recording each act's role, which `check` requires,
+each set to fire always."""
 
 SEEN_EVERY = 30.0
 """Seconds between notes that this process still has its schedules in code."""
@@ -431,6 +432,6 @@ async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
     if missing:
         raise SchemaError(
             f"the job queue is missing, or has turned off, the trigger(s) {', '.join(missing)} "
-            "on axa_job_acts, so acts could be changed: run the setup statements "
-            "(`axa-queue setup`, or `axa-queue sql` in a migration)"
+            "on axa_job_acts, so acts could be changed or not record their role: run the setup "
+            "statements (`axa-queue setup`, or `axa-queue sql` in a migration)"
         )

@@ -149,6 +149,40 @@ $$"""
 """The table refuses unknown states, and a running job without a start; NOT VALID so
 rows already there are not rescanned (an old table may hold anything)."""
 
+SETUP_ACTS_ROLE = """DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'axa_job_acts'::regclass AND attname = 'db_role' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE axa_job_acts ADD COLUMN IF NOT EXISTS db_role TEXT,
+            ALTER COLUMN db_role SET DEFAULT current_user;
+    END IF;
+END
+$$"""
+"""Each act keeps the database role that inserted it (`current_user`), whoever's
+statement it was, the Rust crate's included. Acts kept before the column was added
+have none (NULL), rather than the role that ran setup; added once, so later setups take
+no lock."""
+
+SETUP_ACTS_ROLE_FUNCTION = """CREATE OR REPLACE FUNCTION axa_job_acts_role() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.db_role := current_user;
+    RETURN NEW;
+END
+$$"""
+"""Sets an act's role to the role inserting it, whatever the INSERT said."""
+
+SETUP_ACTS_ROLE_TRIGGER = """CREATE OR REPLACE TRIGGER axa_job_acts_role
+    BEFORE INSERT ON axa_job_acts
+    FOR EACH ROW EXECUTE FUNCTION axa_job_acts_role()"""
+"""No insert chooses its own `db_role`: a role that may insert acts can write any `by`,
+but not another role's name."""
+
+SETUP_ACTS_ROLE_ALWAYS = "ALTER TABLE axa_job_acts ENABLE ALWAYS TRIGGER axa_job_acts_role"
+"""It fires even with `session_replication_role = replica`."""
+
 SETUP_ACTS_CODES = r"""DO $$
 BEGIN
     IF NOT EXISTS (
@@ -227,6 +261,10 @@ SETUP_STATEMENTS: tuple[str, ...] = (
     SETUP_REVIEW_INDEX,
     SETUP_PICK_INDEX,
     SETUP_STATE_CHECK,
+    SETUP_ACTS_ROLE,
+    SETUP_ACTS_ROLE_FUNCTION,
+    SETUP_ACTS_ROLE_TRIGGER,
+    SETUP_ACTS_ROLE_ALWAYS,
     SETUP_ACTS_CODES,
     SETUP_STORAGE,
     SETUP_NOTIFY_FUNCTION,
@@ -247,7 +285,9 @@ CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created
 CHECK_SCHEDULE = "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at FROM axa_schedule LIMIT 0"
 """Fails unless the schedule table has every column."""
 
-CHECK_ACTS = "SELECT id, job_id, job_name, act, attempts, by, reason, at FROM axa_job_acts LIMIT 0"
+CHECK_ACTS = (
+    "SELECT id, job_id, job_name, act, attempts, by, reason, at, db_role FROM axa_job_acts LIMIT 0"
+)
 """Fails unless the acts table has every column."""
 
 MISSING_TRIGGERS = """SELECT want FROM unnest(%s::text[]) AS want
@@ -525,8 +565,8 @@ RETRY = """WITH target AS (
 and keep the act, in one statement. Attempts keep rising, so an old run stays fenced.
 Returns the act kept (or NULL) and the state it found."""
 
-ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at)
-    FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
+ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at),
+    db_role FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
 """Every act done to one job, oldest first; its time as epoch seconds, as `JOB` reads
 times."""
 
