@@ -73,6 +73,9 @@ async def test_a_job_with_a_time_python_cannot_hold_is_read_with_the_time_clampe
     assert set(listed) == {normal, odd}
     assert listed[odd].run_at == expected
     assert abs(listed[normal].created_at - datetime.now(timezone.utc)) < timedelta(hours=1)
+    counts = await queue.counts()
+    assert counts.ready + counts.waiting == 2
+    assert set(await queue.counts_by_name()) == {"Normal", "Odd"}
 
     with psycopg.connect(dsn) as conn:  # the caller's own connection, sync
         assert {j.id for j in jobs_on(conn, limit=10)} == {normal, odd}

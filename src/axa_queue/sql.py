@@ -227,14 +227,17 @@ BEGIN
         SELECT min(run_at) INTO earliest FROM axa_queue_inserted WHERE status = 'queued';
         IF earliest IS NOT NULL THEN
             PERFORM pg_notify('axa_queue', TG_TABLE_SCHEMA || ' '
-                || greatest(EXTRACT(EPOCH FROM earliest - now()), 0)::float8::text);
+                || greatest(EXTRACT(EPOCH FROM earliest) - EXTRACT(EPOCH FROM now()),
+                            0)::float8::text);
         END IF;
     END IF;
     RETURN NULL;
 END
 $$"""
 """One notification per INSERT statement, however many rows, saying when the earliest
-new job is due; `SET axa_queue.notify = off` silences it for a session."""
+new job is due; `SET axa_queue.notify = off` silences it for a session. The delay is a
+difference of epoch seconds, so a `run_at` of `infinity` (another client's) is no
+error before PostgreSQL 17, where timestamps at infinity cannot be subtracted."""
 
 SETUP_NOTIFY_TRIGGER = """CREATE OR REPLACE TRIGGER axa_queue_notify
     AFTER INSERT ON axa_queue REFERENCING NEW TABLE AS axa_queue_inserted
@@ -480,10 +483,12 @@ COUNTS = """SELECT
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    EXTRACT(EPOCH FROM now() - min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
     FROM axa_queue"""
-"""How many jobs are in each state, and how long the oldest ready job has waited."""
+"""How many jobs are in each state, and how long the oldest ready job has waited (the
+difference of epoch seconds, which `-infinity`, written by another client, cannot
+fail before PostgreSQL 17; it reads as infinity)."""
 
 COUNTS_BY_NAME = """SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
@@ -493,8 +498,8 @@ COUNTS_BY_NAME = """SELECT name,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    EXTRACT(EPOCH FROM now() - min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
     FROM axa_queue GROUP BY name ORDER BY name"""
 """The same counts for each job name."""
 
@@ -503,8 +508,8 @@ LIVE_COUNTS_BY_NAME = """SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    EXTRACT(EPOCH FROM now() - min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
     FROM (
         SELECT name, status, run_at FROM axa_queue WHERE status = 'queued'
         UNION ALL
