@@ -8,7 +8,10 @@ appends the act in one statement, so the act, the change and the caller's own au
 row commit together or not at all. There is no form that takes a pool.
 
 `axa_job_acts` is only ever inserted into: its triggers refuse UPDATE, DELETE and
-TRUNCATE from anyone, and fire even under `session_replication_role = replica`.
+TRUNCATE from anyone, and fire even under `session_replication_role = replica`. Each
+act also records the database role that inserted it (`Act.role`), which no insert can
+choose; `by` is the application's claim (docs/design.md: what acts prove and what not).
+`by` and `reason` are visible codes: `check_code` gives the exact rule.
 """
 
 from __future__ import annotations
@@ -148,7 +151,9 @@ def cancel(
     writes no act; the result says so. A running job runs on: cancelling cannot stop
     work in progress. The job's row stays locked until the transaction ends.
 
-    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a code.
+    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a
+    visible code (the rule is `check_code`'s: 1 to 200 printable characters, no
+    control, zero-width or bidi characters, no space first or last).
     """
     return run(conn, _act_call(sql.CANCEL, job_id, by, reason))
 
@@ -165,7 +170,9 @@ def retry(conn: Connection, job_id: UUID, by: str, reason: str) -> ActResult | A
     transaction. A job in any other state, or no such job, changes nothing and writes
     no act. Its last error stays until it next runs.
 
-    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a code.
+    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a
+    visible code (the rule is `check_code`'s: 1 to 200 printable characters, no
+    control, zero-width or bidi characters, no space first or last).
     """
     return run(conn, _act_call(sql.RETRY, job_id, by, reason))
 
