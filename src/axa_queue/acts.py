@@ -73,7 +73,7 @@ class Act:
     by: str
     reason: str
     at: datetime
-    """When, on the database's clock."""
+    """When, on the database's clock, in UTC (read as `JobInfo` reads times)."""
     role: str | None = None
     """The database role that inserted the act (`current_user`), recorded by the table
     itself whoever's statement it was (the Rust crate's too), and not to be chosen by

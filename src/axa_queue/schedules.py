@@ -85,7 +85,8 @@ class Schedule:
 
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """What `axa_schedule` holds of one schedule, with its last job's state."""
+    """What `axa_schedule` holds of one schedule, with its last job's state. Times are in
+    UTC, and one Python cannot hold is read as `JobInfo` reads it."""
 
     name: str
     interval: timedelta | None
