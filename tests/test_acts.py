@@ -9,7 +9,10 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
+from psycopg import sql as pgsql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import seed_crate as crate
 from axa_queue import (
     MAX_REASON_CHARS,
     ActKind,
@@ -20,6 +23,7 @@ from axa_queue import (
     cancel,
     retry,
 )
+from axa_queue.acts import check_code
 from conftest import eventually, running, status_of
 
 
@@ -310,6 +314,34 @@ BAD_CODES = [
     pytest.param("patient-Smith\r", id="carriage-return"),
     pytest.param("patient-Smith\tward-4", id="tab"),
     pytest.param("patient-Smith\x1b[31m", id="escape"),
+    pytest.param("   ", id="blanks"),
+    pytest.param("\u00a0\u3000", id="unicode-blanks"),
+    pytest.param("\u200b", id="zero-width-space-alone"),
+    pytest.param("patient\u200bSmith", id="zero-width-space"),
+    pytest.param("patient\u2028Smith", id="line-separator"),
+    pytest.param("patient\u2029Smith", id="paragraph-separator"),
+    pytest.param("ops:\u202eecila", id="right-to-left-override"),
+    pytest.param("\u2066patient\u2069", id="bidi-isolates"),
+    pytest.param("patient\ufeff", id="byte-order-mark"),
+    pytest.param("patient\u00adSmith", id="soft-hyphen"),
+    pytest.param("patient\U000e0041", id="tag-character"),
+    pytest.param("patient\ud800", id="lone-surrogate"),
+    pytest.param("patient\ue000", id="private-use"),
+    pytest.param("patient\u00a0Smith", id="no-break-space"),
+    pytest.param(" patient-Smith", id="leading-space"),
+    pytest.param("patient-Smith ", id="trailing-space"),
+    pytest.param("patient\x85Smith", id="c1-control"),
+]
+
+GOOD_CODES = [
+    "ops:alice",
+    "customer asked, twice",
+    "INC-1234",
+    "José Müller",
+    "日本語の理由",
+    "🙂",
+    "x",
+    "é" * MAX_REASON_CHARS,
 ]
 
 
@@ -356,6 +388,11 @@ async def test_a_by_or_reason_that_is_not_text_is_refused(make_queue, bad: Any) 
             await cancel(conn, job_id, "ops:alice", bad)
 
 
+@pytest.mark.parametrize("good", GOOD_CODES)
+def test_visible_codes_with_spaces_between_words_are_codes(good: str) -> None:
+    assert check_code(good, "by") == good
+
+
 async def test_a_by_and_reason_of_200_accented_characters_are_kept_whole(make_queue, admin) -> None:
     queue = await make_queue()
     job_id = await queue.enqueue("Report", {})
@@ -377,6 +414,14 @@ async def test_a_by_and_reason_of_200_accented_characters_are_kept_whole(make_qu
         ("reason", "é" * 201),
         ("reason", "two\r\nlines"),
         ("reason", "a\ttab"),
+        ("by", "ops:\u202eecila"),
+        ("by", "   "),
+        ("by", " ops"),
+        ("reason", "why "),
+        ("reason", "a\u200bb"),
+        ("reason", "a\u2028b"),
+        ("reason", "\u2066x\u2069"),
+        ("reason", "x\ufeff"),
         ("act", "deleted"),
     ],
 )
@@ -421,6 +466,7 @@ def test_the_acts_table_itself_refuses_a_row_that_is_not_a_code(
     "statement",
     [
         "UPDATE axa_job_acts SET reason = 'rewritten'",
+        "UPDATE axa_job_acts SET db_role = 'someone_else'",
         "DELETE FROM axa_job_acts",
         "TRUNCATE axa_job_acts",
         "TRUNCATE axa_job_acts CASCADE",
@@ -494,3 +540,87 @@ async def test_a_jobs_acts_are_listed_in_order_and_only_its_own(make_queue, admi
     assert {a.job_id for a in acts} == {job_id}
     assert [a.by for a in await queue.acts(other)] == ["ops:zed"]
     assert await queue.acts(uuid4()) == []
+
+
+# --- the database role of each act ---------------------------------------------------
+
+
+@pytest.fixture
+def worker_role(admin, schema: str, dsn: str):
+    """A role with the documented worker grants, and a DSN that acts as it."""
+    role = f"axa_worker_{uuid4().hex[:8]}"
+    try:
+        admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(pgsql.Identifier(role)))
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("the test database user may not create roles")
+    try:
+        admin.execute(pgsql.SQL("GRANT {} TO current_user").format(pgsql.Identifier(role)))
+        yield role, make_conninfo(dsn, options=f"{conninfo_to_dict(dsn)['options']} -c role={role}")
+    finally:
+        admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
+        admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
+
+
+def grant_worker(admin, schema: str, role: str) -> None:
+    for grant in (
+        "GRANT USAGE ON SCHEMA {} TO {}",
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue TO {1}",
+        "GRANT SELECT, INSERT ON axa_job_acts TO {1}",
+    ):
+        admin.execute(pgsql.SQL(grant).format(pgsql.Identifier(schema), pgsql.Identifier(role)))
+
+
+async def test_each_act_records_the_database_role_that_wrote_it_ours_and_the_crates(
+    make_queue, admin, schema: str, worker_role
+) -> None:
+    role, as_worker = worker_role
+    queue = await make_queue()
+    grant_worker(admin, schema, role)
+    ours, crates = await queue.enqueue("Report", {}), await queue.enqueue("Report", {})
+    async with await psycopg.AsyncConnection.connect(as_worker) as conn:
+        assert await cancel(conn, ours, "ops:alice", "customer_asked")
+    with psycopg.connect(as_worker, autocommit=True) as conn:  # the crate's own statement
+        kept = conn.execute(crate.CANCEL, crate.params(crates, "ops:bob", "customer_asked"))
+        assert kept.rowcount == 1
+    owner = admin.execute("SELECT current_user").fetchone()[0]
+    set_state(admin, crates, "failed", 1)  # and the crate's retry, as the tables' owner
+    admin.execute(crate.RETRY_FAILED, crate.params(crates, "ops:carol", "fixed"))
+    [act] = await queue.acts(ours)
+    assert (act.by, act.role) == ("ops:alice", role)
+    assert [(a.by, a.role) for a in await queue.acts(crates)] == [
+        ("ops:bob", role),
+        ("ops:carol", owner),
+    ]
+
+
+async def test_an_act_cannot_claim_another_database_role(
+    make_queue, admin, schema: str, worker_role
+) -> None:
+    role, as_worker = worker_role
+    queue = await make_queue()
+    grant_worker(admin, schema, role)
+    job_id = uuid4()
+    with psycopg.connect(as_worker, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason, db_role) "
+            "VALUES (%s, 'Report', 'cancelled', 0, 'ops:alice', 'INC-1', 'postgres')",
+            (job_id,),
+        )
+    [act] = await queue.acts(job_id)
+    assert act.by == "ops:alice", "`by` is the application's claim: any role may write any"
+    assert act.role == role, "the role is the database's word: no insert may choose it"
+
+
+async def test_acts_kept_before_the_role_column_existed_have_no_role(make_queue, admin) -> None:
+    with admin.transaction():
+        for statement in crate.SETUP_STATEMENTS:
+            admin.execute(statement)
+    job_id = uuid4()
+    admin.execute(
+        "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason) "
+        "VALUES (%s, 'Report', 'cancelled', 0, 'ops:alice', 'INC-1')",
+        (job_id,),
+    )
+    queue = await make_queue()  # our setup adds the column to the crate's table
+    [act] = await queue.acts(job_id)
+    assert act.by == "ops:alice" and act.role is None

@@ -359,8 +359,9 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
         assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
         assert cli("schedules", "--json", dsn=limited).exit_code == 0
         refused = cli("setup", dsn=limited)
-        assert refused.exit_code == 1
+        assert refused.exit_code == 2
         assert "permission denied" in one_line_error(refused)
+        assert "--no-setup" in one_line_error(refused)
     finally:
         admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
         admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))

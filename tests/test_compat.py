@@ -58,6 +58,20 @@ def crate_setup(conn: psycopg.Connection[Any]) -> None:
             conn.execute(statement)
 
 
+def add_acts_role(conn: psycopg.Connection[Any]) -> None:
+    """Our setup's only change to the crate's columns: each act's database role."""
+    for statement in ACTS_ROLE_STATEMENTS:
+        conn.execute(statement)
+
+
+ACTS_ROLE_STATEMENTS = (
+    axa_queue.sql.SETUP_ACTS_ROLE,
+    axa_queue.sql.SETUP_ACTS_ROLE_FUNCTION,
+    axa_queue.sql.SETUP_ACTS_ROLE_TRIGGER,
+    axa_queue.sql.SETUP_ACTS_ROLE_ALWAYS,
+)
+
+
 def updated_at(conn: psycopg.Connection[Any], job_id: UUID) -> datetime:
     row = conn.execute("SELECT updated_at FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
     assert row is not None
@@ -282,8 +296,13 @@ async def test_our_worker_honours_the_limits_the_crate_queued_with(make_queue, a
     assert status_of(admin, slow_id)[1] == "timed out after 0.2 s"
 
 
-async def test_a_schema_made_by_the_crates_setup_alone_passes_our_check(make_queue, admin) -> None:
+async def test_a_schema_made_by_the_crates_setup_passes_our_check_once_acts_record_their_role(
+    make_queue, admin
+) -> None:
     crate_setup(admin)
+    with pytest.raises(SchemaError, match="db_role"):  # acts would not record their role
+        await make_queue(setup=False)
+    add_acts_role(admin)
     queue = await make_queue(setup=False)
     assert not queue.notifies, "the notify trigger is ours, and optional"
     queue.handle("J", lambda args: None)
@@ -307,7 +326,9 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         "SELECT table_name, column_name, data_type FROM information_schema.columns "
         "WHERE table_schema = current_schema() ORDER BY 1, 2"
     ).fetchall()
-    assert after == columns, "our setup adds no column"
+    added = sorted(set(after) - set(columns))
+    assert added == [("axa_job_acts", "db_role", "text")], "our setup adds only an act's role"
+    assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()
     assert missing == []
     assert crate_claim(admin, "J") == (job_id, "J", {"keep": True}, 1, None, None)
@@ -364,6 +385,7 @@ async def test_our_acts_are_read_back_by_the_crates_acts(make_queue, admin) -> N
 
 async def test_a_crate_schema_with_an_acts_trigger_turned_off_is_refused(make_queue, admin) -> None:
     crate_setup(admin)
+    add_acts_role(admin)
     admin.execute("ALTER TABLE axa_job_acts DISABLE TRIGGER axa_job_acts_refuse")
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()
     assert missing == [("axa_job_acts_refuse",)]

@@ -8,13 +8,15 @@ appends the act in one statement, so the act, the change and the caller's own au
 row commit together or not at all. There is no form that takes a pool.
 
 `axa_job_acts` is only ever inserted into: its triggers refuse UPDATE, DELETE and
-TRUNCATE from anyone, and fire even under `session_replication_role = replica`.
+TRUNCATE from anyone, and fire even under `session_replication_role = replica`. Each
+act also records the database role that inserted it (`Act.role`), which no insert can
+choose; `by` is the application's claim (docs/design.md: what acts prove and what not).
+`by` and `reason` are visible codes: `check_code` gives the exact rule.
 """
 
 from __future__ import annotations
 
 import enum
-import unicodedata
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,7 +27,7 @@ import psycopg
 
 from . import sql
 from .errors import NotACodeError
-from .jobs import JobState, job_id_of
+from .jobs import JobState, job_id_of, moment
 from .statements import Call, Connection, Row, run
 
 __all__ = [
@@ -71,7 +73,12 @@ class Act:
     by: str
     reason: str
     at: datetime
-    """When, on the database's clock."""
+    """When, on the database's clock, in UTC (read as `JobInfo` reads times)."""
+    role: str | None = None
+    """The database role that inserted the act (`current_user`), recorded by the table
+    itself whoever's statement it was (the Rust crate's too), and not to be chosen by
+    the insert. `None` for an act kept before setup added the column. Unlike `by`,
+    which is the application's claim, this is PostgreSQL's word."""
 
 
 @dataclass(frozen=True)
@@ -88,13 +95,29 @@ class ActResult:
 
 
 def check_code(text: object, what: str) -> str:
-    """Refuse `text` as a `by` or `reason` unless it is 1 to 200 characters with no
-    control characters. The refused text is never echoed."""
+    """Refuse `text` as a `by` or `reason` unless it is a visible, printable code:
+
+    - a `str` of 1 to 200 characters (`MAX_REASON_CHARS`);
+    - every character printable, as Python's `str.isprintable` says: none of Unicode's
+      control characters (Cc: tab, line breaks, ESC, C1 controls), format characters
+      (Cf: zero-width U+200B..U+200D, bidi controls U+200E/U+200F, U+202A..U+202E,
+      U+2066..U+2069, U+FEFF, soft hyphen, tag characters), surrogates (Cs), private-use
+      (Co) or unassigned (Cn) code points, line or paragraph separators (U+2028,
+      U+2029), or spaces (Zs) other than the ASCII space, such as U+00A0 and U+3000;
+    - no ASCII space first or last (so never blank).
+
+    Letters, marks, digits, punctuation and symbols of any script are codes, and so are
+    words with single or several ASCII spaces between them. The refused text is never
+    echoed. The table itself refuses the control, zero-width and bidi characters and
+    leading or trailing spaces as well, for rows other clients write.
+    """
     if (
         not isinstance(text, str)
         or not text
         or len(text) > MAX_REASON_CHARS
-        or any(unicodedata.category(ch) == "Cc" for ch in text)
+        or not text.isprintable()
+        or text[0] == " "
+        or text[-1] == " "
     ):
         raise NotACodeError(what, MAX_REASON_CHARS)
     return text
@@ -132,7 +155,9 @@ def cancel(
     writes no act; the result says so. A running job runs on: cancelling cannot stop
     work in progress. The job's row stays locked until the transaction ends.
 
-    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a code.
+    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a
+    visible code (the rule is `check_code`'s: 1 to 200 printable characters, no
+    control, zero-width or bidi characters, no space first or last).
     """
     return run(conn, _act_call(sql.CANCEL, job_id, by, reason))
 
@@ -149,7 +174,9 @@ def retry(conn: Connection, job_id: UUID, by: str, reason: str) -> ActResult | A
     transaction. A job in any other state, or no such job, changes nothing and writes
     no act. Its last error stays until it next runs.
 
-    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a code.
+    Raises `NotACodeError` before anything is sent when `by` or `reason` is not a
+    visible code (the rule is `check_code`'s: 1 to 200 printable characters, no
+    control, zero-width or bidi characters, no space first or last).
     """
     return run(conn, _act_call(sql.RETRY, job_id, by, reason))
 
@@ -168,7 +195,8 @@ def acts_call(job_id: UUID) -> Call[list[Act]]:
                 attempts=r[4],
                 by=r[5],
                 reason=r[6],
-                at=r[7],
+                at=moment(r[7]),
+                role=r[8],
             )
             for r in rows
         ],

@@ -54,8 +54,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from . import __version__, demo, logs, sql, supervisor, wording
 from .acts import Act, ActKind, ActResult, cancel, retry
-from .errors import AxaQueueError, JobNotFoundError, OptionsError
-from .jobs import MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
+from .errors import AxaQueueError, JobNotFoundError, OptionsError, SchemaError
+from .jobs import EARLIEST, LATEST, MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
 from .options import POOLER_VARIABLE, SCHEMA_VARIABLE, Pooler, QueueOptions
 from .queue import DSN_VARIABLES, Queue
@@ -117,10 +117,10 @@ class _Main(click.Group):
                 click.echo(error.ctx.get_help())  # bare `axa-queue`: show what there is
                 sys.exit(0)
             hint = f" (see '{error.ctx.command_path} --help')" if error.ctx is not None else ""
-            click.echo(f"Error: {_one_line(error.format_message())}{hint}", err=True)
+            click.echo(f"Error: {shown(_one_line(error.format_message()))}{hint}", err=True)
             sys.exit(error.exit_code)
         except click.ClickException as error:
-            click.echo(f"Error: {_one_line(error.format_message())}", err=True)
+            click.echo(f"Error: {shown(_one_line(error.format_message()))}", err=True)
             sys.exit(error.exit_code)
         except click.Abort:
             click.echo("Aborted.", err=True)
@@ -130,6 +130,35 @@ class _Main(click.Group):
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def shown(text: str | None) -> str:
+    """`text` as the CLI prints it to a terminal: every character that is not printable
+    (control characters such as ESC, format characters such as the bidi overrides
+    U+202E and U+2066 and the zero-width U+200B, line and paragraph separators, lone
+    surrogates) written as a Python escape, `\\t`, `\\x1b`, `\\u202e`, `\\U000e0041`, so a name,
+    an error, a `by` or a `reason` written by anyone can never move the cursor, recolour
+    or reorder what an operator reads. The ASCII space and every visible character are
+    kept as they are; `None` is shown as `-`. JSON output needs none of this."""
+    if text is None:
+        return "-"
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else _escape(ch) for ch in text)
+
+
+_SHORT_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+
+
+def _escape(ch: str) -> str:
+    if ch in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[ch]
+    code = ord(ch)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if code < 0x10000:
+        return f"\\u{code:04x}"
+    return f"\\U{code:08x}"
 
 
 def _dsn(given: str | None) -> str:
@@ -188,6 +217,10 @@ def _errors(dsn: str | None) -> Iterator[None]:
         raise Failed(f"the database at {_where(dsn or '')} refused: {_reason(error)}") from None
     except OptionsError as error:  # a value from the command line, refused by the library
         raise BadInput(str(error)) from None
+    except SchemaError as error:
+        if isinstance(error.__cause__, psycopg.errors.InsufficientPrivilege):
+            raise BadInput(str(error)) from None  # setup by a role that may not: --no-setup
+        raise Failed(str(error)) from None
     except AxaQueueError as error:  # SchemaError, JobNotFoundError, DemoError, ...
         raise Failed(str(error)) from None
 
@@ -260,6 +293,10 @@ def _print_json(value: Any) -> None:
 def _when(moment: datetime | None) -> str:
     if moment is None:
         return "-"
+    if moment == LATEST:  # past what Python holds (year 9999, `infinity`): see JobInfo
+        return ">9999-12-31"
+    if moment == EARLIEST:
+        return "<0001-01-01"
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
@@ -267,7 +304,14 @@ def _short(text: str | None, limit: int = 60) -> str:
     if not text:
         return "-"
     flat = _one_line(text)
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return shown(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+def _lines(text: str | None) -> str:
+    """`text` kept on its lines, each `shown`."""
+    if not text:
+        return "-"
+    return "\n".join(shown(line) for line in text.splitlines())
 
 
 def _tries(info: JobInfo) -> str:
@@ -398,7 +442,7 @@ def setup(dsn: str | None) -> None:
         return queue.schema
 
     schema = _with_queue(dsn, work, setup=True)
-    click.echo(f"the queue's tables are set up in schema {schema}")
+    click.echo(f"the queue's tables are set up in schema {shown(schema)}")
 
 
 @main.command("sql")
@@ -436,7 +480,9 @@ def check(dsn: str | None) -> None:
         return queue.schema  # `open(setup=False)` has checked everything
 
     schema = _with_queue(dsn, work, setup=False)
-    click.echo(f"ok: the queue's tables, columns and triggers are in place in schema {schema}")
+    click.echo(
+        f"ok: the queue's tables, columns and triggers are in place in schema {shown(schema)}"
+    )
 
 
 # --- worker ------------------------------------------------------------------------------------
@@ -769,7 +815,7 @@ def jobs(state: str | None, name: str | None, limit: int, as_json: bool, dsn: st
     for info in found:
         table.add_row(
             str(info.id),
-            info.name,
+            shown(info.name),
             info.state.value,
             _tries(info),
             str(info.priority),
@@ -802,7 +848,7 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
     table.add_column()
     for label, value in (
         ("id", str(info.id)),
-        ("name", info.name),
+        ("name", shown(info.name)),
         ("state", info.state.value),
         ("tries", _tries(info)),
         ("priority", str(info.priority)),
@@ -811,7 +857,7 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         ("started at", _when(info.started_at)),
         ("created at", _when(info.created_at)),
         ("updated at", _when(info.updated_at)),
-        ("error", info.error or "-"),
+        ("error", _lines(info.error)),
     ):
         table.add_row(label, value)
     _console().print(table)
@@ -851,7 +897,7 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
     table.add_column("OLDEST READY", justify="right")
     for name, one in sorted(found.items()):
         table.add_row(
-            name,
+            shown(name),
             *(str(getattr(one, state)) for state in states),
             wording.seconds(one.oldest_ready_seconds),
         )
@@ -879,7 +925,7 @@ def schedules(as_json: bool, dsn: str | None) -> None:
         table.add_column(column, no_wrap=column != "NAME")
     for one in found:
         table.add_row(
-            one.name,
+            shown(one.name),
             wording.seconds(one.interval),
             _when(one.due_at),
             str(one.last_job) if one.last_job else "-",
@@ -895,7 +941,8 @@ def schedules(as_json: bool, dsn: str | None) -> None:
 @json_option
 @dsn_option
 def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
-    """List what people did to a job (cancelled, retried, released), oldest first.
+    """List what people did to a job (cancelled, retried, released), oldest first:
+    who by the application's word (BY) and which database role wrote it (ROLE).
 
     Acts are kept after the job's row is purged.
     """
@@ -914,10 +961,17 @@ def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         click.echo(f"no acts on job {job_id}")
         return
     table = Table(box=None, header_style="bold")
-    for column in ("AT", "ACT", "BY", "REASON", "AFTER TRIES"):
+    for column in ("AT", "ACT", "BY", "ROLE", "REASON", "AFTER TRIES"):
         table.add_column(column, no_wrap=column in ("AT", "ACT"))
     for act in found:
-        table.add_row(_when(act.at), act.kind.value, act.by, act.reason, str(act.attempts))
+        table.add_row(
+            _when(act.at),
+            act.kind.value,
+            shown(act.by),
+            shown(act.role),
+            shown(act.reason),
+            str(act.attempts),
+        )
     _console().print(table)
 
 
@@ -941,8 +995,11 @@ def _act(
     return result
 
 
-BY_HELP = "Who is acting: a short code such as a user name (1 to 200 characters)."
-REASON_HELP = "Why: a short code such as a ticket id (1 to 200 characters)."
+BY_HELP = (
+    "Who is acting: a short code such as a user name (1 to 200 visible characters; "
+    "no control, zero-width or bidi characters, no space first or last)."
+)
+REASON_HELP = "Why: a short code such as a ticket id (the same rule as --by)."
 
 
 @main.command("cancel")
@@ -998,20 +1055,35 @@ DRY_RUN_HELP = "Only say what would be done; change nothing."
     help="A running job not heard from for this long is taken for lost with its worker; "
     "give the workers' own stale_after.",
 )
+@click.option(
+    "--max-attempts",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Tries a job queued without its own max_attempts gets, the first included, as "
+    "the workers' QueueOptions.max_attempts gives it; give the workers' own. "
+    f"Default: {QueueOptions().max_attempts}, QueueOptions' default.",
+)
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @json_option
 @dsn_option
-def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -> None:
+def recover(
+    stale_after: float, max_attempts: int | None, dry_run: bool, as_json: bool, dsn: str | None
+) -> None:
     """Recover stale jobs now: queue again (or fail, when out of tries) jobs whose
     worker has not been heard from. Workers also do this every few minutes."""
     if not stale_after > 0:
         raise BadInput(f"expected --stale-after to be more than zero seconds, got: {stale_after:g}")
+    if max_attempts is not None and max_attempts < 1:
+        raise BadInput(f"expected --max-attempts to be a positive integer, got: {max_attempts}")
     with _errors(None):
         options = QueueOptions(
             pool_size=2,
             stale_after=stale_after,
             heartbeat_interval=min(60.0, stale_after / 2),
         )
+        if max_attempts is not None:
+            options = dataclasses.replace(options, max_attempts=max_attempts)
 
     async def work(queue: Queue) -> list[Recovered]:
         return await queue.recover_stale(dry_run=dry_run)
@@ -1025,14 +1097,21 @@ def recover(stale_after: float, dry_run: bool, as_json: bool, dsn: str | None) -
         for column in ("ID", "NAME", "TRIES", "NOW" if not dry_run else "WOULD BE"):
             table.add_column(column, no_wrap=column != "NAME")
         for one in found:
-            table.add_row(str(one.id), one.name, str(one.attempts), one.state.value)
+            table.add_row(str(one.id), shown(one.name), str(one.attempts), one.state.value)
         _console().print(table)
     jobs_text = wording.plural(len(found), "stale job")
+    given = (
+        f"{options.max_attempts} (--max-attempts)"
+        if max_attempts is not None
+        else f"{options.max_attempts} (the default of --max-attempts and of "
+        "QueueOptions.max_attempts)"
+    )
     click.echo(
         f"{jobs_text} would be recovered (dry run: nothing changed)"
         if dry_run
         else f"recovered {jobs_text}"
     )
+    click.echo(f"jobs queued without their own max_attempts were given {given}")
 
 
 @main.command()

@@ -49,15 +49,20 @@ class ArgumentsError(OptionsError, TypeError):
 
 
 class NotACodeError(OptionsError):
-    """A person's `by` or `reason` is empty, too long, or has a control character.
+    """A person's `by` or `reason` is not a visible code: empty or blank, too long, or
+    with a character that is not printable (a control, zero-width or bidi character, a
+    line separator, a space other than the ASCII space) or a space first or last. The
+    exact rule is `acts.check_code`'s.
 
     The refused text is never echoed: it may be something a person typed.
     """
 
     def __init__(self, what: str, limit: int) -> None:
         super().__init__(
-            f"`{what}` must be 1 to {limit} characters with no control characters "
-            "(line breaks, tabs); nothing was written"
+            f"`{what}` must be 1 to {limit} visible characters (letters, digits, "
+            "punctuation, symbols, and ASCII spaces between them): no control, zero-width "
+            "or bidi characters (line breaks, tabs, ESC, U+200B, U+202E...), no other "
+            "blanks, no space first or last; nothing was written"
         )
         self.what = what
 

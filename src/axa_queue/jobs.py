@@ -11,6 +11,7 @@ import enum
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, TypedDict, overload
 from uuid import UUID, uuid4
 
@@ -93,6 +94,47 @@ def job_id_of(value: object) -> UUID:
     raise OptionsError(
         f"expected a job id (a UUID, or its text like 0191f3c2-...), got: {shown}; nothing was sent"
     )
+
+
+LATEST = datetime.max.replace(tzinfo=timezone.utc)
+"""How a time after what Python's `datetime` holds (past year 9999, or `infinity`) is read."""
+EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
+"""How a time before what Python's `datetime` holds (before year 1, or `-infinity`) is read."""
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_LATEST_MICROS = (LATEST - _EPOCH) // timedelta(microseconds=1)
+_EARLIEST_MICROS = (EARLIEST - _EPOCH) // timedelta(microseconds=1)
+
+
+def optional_moment(epoch: Decimal | float | None) -> datetime | None:
+    """A time read as epoch seconds (how every read statement selects a `timestamptz`),
+    as a UTC datetime; `None` stays `None`.
+
+    PostgreSQL holds times Python's `datetime` cannot (past year 9999, before year 1,
+    `infinity`), which rows written by the Rust crate or by hand may have; reading one
+    directly would fail the whole statement, for every row it returns. Such a time is
+    read as `LATEST` or `EARLIEST` (`datetime.max` or `datetime.min`, in UTC) instead.
+    """
+    if epoch is None:
+        return None
+    if isinstance(epoch, float):
+        epoch = Decimal(repr(epoch)) if epoch == epoch else Decimal("NaN")
+    if epoch.is_nan():
+        return None
+    if epoch.is_infinite():
+        return LATEST if epoch > 0 else EARLIEST
+    micros = int((epoch * 1_000_000).to_integral_value())
+    if micros >= _LATEST_MICROS:
+        return LATEST
+    if micros <= _EARLIEST_MICROS:
+        return EARLIEST
+    return _EPOCH + timedelta(microseconds=micros)
+
+
+def moment(epoch: Decimal | float | None) -> datetime:
+    """`optional_moment` of a NOT NULL column."""
+    found = optional_moment(epoch)
+    return LATEST if found is None else found
 
 
 class JobState(str, enum.Enum):
@@ -208,6 +250,9 @@ class JobInfo:
     """What the queue knows of one job. Its arguments are left out.
 
     `error` is whatever the job's failure said: it is for operators, not for clients.
+    Times are in UTC. A time Python cannot hold (past year 9999, before year 1, or
+    PostgreSQL's `infinity`, which rows written by other clients may have) is read as
+    `datetime.max` or `datetime.min` in UTC, so one such row never breaks a read.
     """
 
     id: UUID
@@ -314,10 +359,10 @@ def job_info(row: Row) -> JobInfo:
         priority=row[5],
         error=row[6],
         timeout=None if row[7] is None else timedelta(milliseconds=row[7]),
-        run_at=row[8],
-        started_at=row[9],
-        created_at=row[10],
-        updated_at=row[11],
+        run_at=moment(row[8]),
+        started_at=optional_moment(row[9]),
+        created_at=moment(row[10]),
+        updated_at=moment(row[11]),
     )
 
 

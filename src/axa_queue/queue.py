@@ -56,8 +56,9 @@ A = TypeVar("A")
 T = TypeVar("T")
 
 
-ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate")
-"""The refusing triggers `check` requires, each set to fire always."""
+ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate", "axa_job_acts_role")
+"""The refusing triggers and the one recording each act's role, which `check` requires,
+each set to fire always."""
 
 SEEN_EVERY = 30.0
 """Seconds between notes that this process still has its schedules in code."""
@@ -195,7 +196,7 @@ class Queue:
             self.dsn, autocommit=True, **self.connect_kwargs()
         ) as conn:
             if setup:
-                await _setup(conn)
+                await _allowed_setup(conn)
             await _check(conn)
             row = await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone()
             self.schema = self.options.resolved_schema() or (row[0] if row and row[0] else "public")
@@ -252,7 +253,7 @@ class Queue:
     async def setup(self) -> None:
         """Run `SETUP_STATEMENTS` in one transaction under the setup lock."""
         async with self.pool.connection() as conn:
-            await _setup(conn)
+            await _allowed_setup(conn)
 
     async def check(self) -> None:
         """Raise `SchemaError` unless every table, column and refusing trigger is there."""
@@ -401,6 +402,21 @@ async def _setup(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(statement)
 
 
+async def _allowed_setup(conn: psycopg.AsyncConnection[Any]) -> None:
+    """`_setup`, or a `SchemaError` saying what to do when this role may not run it (the
+    least-privilege role of docs/production.md may not)."""
+    try:
+        await _setup(conn)
+    except psycopg.errors.InsufficientPrivilege as error:
+        raise SchemaError(
+            f"this database role may not set the job queue's tables up "
+            f"({error.diag.message_primary}): open the queue with setup=False (a worker: "
+            "`axa-queue worker --no-setup`), which only checks the tables, and run "
+            "`axa-queue setup` (or the statements `axa-queue sql` prints, in a migration) "
+            "as the role that owns them"
+        ) from error
+
+
 async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
     for statement, table in (
         (sql.CHECK_QUEUE, "axa_queue"),
@@ -420,6 +436,6 @@ async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
     if missing:
         raise SchemaError(
             f"the job queue is missing, or has turned off, the trigger(s) {', '.join(missing)} "
-            "on axa_job_acts, so acts could be changed: run the setup statements "
-            "(`axa-queue setup`, or `axa-queue sql` in a migration)"
+            "on axa_job_acts, so acts could be changed or not record their role: run the setup "
+            "statements (`axa-queue setup`, or `axa-queue sql` in a migration)"
         )

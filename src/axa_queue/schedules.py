@@ -28,7 +28,16 @@ import psycopg
 
 from . import sql
 from .errors import OptionsError, ScheduleError
-from .jobs import EARLIEST_RUN_AT, LATEST_RUN_AT, JobState, NewJob, check_name, enqueue_on
+from .jobs import (
+    EARLIEST_RUN_AT,
+    LATEST_RUN_AT,
+    JobState,
+    NewJob,
+    check_name,
+    enqueue_on,
+    moment,
+    optional_moment,
+)
 from .options import Duration, to_timedelta
 
 __all__ = ["MAX_SCHEDULE_NAME", "Schedule", "ScheduleInfo", "next_due"]
@@ -103,7 +112,8 @@ class Schedule:
 
 @dataclass(frozen=True)
 class ScheduleInfo:
-    """What `axa_schedule` holds of one schedule, with its last job's state."""
+    """What `axa_schedule` holds of one schedule, with its last job's state. Times are in
+    UTC, and one Python cannot hold is read as `JobInfo` reads it."""
 
     name: str
     interval: timedelta | None
@@ -133,11 +143,11 @@ def schedule_info(row: tuple[Any, ...]) -> ScheduleInfo:
     return ScheduleInfo(
         name=row[0],
         interval=None if row[1] is None else timedelta(milliseconds=row[1]),
-        due_at=row[2],
+        due_at=moment(row[2]),
         last_job=row[3],
-        seen_at=row[4],
-        archived_at=row[5],
-        created_at=row[6],
+        seen_at=moment(row[4]),
+        archived_at=optional_moment(row[5]),
+        created_at=moment(row[6]),
         last_state=None if row[7] is None else JobState(row[7]),
         last_error=row[8],
     )

@@ -155,6 +155,60 @@ $$"""
 """The table refuses unknown states, and a running job without a start; NOT VALID so
 rows already there are not rescanned (an old table may hold anything)."""
 
+SETUP_ACTS_ROLE = """DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'axa_job_acts'::regclass AND attname = 'db_role' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE axa_job_acts ADD COLUMN IF NOT EXISTS db_role TEXT,
+            ALTER COLUMN db_role SET DEFAULT current_user;
+    END IF;
+END
+$$"""
+"""Each act keeps the database role that inserted it (`current_user`), whoever's
+statement it was, the Rust crate's included. Acts kept before the column was added
+have none (NULL), rather than the role that ran setup; added once, so later setups take
+no lock."""
+
+SETUP_ACTS_ROLE_FUNCTION = """CREATE OR REPLACE FUNCTION axa_job_acts_role() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.db_role := current_user;
+    RETURN NEW;
+END
+$$"""
+"""Sets an act's role to the role inserting it, whatever the INSERT said."""
+
+SETUP_ACTS_ROLE_TRIGGER = """CREATE OR REPLACE TRIGGER axa_job_acts_role
+    BEFORE INSERT ON axa_job_acts
+    FOR EACH ROW EXECUTE FUNCTION axa_job_acts_role()"""
+"""No insert chooses its own `db_role`: a role that may insert acts can write any `by`,
+but not another role's name."""
+
+SETUP_ACTS_ROLE_ALWAYS = "ALTER TABLE axa_job_acts ENABLE ALWAYS TRIGGER axa_job_acts_role"
+"""It fires even with `session_replication_role = replica`."""
+
+SETUP_ACTS_CODES = r"""DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conname = 'axa_job_acts_codes_visible' AND conrelid = 'axa_job_acts'::regclass
+    ) THEN
+        ALTER TABLE axa_job_acts ADD CONSTRAINT axa_job_acts_codes_visible CHECK (
+            by !~ '^ | $|[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]'
+            AND reason !~ '^ | $|[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]'
+        ) NOT VALID;
+    END IF;
+END
+$$"""
+"""The table refuses a `by` or `reason` with a space first or last (so a blank one) or
+with an invisible character PostgreSQL's `[[:cntrl:]]` lets through: zero-width and
+bidi controls (U+200B..U+200F, U+202A..U+202E, U+2066..U+2069), line and paragraph
+separators, the BOM, soft hyphen and tag characters. `acts.check_code` refuses all this
+and more before anything is sent; this keeps acts other clients insert visible too. NOT
+VALID, so acts already kept are not rescanned (and they may never be changed)."""
+
 SETUP_STORAGE = """DO $$
 BEGIN
     IF NOT coalesce((SELECT reloptions FROM pg_class WHERE oid = 'axa_queue'::regclass)
@@ -179,14 +233,17 @@ BEGIN
         SELECT min(run_at) INTO earliest FROM axa_queue_inserted WHERE status = 'queued';
         IF earliest IS NOT NULL THEN
             PERFORM pg_notify('axa_queue', TG_TABLE_SCHEMA || ' '
-                || greatest(EXTRACT(EPOCH FROM earliest - now()), 0)::float8::text);
+                || greatest(EXTRACT(EPOCH FROM earliest) - EXTRACT(EPOCH FROM now()),
+                            0)::float8::text);
         END IF;
     END IF;
     RETURN NULL;
 END
 $$"""
 """One notification per INSERT statement, however many rows, saying when the earliest
-new job is due; `SET axa_queue.notify = off` silences it for a session."""
+new job is due; `SET axa_queue.notify = off` silences it for a session. The delay is a
+difference of epoch seconds, so a `run_at` of `infinity` (another client's) is no
+error before PostgreSQL 17, where timestamps at infinity cannot be subtracted."""
 
 SETUP_NOTIFY_TRIGGER = """CREATE OR REPLACE TRIGGER axa_queue_notify
     AFTER INSERT ON axa_queue REFERENCING NEW TABLE AS axa_queue_inserted
@@ -213,6 +270,11 @@ SETUP_STATEMENTS: tuple[str, ...] = (
     SETUP_REVIEW_INDEX,
     SETUP_PICK_INDEX,
     SETUP_STATE_CHECK,
+    SETUP_ACTS_ROLE,
+    SETUP_ACTS_ROLE_FUNCTION,
+    SETUP_ACTS_ROLE_TRIGGER,
+    SETUP_ACTS_ROLE_ALWAYS,
+    SETUP_ACTS_CODES,
     SETUP_STORAGE,
     SETUP_NOTIFY_FUNCTION,
     SETUP_NOTIFY_TRIGGER,
@@ -232,7 +294,9 @@ CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created
 CHECK_SCHEDULE = "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at FROM axa_schedule LIMIT 0"
 """Fails unless the schedule table has every column."""
 
-CHECK_ACTS = "SELECT id, job_id, job_name, act, attempts, by, reason, at FROM axa_job_acts LIMIT 0"
+CHECK_ACTS = (
+    "SELECT id, job_id, job_name, act, attempts, by, reason, at, db_role FROM axa_job_acts LIMIT 0"
+)
 """Fails unless the acts table has every column."""
 
 MISSING_TRIGGERS = """SELECT want FROM unnest(%s::text[]) AS want
@@ -400,15 +464,23 @@ PURGEABLE = """SELECT count(*) FROM axa_queue
 # --- Inspection ------------------------------------------------------------------------
 
 JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    run_at, started_at, created_at, updated_at FROM axa_queue WHERE id = %s"""
-"""One job, without its arguments."""
+    EXTRACT(EPOCH FROM run_at), EXTRACT(EPOCH FROM started_at),
+    EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM updated_at)
+    FROM axa_queue WHERE id = %s"""
+"""One job, without its arguments. Times come as epoch seconds (exact numeric), which
+any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime` cannot
+(`infinity`, past year 9999, or year 9999 shown in a session time zone east of UTC),
+written by another client, would otherwise fail the read (`jobs.moment` clamps it)."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    run_at, started_at, created_at, updated_at FROM axa_queue
+    EXTRACT(EPOCH FROM run_at), EXTRACT(EPOCH FROM started_at),
+    EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM updated_at)
+    FROM axa_queue
     WHERE (%(state)s::text IS NULL OR status = %(state)s)
       AND (%(name)s::text IS NULL OR name = %(name)s)
-    ORDER BY created_at DESC, id LIMIT %(limit)s"""
-"""The newest jobs, optionally of one state and name, without their arguments."""
+    ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s"""
+"""The newest jobs, optionally of one state and name, without their arguments; times
+as epoch seconds, as `JOB` reads them, so one odd row never breaks the listing."""
 
 COUNTS = """SELECT
     count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
@@ -418,10 +490,12 @@ COUNTS = """SELECT
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    EXTRACT(EPOCH FROM now() - min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
     FROM axa_queue"""
-"""How many jobs are in each state, and how long the oldest ready job has waited."""
+"""How many jobs are in each state, and how long the oldest ready job has waited (the
+difference of epoch seconds, which `-infinity`, written by another client, cannot
+fail before PostgreSQL 17; it reads as infinity)."""
 
 COUNTS_BY_NAME = """SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
@@ -431,8 +505,8 @@ COUNTS_BY_NAME = """SELECT name,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    EXTRACT(EPOCH FROM now() - min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
     FROM axa_queue GROUP BY name ORDER BY name"""
 """The same counts for each job name."""
 
@@ -441,8 +515,8 @@ LIVE_COUNTS_BY_NAME = """SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    EXTRACT(EPOCH FROM now() - min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now()))::float8 AS oldest
+    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
     FROM (
         SELECT name, status, run_at FROM axa_queue WHERE status = 'queued'
         UNION ALL
@@ -503,9 +577,10 @@ RETRY = """WITH target AS (
 and keep the act, in one statement. Attempts keep rising, so an old run stays fenced.
 Returns the act kept (or NULL) and the state it found."""
 
-ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, at
-    FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
-"""Every act done to one job, oldest first."""
+ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at),
+    db_role FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
+"""Every act done to one job, oldest first; its time as epoch seconds, as `JOB` reads
+times."""
 
 # --- Schedules -------------------------------------------------------------------------
 
@@ -547,10 +622,12 @@ SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = now(), updated_at = 
       AND seen_at < now() - make_interval(secs => %s)"""
 """Archive schedules no live process has in code (unseen for the stale period)."""
 
-SCHEDULES = """SELECT s.name, s.interval_ms, s.due_at, s.last_job, s.seen_at,
-    s.archived_at, s.created_at, q.status AS last_status, q.error AS last_error
+SCHEDULES = """SELECT s.name, s.interval_ms, EXTRACT(EPOCH FROM s.due_at), s.last_job,
+    EXTRACT(EPOCH FROM s.seen_at), EXTRACT(EPOCH FROM s.archived_at),
+    EXTRACT(EPOCH FROM s.created_at), q.status AS last_status, q.error AS last_error
     FROM axa_schedule s LEFT JOIN axa_queue q ON q.id = s.last_job ORDER BY s.name"""
-"""Every schedule, archived or not, with its last job's state."""
+"""Every schedule, archived or not, with its last job's state; times as epoch seconds,
+as `JOB` reads them."""
 
 # --- Notifications ---------------------------------------------------------------------
 
