@@ -349,10 +349,21 @@ class Queue:
 
     async def tick_schedules(self) -> int:
         """Queue a job for each due schedule; returns how many were queued. `run()` calls
-        this every poll; any number of processes may call it at once."""
+        this every poll; any number of processes may call it at once. A schedule that
+        fails does not keep the others from queuing their jobs: its error is raised
+        once they all have had their turn."""
+        queued, failures = await self.tick_each()
+        for error in failures.values():
+            raise error
+        return queued
+
+    async def tick_each(self) -> tuple[int, dict[str, Exception]]:
+        """Queue a job for each due schedule, each on its own; returns how many were
+        queued and what each schedule that failed raised, by name."""
         if not self.schedule_list:
-            return 0
+            return 0, {}
         loop = asyncio.get_running_loop()
+        failures: dict[str, Exception] = {}
         async with self.pool.connection() as conn:
             every = min(SEEN_EVERY, self.options.seconds("stale_after") / 4)
             if loop.time() - self._seen_at >= every or self._seen_at == 0.0:
@@ -361,9 +372,16 @@ class Queue:
             due = set(await schedules.due(conn, self.schedule_list))
             queued = 0
             for schedule in self.schedule_list:
-                if schedule.name in due and await schedules.tick_one(conn, schedule) is not None:
-                    queued += 1
-            return queued
+                if schedule.name not in due:
+                    continue
+                try:
+                    if await schedules.tick_one(conn, schedule) is not None:
+                        queued += 1
+                except psycopg.OperationalError:
+                    raise  # the connection, not the schedule: the next tick tries again
+                except Exception as error:
+                    failures[schedule.name] = error
+            return queued, failures
 
     # --- running -----------------------------------------------------------------------
 
