@@ -208,7 +208,15 @@ def test_one_sigterm_stops_a_worker_within_its_grace_whatever_its_jobs_and_sched
             "INSERT INTO axa_queue (id, name, args) VALUES (gen_random_uuid(), %s, '{}')", (name,)
         )
     process = subprocess.Popen(
-        [sys.executable, "-m", "axa_queue.cli", "worker", f"{module}:queue", "--log-format", "json"],
+        [
+            sys.executable,
+            "-m",
+            "axa_queue.cli",
+            "worker",
+            f"{module}:queue",
+            "--log-format",
+            "json",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

@@ -109,6 +109,14 @@ class QueueOptions:
     shutdown_grace: Duration | None = None
     """On stop, how long to wait for jobs in progress before aborting them (they are
     then left for stale recovery); `None` waits for as long as they take."""
+    setup_lock_timeout: Duration = timedelta(seconds=5)
+    """How long setup (`open(setup=True)`) may wait for a lock on the tables, when it has
+    something to change, before it gives up with a `SchemaError`; zero waits as long as
+    it takes. With nothing to change, setup takes no lock at all."""
+    wait_for_database: Duration = timedelta(0)
+    """How long `open()` keeps trying, with backoff, while the database cannot be
+    reached, before it raises; zero fails at once. `axa-queue worker` waits 60 s
+    unless told otherwise (`--wait-for-database`)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -181,6 +189,8 @@ _DURATIONS = frozenset(
         "retry_backoff",
         "retention",
         "maintenance_interval",
+        "setup_lock_timeout",
+        "wait_for_database",
     }
 )
 

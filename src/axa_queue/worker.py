@@ -24,19 +24,18 @@ One `Worker` serves one `Queue.run()`. Its parts, each a task:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-import threading
 from concurrent.futures import Executor, Future
-from queue import SimpleQueue
 from dataclasses import dataclass, field
 from datetime import timedelta
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -263,9 +262,9 @@ class Worker:
                     )
                     break
                 await asyncio.wait(unfinished, timeout=None if left is None else max(left, 0.01))
-            if background[0].done() and not background[0].cancelled():
-                if background[0].exception() is not None:
-                    raise background[0].exception()  # type: ignore[misc]
+            exchange = background[0]
+            if exchange.done() and not exchange.cancelled() and exchange.exception() is not None:
+                raise exchange.exception()  # type: ignore[misc]
         except BaseException:
             self.aborting = True
             for one in list(self.runs.values()):
@@ -790,6 +789,7 @@ class Worker:
         every = self.options.seconds("maintenance_interval")
         retry = self.options.seconds("poll_interval")
         while True:
+            failure: BaseException | None
             try:
                 failure = await maintenance.run_once(self.queue)
             except Exception as error:  # a bug, or anything the database driver raised
@@ -812,16 +812,17 @@ class Worker:
         logged: dict[str, float] = {}
         """When each failing schedule was last logged (monotonic)."""
         while True:
+            failures: dict[str, Exception]
             try:
                 queued, failures = await self.queue.tick_each()
-            except Exception as error:  # the schedules' table, not one schedule
-                queued, failures = 0, {"": error}
+            except Exception as broken:  # the schedules' table, not one schedule
+                queued, failures = 0, {"": broken}
             if queued:
                 self._wake()
             now = time.monotonic()
             for name in [name for name in logged if name not in failures]:
                 del logged[name]
-            for name, error in failures.items():
+            for name, failure in failures.items():
                 if now - logged.get(name, -LOG_AGAIN) >= LOG_AGAIN:
                     logged[name] = now
                     log.error(
@@ -830,15 +831,15 @@ class Worker:
                         else "a schedule could not queue its job; trying again",
                         extra={
                             **({"schedule": name} if name else {}),
-                            "error": summary(error),
+                            "error": summary(failure),
                             "retry_in": every,
                         },
                     )
             if failures:
-                name, error = next(iter(failures.items()))
+                name, first = next(iter(failures.items()))
                 since = self.troubles.get("schedules", (now, ""))[0]
                 where = f"schedule {name!r}: " if name else ""
-                self.troubles["schedules"] = (since, f"{where}{summary(error)}")
+                self.troubles["schedules"] = (since, f"{where}{summary(first)}")
             else:
                 self.troubles.pop("schedules", None)
             await asyncio.sleep(every)
@@ -861,9 +862,7 @@ class JobThreads(Executor):
         self._lock = threading.Lock()
         self._shut = False
 
-    def submit(  # type: ignore[override]
-        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> Future[Any]:
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         with self._lock:
             if self._shut:
                 raise RuntimeError("cannot run a sync handler: the worker has stopped")
