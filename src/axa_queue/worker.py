@@ -202,10 +202,20 @@ class Worker:
         failing = self.failing
         return 0.0 if failing is None else time.monotonic() - failing[0]
 
+    def stuck_for(self) -> float:
+        """Seconds this worker has been failing at something: its exchanges, or one of
+        its background services (see `trouble`); 0 while all go through. Safe from any
+        thread."""
+        now = time.monotonic()
+        since = [since for since, _ in list(self.troubles.values())]
+        return max([self.failing_for(), *(now - s for s in since)])
+
     def trouble(self, after: float) -> str | None:
         """Why this worker cannot do its work, once every exchange for `after` seconds
         has failed (the database answers, but not to the worker's statements: a table
-        gone, a privilege revoked, a disk full); else None. Safe from any thread."""
+        gone, a privilege revoked, a disk full), or a background service has failed
+        for that long ("schedules failing for 42 s: schedule 'nightly': TypeError:
+        ..."); else None. Safe from any thread."""
         failing = self.failing
         seconds = self.failing_for()
         if failing is not None and seconds >= after:
@@ -272,6 +282,7 @@ class Worker:
                     one.task.cancel()
             raise
         finally:
+            self.aborting = True  # what is cancelled from here on is ours
             stopped.cancel()
             tasks = [*background, *self.helpers]
             tasks += [one.task for one in self.runs.values() if one.task is not None]
