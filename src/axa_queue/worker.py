@@ -67,6 +67,9 @@ CANCEL_AGAIN = 0.1
 connection) loses a cancellation that arrives as the connection is handed over, and the
 task goes on as if nothing happened."""
 
+CANCEL_GIVE_UP = 5.0
+"""Seconds of cancelling again before a stop leaves behind tasks that will not end."""
+
 SERVICE_RETRY_MAX = 60.0
 """The longest wait before a failing background service (maintenance, the listener)
 tries again; it starts at the poll interval and doubles."""
@@ -927,11 +930,20 @@ def _order(one: Run) -> tuple[int, float]:
 
 async def _cancel_all(tasks: list[asyncio.Task[Any]] | set[asyncio.Task[Any]]) -> None:
     """Cancel `tasks` and wait until every one has ended, cancelling again any that lost
-    its cancellation (see `CANCEL_AGAIN`). Cancelled itself meanwhile, it still waits
-    for them (each is cancelled again and again, so not for long), then re-raises."""
+    its cancellation (see `CANCEL_AGAIN`), for up to `CANCEL_GIVE_UP`. Cancelled itself
+    meanwhile, it still waits for them (each is cancelled again and again, so not for
+    long), then re-raises."""
     pending = {task for task in tasks if not task.done()}
     interrupted = False
+    give_up = time.monotonic() + CANCEL_GIVE_UP
     while pending:
+        if time.monotonic() >= give_up:
+            log.error(
+                "stopping: tasks did not end when cancelled (a handler that swallows "
+                "cancellations?); leaving them",
+                extra={"tasks": len(pending)},
+            )
+            break
         for task in pending:
             task.cancel()
         try:
