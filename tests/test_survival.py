@@ -115,6 +115,36 @@ async def test_a_listener_that_raises_anything_falls_back_to_polling_and_is_repo
         await eventually(lambda: status_of(admin, job_id)[0] == "completed")
 
 
+async def test_a_stop_ends_a_background_task_that_lost_its_first_cancellation(
+    make_queue, monkeypatch
+) -> None:
+    # Python 3.10/3.11's asyncio.wait_for, inside psycopg_pool's wait for a connection,
+    # drops a cancellation that arrives as the connection is handed over; the task then
+    # goes on as if nothing happened. Here the housekeeping pass does the same.
+    queue = await make_queue(shutdown_grace=1)
+    inside = asyncio.Event()
+
+    async def run_once(q: Any) -> None:
+        try:
+            inside.set()
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            pass  # lost
+        await asyncio.sleep(600)
+
+    monkeypatch.setattr(maintenance, "run_once", run_once)
+    stop = asyncio.Event()
+    task = asyncio.create_task(queue.run(stop))
+    await asyncio.wait_for(inside.wait(), 30)
+    stop.set()
+    done, _ = await asyncio.wait({task}, timeout=30)  # a liveness bound, not a threshold
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=30)
+    assert done, "the stop waited for a task that had lost its cancellation"
+    await task
+
+
 # --- a handler's own CancelledError ----------------------------------------------------
 
 
