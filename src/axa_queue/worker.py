@@ -267,14 +267,15 @@ class Worker:
             # what is not written by then is left `running`, for stale recovery.
             while unfinished := [t for t in [background[0], *self.helpers] if not t.done()]:
                 left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0 and (self.endings or self.helpers):
-                    log.warning(
-                        "stopping: the grace period is over before every ending was "
-                        "recorded; stale recovery will queue those jobs again",
-                        extra={"endings": len(self.endings), "unfinished": len(unfinished)},
-                    )
+                if left is not None and left <= 0.0:
+                    if self.endings or self.helpers:
+                        log.warning(
+                            "stopping: the grace period is over before every ending was "
+                            "recorded; stale recovery will queue those jobs again",
+                            extra={"endings": len(self.endings), "lost": len(self.helpers)},
+                        )
                     break
-                await asyncio.wait(unfinished, timeout=None if left is None else max(left, 0.01))
+                await asyncio.wait(unfinished, timeout=left)
             exchange = background[0]
             if exchange.done() and not exchange.cancelled() and exchange.exception() is not None:
                 raise exchange.exception()  # type: ignore[misc]
