@@ -64,11 +64,25 @@ async def test_a_schedule_that_raises_is_logged_without_its_arguments_and_jobs_k
             assert not ok
             assert why.startswith("schedules failing for ")
             assert "schedule 'broken': TypeError: the arguments of job 'Report'" in why
+            assert queue.worker.stuck_for() > 0  # the gauge a supervisor's /health reads
     failures = [r for r in caplog.records if r.getMessage().startswith("a schedule could not")]
     assert len(failures) == 1, "logged once, not every poll"
     assert failures[0].__dict__["schedule"] == "broken"
     assert failures[0].__dict__["error"].startswith("TypeError: ")
     assert SECRET not in caplog.text
+
+
+async def test_tick_schedules_ticks_every_other_schedule_before_raising_what_one_raised(
+    make_queue, admin, monkeypatch
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.every("broken", 3600, NewJob("Report", {})))
+    queue.schedule(Schedule.every("fine", 3600, NewJob("Report", {"n": 1})))
+    fail_one_schedule(monkeypatch, "broken")
+    with pytest.raises(TypeError, match="cannot be queued"):
+        await queue.tick_schedules()
+    rows = admin.execute("SELECT args FROM axa_queue WHERE name = 'Report'").fetchall()
+    assert rows == [({"n": 1},)]
 
 
 async def test_housekeeping_that_raises_anything_is_reported_and_tried_again(
