@@ -69,6 +69,9 @@ T = TypeVar("T")
 CONNECT_TIMEOUT = 10
 """Seconds to wait for the database to answer a connection, unless the DSN says."""
 
+WAIT_FOR_DATABASE = 60.0
+"""Seconds `worker` keeps trying to reach the database at start (`--wait-for-database`)."""
+
 DSN_HELP = (
     "The database: a libpq connection string or postgresql:// URL. "
     "Default: $AXA_QUEUE_DSN, then $DATABASE_URL."
@@ -606,6 +609,16 @@ def _need_metrics() -> None:
     help="/health answers 503 once every statement that claims or records jobs has "
     "failed this long while the database answers (with --processes: in any process).",
 )
+@click.option(
+    "--wait-for-database",
+    type=click.FloatRange(min=0),
+    default=WAIT_FOR_DATABASE,
+    metavar="SECONDS",
+    show_default=True,
+    help="While the database cannot be reached at start (an outage, a restart during a "
+    "deploy), keep trying, with backoff and a log line each time, for this long before "
+    "exiting 1. 0 fails at once.",
+)
 @dsn_option
 def worker(
     target: str,
@@ -617,6 +630,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     stuck_after: float,
+    wait_for_database: float,
     dsn: str | None,
 ) -> None:
     """Run the jobs of the Queue at MODULE:ATTR (its handlers, limits and schedules).
@@ -626,9 +640,10 @@ def worker(
     """
     logs.configure(log_format, log_level.upper())
     queue = load_queue(target)
-    if workers is not None:
-        with _errors(None):
+    with _errors(None):
+        if workers is not None:
             queue.options = dataclasses.replace(queue.options, workers=workers)
+        queue.options = dataclasses.replace(queue.options, wait_for_database=wait_for_database)
     queue.options = _connection_options(queue.options)
     if metrics_port is not None:
         _need_metrics()
@@ -646,6 +661,8 @@ def worker(
                 "worker",
                 target,
                 "--no-setup",
+                "--wait-for-database",
+                str(wait_for_database),
                 "--log-format",
                 log_format,
                 "--log-level",
@@ -671,6 +688,7 @@ def worker(
                     metrics_port,
                     metrics_host,
                     stuck_after,
+                    wait_for_database=wait_for_database,
                 )
             )
     if code:

@@ -82,9 +82,11 @@ async def archive_schedules(
     return cursor.rowcount
 
 
-async def run_once(queue: Queue) -> None:
-    """One round of housekeeping for `queue`; failures are logged, not raised."""
+async def run_once(queue: Queue) -> psycopg.Error | None:
+    """One round of housekeeping for `queue`; failures are logged, not raised: returns
+    the first, if any (for the worker's health check)."""
     options = queue.options
+    failure: psycopg.Error | None = None
     stale = options.seconds("stale_after")
     try:
         async with queue.pool.connection() as conn:
@@ -93,6 +95,7 @@ async def run_once(queue: Queue) -> None:
                 log.info("archived schedules no longer in code", extra={"archived": archived})
     except psycopg.Error as error:
         log.error("could not archive schedules", extra={"error": first_line(error)})
+        failure = failure or error
     try:
         async with queue.pool.connection() as conn:
             for one in await recover_stale(conn, stale, options.max_attempts):
@@ -107,6 +110,7 @@ async def run_once(queue: Queue) -> None:
                 )
     except psycopg.Error as error:
         log.error("could not recover stale jobs", extra={"error": first_line(error)})
+        failure = failure or error
     try:
         async with queue.pool.connection() as conn:
             purged = await purge(conn, options.seconds("retention"))
@@ -114,3 +118,5 @@ async def run_once(queue: Queue) -> None:
                 log.info("purged finished jobs past retention", extra={"purged": purged})
     except psycopg.Error as error:
         log.error("could not purge old jobs", extra={"error": first_line(error)})
+        failure = failure or error
+    return failure

@@ -152,8 +152,9 @@ class RunMetrics:
         )
         self.stuck = Gauge(
             STUCK_GAUGE,
-            "Seconds the worker's statements have all failed (none claimed or recorded "
-            "jobs); 0 while they go through. The most of any live process.",
+            "Seconds the worker has been failing: its statements that claim or record "
+            "jobs, or its schedules, housekeeping or listener; 0 while all go through. "
+            "The most of any live process.",
             registry=registry,
             multiprocess_mode="livemax",
         )
@@ -174,7 +175,7 @@ class RunMetrics:
         processes' shared directory)."""
         while True:
             worker = queue.worker
-            self.stuck.set(0.0 if worker is None else worker.failing_for())
+            self.stuck.set(0.0 if worker is None else worker.stuck_for())
             await asyncio.sleep(every)
 
 
@@ -321,8 +322,9 @@ class HealthCheck:
             stuck = self.processes.get_sample_value(STUCK_GAUGE) or 0.0
             if stuck >= self.stuck_after:
                 return False, (
-                    f"a worker process has failed to claim or record jobs for {stuck:.0f} s "
-                    "(its log says why)"
+                    f"a worker process has been failing for {stuck:.0f} s: claiming or "
+                    "recording jobs, or its schedules, housekeeping or listener (its log "
+                    "says why)"
                 )
         return True, "ok"
 

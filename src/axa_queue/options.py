@@ -164,6 +164,14 @@ class QueueOptions:
     lowercase name (letters, digits, `_`; at most 63). `None` reads `AXA_QUEUE_SCHEMA`,
     else the connection's `search_path` decides. Statements sent on your own
     connection (`enqueue_on`, `cancel`, ...) still follow its `search_path`."""
+    setup_lock_timeout: Duration = timedelta(seconds=5)
+    """How long setup (`open(setup=True)`) may wait for a lock on the tables, when it has
+    something to change, before it gives up with a `SchemaError`; zero waits as long as
+    it takes. With nothing to change, setup takes no lock at all."""
+    wait_for_database: Duration = timedelta(0)
+    """How long `open()` keeps trying, with backoff, while the database cannot be
+    reached, before it raises; zero fails at once. `axa-queue worker` waits 60 s
+    unless told otherwise (`--wait-for-database`)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -262,6 +270,8 @@ _DURATIONS = frozenset(
         "retry_backoff",
         "retention",
         "maintenance_interval",
+        "setup_lock_timeout",
+        "wait_for_database",
     }
 )
 

@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
+import re
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar, overload
 from uuid import UUID
@@ -42,7 +47,7 @@ from .jobs import (
 )
 from .maintenance import Recovered
 from .options import DSN_VARIABLES, Duration, QueueOptions, dsn_from_environment, to_seconds
-from .retries import describe
+from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
 from .sync import SyncQueue
@@ -179,11 +184,17 @@ class Queue:
         return pooler.connect_kwargs(self.options)
 
     async def open(self, dsn: str | None = None, *, setup: bool = True) -> Queue:
-        """Connect, then set the tables up under the advisory lock (`setup=True`) or only
-        check them (`setup=False`, for a role that may not run DDL).
+        """Connect, then set the tables up (`setup=True`) or only check them
+        (`setup=False`, for a role that may not run DDL).
 
-        Raises psycopg's `OperationalError` when the database cannot be reached and
-        `SchemaError` when the check fails, so a service finds out at boot.
+        Setup first reads the catalogs, taking no lock an application's transaction
+        could hold: with nothing to change (every start after the first) it changes
+        nothing. Else it runs the setup statements under the advisory setup lock, each
+        waiting no longer than `setup_lock_timeout` for a table lock.
+
+        Raises psycopg's `OperationalError` when the database cannot be reached (after
+        trying for `wait_for_database`) and `SchemaError` when the check fails or setup
+        could not get its locks in time, so a service finds out at boot.
         """
         if self._pool is not None:
             return self
@@ -192,11 +203,9 @@ class Queue:
             raise OptionsError(
                 "no database given: pass a DSN to Queue(...) or open(...), or set AXA_QUEUE_DSN"
             )
-        async with await psycopg.AsyncConnection.connect(
-            self.dsn, autocommit=True, **self.connect_kwargs()
-        ) as conn:
+        async with await self._first_connection(self.dsn) as conn:
             if setup:
-                await _allowed_setup(conn)
+                await _allowed_setup(conn, self.options.seconds("setup_lock_timeout"))
             await _check(conn)
             row = await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone()
             self.schema = self.options.resolved_schema() or (row[0] if row and row[0] else "public")
@@ -219,6 +228,33 @@ class Queue:
         await pool.open(wait=True, timeout=30)
         self._pool = pool
         return self
+
+    async def _first_connection(self, dsn: str) -> psycopg.AsyncConnection[Any]:
+        """Connect, trying again with backoff while the database cannot be reached, for
+        up to `wait_for_database` (a worker started during an outage or a restart)."""
+        waited = time.monotonic()
+        deadline = waited + self.options.seconds("wait_for_database")
+        pause = 0.25
+        while True:
+            try:
+                return await psycopg.AsyncConnection.connect(
+                    dsn, autocommit=True, **self.connect_kwargs()
+                )
+            except psycopg.OperationalError as error:
+                left = deadline - time.monotonic()
+                refused = (error.sqlstate or "")[:2] in ("28", "3D")  # login, database name
+                if left <= 0 or refused:
+                    raise
+                log.warning(
+                    "cannot reach the database; trying again",
+                    extra={
+                        "error": first_line(error),
+                        "retry_in": round(min(pause, left), 2),
+                        "waited": round(time.monotonic() - waited, 1),
+                    },
+                )
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, 5.0)
 
     async def close(self) -> None:
         """Wait for background tasks started by `perform_later`, then close the pool."""
@@ -251,9 +287,11 @@ class Queue:
             return await run_async(conn, call)
 
     async def setup(self) -> None:
-        """Run `SETUP_STATEMENTS` in one transaction under the setup lock."""
+        """Bring the tables up to date: nothing (and no lock) when they are, else
+        `SETUP_STATEMENTS` in one transaction under the setup lock, bounded by
+        `setup_lock_timeout`."""
         async with self.pool.connection() as conn:
-            await _allowed_setup(conn)
+            await _allowed_setup(conn, self.options.seconds("setup_lock_timeout"))
 
     async def check(self) -> None:
         """Raise `SchemaError` unless every table, column and refusing trigger is there."""
@@ -363,10 +401,21 @@ class Queue:
 
     async def tick_schedules(self) -> int:
         """Queue a job for each due schedule; returns how many were queued. `run()` calls
-        this every poll; any number of processes may call it at once."""
+        this every poll; any number of processes may call it at once. A schedule that
+        fails does not keep the others from queuing their jobs: its error is raised
+        once they all have had their turn."""
+        queued, failures = await self.tick_each()
+        for error in failures.values():
+            raise error
+        return queued
+
+    async def tick_each(self) -> tuple[int, dict[str, Exception]]:
+        """Queue a job for each due schedule, each on its own; returns how many were
+        queued and what each schedule that failed raised, by name."""
         if not self.schedule_list:
-            return 0
+            return 0, {}
         loop = asyncio.get_running_loop()
+        failures: dict[str, Exception] = {}
         async with self.pool.connection() as conn:
             every = min(SEEN_EVERY, self.options.seconds("stale_after") / 4)
             if loop.time() - self._seen_at >= every or self._seen_at == 0.0:
@@ -375,9 +424,16 @@ class Queue:
             due = set(await schedules.due(conn, self.schedule_list))
             queued = 0
             for schedule in self.schedule_list:
-                if schedule.name in due and await schedules.tick_one(conn, schedule) is not None:
-                    queued += 1
-            return queued
+                if schedule.name not in due:
+                    continue
+                try:
+                    if await schedules.tick_one(conn, schedule) is not None:
+                        queued += 1
+                except psycopg.OperationalError:
+                    raise  # the connection, not the schedule: the next tick tries again
+                except Exception as error:
+                    failures[schedule.name] = error
+            return queued, failures
 
     # --- running -----------------------------------------------------------------------
 
@@ -395,18 +451,132 @@ async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(sql.SESSION_SETTINGS)
 
 
-async def _setup(conn: psycopg.AsyncConnection[Any]) -> None:
-    async with conn.transaction():
-        await conn.execute(sql.TAKE_SETUP_LOCK, (sql.SETUP_LOCK,))
-        for statement in sql.SETUP_STATEMENTS:
-            await conn.execute(statement)
+@dataclass(frozen=True)
+class Expectations:
+    """What the tables must have once `SETUP_STATEMENTS` ran, read from those statements
+    (and the `CHECK_*` column lists), so a column, index or trigger added to setup is
+    checked with nothing more to write. `sql.SETUP_MISSING` takes them as parameters."""
+
+    tables: tuple[str, ...] = ()
+    columns: tuple[tuple[str, str], ...] = ()
+    indexes: tuple[str, ...] = ()
+    constraints: tuple[tuple[str, str], ...] = ()
+    functions: tuple[tuple[str, str], ...] = ()
+    """(name, body) of each function taking no argument."""
+    triggers: tuple[tuple[str, str, bool], ...] = ()
+    """(table, name, whether it must fire always)."""
+    storage: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(table, its `reloptions` that must be set)."""
+
+    def __add__(self, other: Expectations) -> Expectations:
+        return Expectations(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self))
+        )
+
+    def params(self) -> dict[str, Any]:
+        """The parameters of `sql.SETUP_MISSING`."""
+        return {
+            "tables": list(self.tables),
+            "column_tables": [t for t, _ in self.columns],
+            "columns": [c for _, c in self.columns],
+            "indexes": list(self.indexes),
+            "constraint_tables": [t for t, _ in self.constraints],
+            "constraints": [c for _, c in self.constraints],
+            "functions": [f for f, _ in self.functions],
+            "bodies": [b for _, b in self.functions],
+            "trigger_tables": [t for t, _, _ in self.triggers],
+            "triggers": [g for _, g, _ in self.triggers],
+            "trigger_always": [a for _, _, a in self.triggers],
+            "storage_tables": [t for t, settings in self.storage for _ in settings],
+            "storage": [s for _, settings in self.storage for s in settings],
+        }
 
 
-async def _allowed_setup(conn: psycopg.AsyncConnection[Any]) -> None:
+def expectations_of(statement: str) -> Expectations:
+    """What one setup (or `CHECK_*`) statement makes sure of, read from its text."""
+    always = set(re.findall(r"ENABLE ALWAYS TRIGGER (\w+)", statement))
+    storage = re.search(r"'(\w+)'::regclass\)\s+@> ARRAY\[([^\]]*)\]", statement)
+    checked = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
+    return Expectations(
+        tables=tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", statement)),
+        columns=tuple(
+            (table, column)
+            for table, column in re.findall(
+                r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)", statement
+            )
+        )
+        + (tuple((checked[2], c.strip()) for c in checked[1].split(",")) if checked else ()),
+        indexes=tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", statement)),
+        constraints=tuple(re.findall(r"ALTER TABLE (\w+) ADD CONSTRAINT (\w+)", statement)),
+        functions=tuple(
+            re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(\).*?AS \$\$(.*?)\$\$", statement, re.S)
+        ),
+        triggers=tuple(
+            (table, name, name in always)
+            for name, table in re.findall(
+                r"CREATE OR REPLACE TRIGGER (\w+)\s.*?\bON (\w+)", statement, re.S
+            )
+        )
+        + tuple(
+            (table, name, True)
+            for table in re.findall(r"ALTER TABLE (\w+)\s+ENABLE ALWAYS", statement)
+            for name in sorted(always)
+        ),
+        storage=(((storage[1], tuple(re.findall(r"'([^']*)'", storage[2]))),) if storage else ()),
+    )
+
+
+@functools.cache
+def setup_expectations() -> Expectations:
+    """Everything `SETUP_STATEMENTS` make sure of (see `Expectations`)."""
+    found = Expectations()
+    for statement in (*sql.SETUP_STATEMENTS, sql.CHECK_QUEUE, sql.CHECK_SCHEDULE, sql.CHECK_ACTS):
+        found += expectations_of(statement)
+    always = {name for _, name, a in found.triggers if a}
+    return dataclasses.replace(
+        found,
+        columns=tuple(dict.fromkeys(found.columns)),
+        triggers=tuple(dict.fromkeys((t, n, n in always) for t, n, _ in found.triggers)),
+    )
+
+
+async def setup_missing(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+    """What setup would still change in the schema `conn` reaches, one line each ("column
+    axa_queue.priority"); empty when the tables are up to date. Reads only the catalogs."""
+    cursor = await conn.execute(sql.SETUP_MISSING, setup_expectations().params())
+    return [row[0] for row in await cursor.fetchall()]
+
+
+async def _setup(conn: psycopg.AsyncConnection[Any], lock_timeout: float = 5.0) -> None:
+    """Bring the tables up to date, taking no lock at all when they are (the usual start
+    of a worker); else run `SETUP_STATEMENTS` under the setup lock, each waiting for a
+    table lock no longer than `lock_timeout` seconds (0: as long as it takes)."""
+    if not await setup_missing(conn):
+        return
+    current = "the setup lock"
+    try:
+        async with conn.transaction():
+            await conn.execute(sql.SETUP_LOCK_TIMEOUT, (f"{round(lock_timeout * 1000)}ms",))
+            await conn.execute(sql.TAKE_SETUP_LOCK, (sql.SETUP_LOCK,))
+            if not await setup_missing(conn):
+                return  # another process set the tables up while this one waited
+            for statement in sql.SETUP_STATEMENTS:
+                found = re.search(r"\b(?:ON|TABLE(?: IF NOT EXISTS)?)\s+(axa_\w+)", statement)
+                current = found[1] if found else current
+                await conn.execute(statement)
+    except psycopg.errors.LockNotAvailable:
+        raise SchemaError(
+            f"could not set up the tables within {lock_timeout:g} s: another transaction "
+            f"holds a lock on {current}; retry, or run `axa-queue setup` when the database "
+            "is quiet (workers can then start with --no-setup)"
+        ) from None
+
+
+async def _allowed_setup(conn: psycopg.AsyncConnection[Any], lock_timeout: float) -> None:
     """`_setup`, or a `SchemaError` saying what to do when this role may not run it (the
     least-privilege role of docs/production.md may not)."""
     try:
-        await _setup(conn)
+        await _setup(conn, lock_timeout)
     except psycopg.errors.InsufficientPrivilege as error:
         raise SchemaError(
             f"this database role may not set the job queue's tables up "

@@ -286,6 +286,51 @@ transaction holding `pg_advisory_xact_lock(SETUP_LOCK)`, as `Queue.setup` does."
 TAKE_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 """Run setup one service at a time; released when the transaction ends."""
 
+SETUP_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
+"""`SET LOCAL lock_timeout` for setup's transaction (the value as a parameter): its DDL
+waits behind an application's open transaction no longer than this, rather than holding
+every claim and enqueue queued behind its own ACCESS EXCLUSIVE request."""
+
+SETUP_MISSING = """SELECT 'table ' || t FROM unnest(%(tables)s::text[]) AS t
+        WHERE to_regclass(t) IS NULL
+    UNION ALL
+    SELECT 'column ' || c.t || '.' || c.c
+        FROM unnest(%(column_tables)s::text[], %(columns)s::text[]) AS c(t, c)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_attribute a
+            WHERE a.attrelid = to_regclass(c.t) AND a.attname = c.c AND NOT a.attisdropped)
+    UNION ALL
+    SELECT 'index ' || i FROM unnest(%(indexes)s::text[]) AS i
+        WHERE to_regclass(i) IS NULL
+    UNION ALL
+    SELECT 'constraint ' || k.c FROM unnest(%(constraint_tables)s::text[],
+            %(constraints)s::text[]) AS k(t, c)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_constraint n
+            WHERE n.conrelid = to_regclass(k.t) AND n.conname = k.c)
+    UNION ALL
+    SELECT 'function ' || f.f || '()' FROM unnest(%(functions)s::text[], %(bodies)s::text[])
+            AS f(f, body)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_proc p
+            WHERE p.oid = to_regprocedure(f.f || '()') AND p.prosrc = f.body)
+    UNION ALL
+    SELECT 'trigger ' || g.g FROM unnest(%(trigger_tables)s::text[], %(triggers)s::text[],
+            %(trigger_always)s::bool[]) AS g(t, g, always)
+        WHERE NOT EXISTS (SELECT 1 FROM pg_trigger r
+            WHERE r.tgrelid = to_regclass(g.t) AND r.tgname = g.g
+              AND CASE WHEN g.always THEN r.tgenabled::text = 'A'
+                       ELSE r.tgenabled::text <> 'D' END)
+    UNION ALL
+    SELECT DISTINCT 'storage settings of ' || o.t
+        FROM unnest(%(storage_tables)s::text[], %(storage)s::text[]) AS o(t, setting)
+        WHERE NOT coalesce((SELECT reloptions FROM pg_class WHERE oid = to_regclass(o.t))
+                           @> ARRAY[o.setting], false)"""
+"""What `SETUP_STATEMENTS` would still change: tables, columns, indexes, constraints,
+functions (by their body), triggers (and whether they fire always) and storage settings
+that are missing or differ, one line each. It reads only the catalogs, so it takes no
+lock an application's transaction could be holding: when nothing is missing, setup runs
+nothing more (`ALTER TABLE ... ADD COLUMN IF NOT EXISTS` would take an ACCESS EXCLUSIVE
+lock on the jobs table even with the column there). The lists come from the setup
+statements themselves (`queue.setup_expectations`)."""
+
 # --- Checks ----------------------------------------------------------------------------
 
 CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms FROM axa_queue LIMIT 0"

@@ -37,7 +37,7 @@ from .worker import STUCK_AFTER
 if TYPE_CHECKING:
     from .metrics import MetricsServer
 
-__all__ = ["MetricsServerError", "supervise", "work"]
+__all__ = ["MetricsServerError", "restart_delay", "supervise", "work"]
 
 # The name these lines had when this code was part of `cli`, kept so that log pipelines
 # filtering on it still see them.
@@ -59,14 +59,31 @@ RESTART_FIRST = 0.5
 RESTART_MAX = 30.0
 """The longest wait before restarting a worker process."""
 
-RESTART_RESET = 60.0
-"""A worker process that ran this long before dying is restarted after `RESTART_FIRST`."""
+RESTART_HEALTHY = 10.0
+"""Seconds a worker process must run before its death counts as a new trouble rather
+than the same one again: it is then restarted after `RESTART_FIRST` (see
+`restart_delay`)."""
 
 ABORT_KILL_AFTER = 10.0
 """Seconds after the second signal before worker processes still running get SIGKILL."""
 
 COUNTS_EVERY = 15.0
 """Seconds between counts of the table for the metrics (one query each)."""
+
+
+def restart_delay(previous: float | None, ran_for: float) -> float:
+    """Seconds to wait before restarting a worker process that died after running
+    `ran_for` seconds, the wait before its last start having been `previous` (None for
+    its first death).
+
+    A process that ran at least `RESTART_HEALTHY` had come up well: whatever killed it
+    (an operator, the OOM killer, a lost host) is not a crash loop, so it comes back
+    after `RESTART_FIRST`. One that died sooner waits twice as long as last time, up to
+    `RESTART_MAX`, so a process that cannot start (a bad deploy, a broken module)
+    does not spin."""
+    if previous is None or ran_for >= RESTART_HEALTHY:
+        return RESTART_FIRST
+    return min(previous * 2, RESTART_MAX)
 
 
 class MetricsServerError(AxaQueueError):
@@ -235,12 +252,15 @@ async def supervise(
     metrics_port: int | None,
     metrics_host: str,
     stuck_after: float = STUCK_AFTER,
+    *,
+    wait_for_database: float = 0.0,
 ) -> int:
     """Keep `processes` worker processes running `command` (an `axa-queue worker` command
     line, run with the supervisor's environment) until signalled; 0 when all stopped
     gracefully. `workers` is only logged: each child's loops come from its command.
-    `stuck_after`: as for `work`, of any of the processes."""
-    control = Queue(dsn, QueueOptions(pool_size=2))
+    `stuck_after`: as for `work`, of any of the processes. `wait_for_database`: seconds
+    to keep trying while the database cannot be reached at start."""
+    control = Queue(dsn, QueueOptions(pool_size=2, wait_for_database=wait_for_database))
     await control.open(setup=setup)  # set up (or check) once, before any child starts
     env = {**os.environ, DSN_VARIABLES[0]: dsn, SUPERVISOR_VARIABLE: str(os.getpid())}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -298,7 +318,7 @@ async def supervise(
         signals = _Signals(first, again)
 
         async def keep(slot: int) -> int:
-            delay = RESTART_FIRST
+            delay: float | None = None
             code = 0
             while not stopping.is_set():
                 started = time.monotonic()
@@ -323,8 +343,7 @@ async def supervise(
                         extra={"slot": slot, "child_pid": child.pid, "exit_code": code},
                     )
                     return code
-                if time.monotonic() - started >= RESTART_RESET:
-                    delay = RESTART_FIRST
+                delay = restart_delay(delay, time.monotonic() - started)
                 log.error(
                     "a worker process died; starting another",
                     extra={
@@ -336,7 +355,6 @@ async def supervise(
                 )
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stopping.wait(), delay)
-                delay = min(delay * 2, RESTART_MAX)
             return code
 
         log.info(

@@ -24,17 +24,18 @@ One `Worker` serves one `Queue.run()`. Its parts, each a task:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import os
 import socket
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import timedelta
+from queue import SimpleQueue
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -59,6 +60,22 @@ RETRY_DATABASE = 0.5
 STUCK_AFTER = 30.0
 """Seconds of failed statements, the database answering all along, before a health
 check says the worker is stuck (see `Worker.trouble`)."""
+
+CANCEL_AGAIN = 0.1
+"""Seconds to wait for a cancelled task to end before cancelling it again: on Python
+3.10 and 3.11 `asyncio.wait_for` (which psycopg_pool uses while a task waits for a
+connection) loses a cancellation that arrives as the connection is handed over, and the
+task goes on as if nothing happened."""
+
+CANCEL_GIVE_UP = 5.0
+"""Seconds of cancelling again before a stop leaves behind tasks that will not end."""
+
+SERVICE_RETRY_MAX = 60.0
+"""The longest wait before a failing background service (maintenance, the listener)
+tries again; it starts at the poll interval and doubles."""
+
+LOG_AGAIN = 60.0
+"""Seconds between log lines for a schedule that keeps failing."""
 
 HOLD_ENDINGS = 0.020
 """Seconds an ending may wait for others to share its statement, only while every loop
@@ -164,9 +181,7 @@ class Worker:
         """No more claims: jobs in progress finish, their endings are recorded."""
         self.closing = False
         """The exchange loop returns once every ending is recorded."""
-        self.executor = ThreadPoolExecutor(
-            max_workers=self.slots, thread_name_prefix="axa-queue-job"
-        )
+        self.executor = JobThreads(self.slots, "axa-queue-job")
         self.helpers: set[asyncio.Task[Any]] = set()
         self.connection: psycopg.AsyncConnection[Any] | None = None
         """The exchange loop's connection, made on first use."""
@@ -175,6 +190,12 @@ class Worker:
         self.failing: tuple[float, str] | None = None
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since; see `trouble`."""
+        self.troubles: dict[str, tuple[float, str]] = {}
+        """Background services (`schedules`, `maintenance`, `listener`) failing now: since
+        when (monotonic) and why (the error's type and first line); see `trouble`."""
+        self.aborting = False
+        """Whether this worker cancelled its runs' loops (an abort, or the grace period
+        over): a `CancelledError` in a handler is then ours, not the handler's own."""
 
     # --- the whole ---------------------------------------------------------------------
 
@@ -184,19 +205,40 @@ class Worker:
         failing = self.failing
         return 0.0 if failing is None else time.monotonic() - failing[0]
 
+    def stuck_for(self) -> float:
+        """Seconds this worker has been failing at something: its exchanges, or one of
+        its background services (see `trouble`); 0 while all go through. Safe from any
+        thread."""
+        now = time.monotonic()
+        since = [since for since, _ in list(self.troubles.values())]
+        return max([self.failing_for(), *(now - s for s in since)])
+
     def trouble(self, after: float) -> str | None:
         """Why this worker cannot do its work, once every exchange for `after` seconds
         has failed (the database answers, but not to the worker's statements: a table
-        gone, a privilege revoked, a disk full); else None. Safe from any thread."""
+        gone, a privilege revoked, a disk full), or a background service has failed
+        for that long ("schedules failing for 42 s: schedule 'nightly': TypeError:
+        ..."); else None. Safe from any thread."""
         failing = self.failing
         seconds = self.failing_for()
-        if failing is None or seconds < after:
-            return None
-        return f"the worker has failed to claim or record jobs for {seconds:.0f} s: {failing[1]}"
+        if failing is not None and seconds >= after:
+            return (
+                f"the worker has failed to claim or record jobs for {seconds:.0f} s: {failing[1]}"
+            )
+        now = time.monotonic()
+        for name, (since, why) in sorted(dict(self.troubles).items()):
+            if now - since >= after:
+                return f"{name} failing for {now - since:.0f} s: {why}"
+        return None
 
     async def run(self, stop: asyncio.Event) -> None:
         """Work until `stop` is set, then let jobs in progress finish and return.
-        Cancelled, it aborts jobs in progress and leaves them for stale recovery."""
+        Cancelled, it aborts jobs in progress and leaves them for stale recovery.
+
+        What the schedules, housekeeping or the listener raise never ends it: each is
+        logged (its type and first line, never a job's arguments), reported by
+        `trouble`, and tried again while jobs keep running. Once `stop` is set it
+        returns within `shutdown_grace` (when set), whatever the database does."""
         background = [
             self._spawn(self._exchange_loop(), "exchange"),
             self._spawn(self._heartbeat_loop(), "heartbeat"),
@@ -207,6 +249,7 @@ class Worker:
         if self.queue.notifies and pooler.listens(self.options):
             background.append(self._spawn(self._listen_loop(), "listener"))
         stopped = asyncio.ensure_future(stop.wait())
+        grace = self.options.shutdown_grace
         try:
             await asyncio.wait([stopped, *background], return_when=asyncio.FIRST_COMPLETED)
             for task in background:
@@ -214,26 +257,40 @@ class Worker:
                     raise task.exception()  # type: ignore[misc]
             self.stopping = True
             self.nudge.set()
+            deadline = None if grace is None else time.monotonic() + to_seconds(grace)
             # Runs claimed by a statement in flight start when it is answered: they
             # are claimed, so they run to their end like the others.
-            await self._finish_runs()
+            await self._finish_runs(deadline)
             self.closing = True
             self.nudge.set()
-            await background[0]
-            while self.helpers:  # jobs that lost their claim, on their way to review
-                await asyncio.gather(*self.helpers, return_exceptions=True)
+            # Endings are recorded, and lost jobs sent to review, while the grace lasts;
+            # what is not written by then is left `running`, for stale recovery.
+            while unfinished := [t for t in [background[0], *self.helpers] if not t.done()]:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0.0:
+                    if self.endings or self.helpers:
+                        log.warning(
+                            "stopping: the grace period is over before every ending was "
+                            "recorded; stale recovery will queue those jobs again",
+                            extra={"endings": len(self.endings), "lost": len(self.helpers)},
+                        )
+                    break
+                await asyncio.wait(unfinished, timeout=left)
+            exchange = background[0]
+            if exchange.done() and not exchange.cancelled() and exchange.exception() is not None:
+                raise exchange.exception()  # type: ignore[misc]
         except BaseException:
+            self.aborting = True
             for one in list(self.runs.values()):
                 if one.task is not None:
                     one.task.cancel()
             raise
         finally:
+            self.aborting = True  # what is cancelled from here on is ours
             stopped.cancel()
-            for task in background:
-                task.cancel()
-            for task in [*background, *self.helpers]:
-                with contextlib.suppress(BaseException):
-                    await task
+            tasks = [*background, *self.helpers]
+            tasks += [one.task for one in self.runs.values() if one.task is not None]
+            await _cancel_all(tasks)
             for timer in (self.wake_at, self.flush_at):
                 if timer is not None:
                     timer.cancel()
@@ -247,15 +304,16 @@ class Worker:
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         return asyncio.get_running_loop().create_task(coro, name=f"axa-queue-{name}")
 
-    async def _finish_runs(self) -> None:
+    async def _finish_runs(self, deadline: float | None) -> None:
         """Wait for jobs in progress (also those a claim in flight brings), aborting any
-        still running after `shutdown_grace`."""
-        grace = self.options.shutdown_grace
-        deadline = None if grace is None else time.monotonic() + to_seconds(grace)
+        still running at `deadline` (monotonic; the end of `shutdown_grace`)."""
         told = False
         while self.runs or self.claiming:
             tasks = [r.task for r in self.runs.values() if r.task is not None]
             if not tasks:
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._forget_waiting()  # a claim still in flight: its runs stay `running`
+                    return
                 await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
                 continue
             if not told:
@@ -269,9 +327,8 @@ class Worker:
                     "stale recovery will queue them again",
                     extra={"aborted": len(pending)},
                 )
-                for task in pending:
-                    task.cancel()
-                await asyncio.wait(pending)
+                self.aborting = True
+                await _cancel_all(pending)
                 self._forget_waiting()
 
     def _forget_waiting(self) -> None:
@@ -517,7 +574,8 @@ class Worker:
     async def _execute(self, one: Run) -> None:
         """Run the handler to its end, its time limit, or the loss of its claim, then
         record the ending. Cancelled from outside (not by `Run.stop`), it aborts: the
-        job stays `running` for stale recovery."""
+        job stays `running` for stale recovery. A `CancelledError` the handler raises of
+        its own is a failure of the attempt like any other."""
         handler = self.queue.handlers.get(one.name)
         error: str | None = None
         started = time.monotonic()
@@ -530,11 +588,14 @@ class Worker:
                 await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
             else:
                 await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as failure:
             if one.stopped is None:
-                one.done = True
-                self._release(one)
-                raise
+                if self._aborted():
+                    one.done = True
+                    self._release(one)
+                    raise
+                # The handler's own CancelledError, not a stop: a failure like any other.
+                error = f"{describe(failure)} raised by the handler"
         except BaseException as failure:  # a job's failure, whatever it is
             error = describe(failure)
         if one.cancelled:  # stopped by us (also when the handler swallowed it): forget it
@@ -570,6 +631,17 @@ class Worker:
             self.stats["failed"] += 1
             log.error("job failed", extra={**one.fields(), "error": error})
             self._end(one.end("failed", error))
+
+    def _aborted(self) -> bool:
+        """Whether the `CancelledError` a run's handler just ended with is this worker
+        being aborted (its loop cancelled: `Queue.run` cancelled, or the grace period
+        over), rather than one the handler raised of its own. Python 3.11+ counts the
+        cancellations asked of the task; 3.10 relies on the worker's own flag."""
+        if self.aborting:
+            return True
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)
+        return cancelling is not None and cancelling() > 0
 
     def _lost(self, one: Run, text: str) -> asyncio.Task[Any]:
         self.stats["lost"] += 1
@@ -699,6 +771,7 @@ class Worker:
                 async with conn:
                     await conn.execute(sql.LISTEN)
                     pause = 0.1
+                    self.troubles.pop("listener", None)
                     self._wake()  # anything queued while we were not listening
                     async for note in conn.notifies():
                         there, _, delay = note.payload.rpartition(" ")
@@ -709,36 +782,194 @@ class Worker:
                         except ValueError:
                             self._wake()
             except psycopg.Error as error:
+                self._failed("listener", error)
                 log.warning(
                     "lost the notification connection; polling until it is back",
-                    extra={"error": first_line(error)},
+                    extra={"error": summary(error)},
                 )
-                await asyncio.sleep(pause)
-                pause = min(pause * 2, self.options.seconds("poll_interval"), 5.0)
+            except Exception as error:
+                self._failed("listener", error)
+                log.error(
+                    "the listener failed; polling until it is back",
+                    extra={"error": summary(error), "retry_in": pause},
+                )
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, self.options.seconds("poll_interval"), 5.0)
 
     # --- housekeeping ------------------------------------------------------------------
 
+    def _failed(self, service: str, error: BaseException) -> None:
+        """Note that `service` is failing, for `trouble` (since its first failure)."""
+        since = self.troubles.get(service, (time.monotonic(), ""))[0]
+        self.troubles[service] = (since, summary(error))
+
     async def _maintenance_loop(self) -> None:
         every = self.options.seconds("maintenance_interval")
+        retry = self.options.seconds("poll_interval")
         while True:
-            await maintenance.run_once(self.queue)
-            await asyncio.sleep(every)
+            failure: BaseException | None
+            try:
+                failure = await maintenance.run_once(self.queue)
+            except Exception as error:  # a bug, or anything the database driver raised
+                failure = error
+                log.error(
+                    "housekeeping failed; trying again",
+                    extra={"error": summary(error), "retry_in": retry},
+                )
+            if failure is None:
+                self.troubles.pop("maintenance", None)
+                retry = self.options.seconds("poll_interval")
+                await asyncio.sleep(every)
+            else:
+                self._failed("maintenance", failure)
+                await asyncio.sleep(min(retry, every))
+                retry = min(retry * 2, SERVICE_RETRY_MAX)
 
     async def _schedule_loop(self) -> None:
         every = self.options.seconds("poll_interval")
+        logged: dict[str, float] = {}
+        """When each failing schedule was last logged (monotonic)."""
         while True:
+            failures: dict[str, Exception]
             try:
-                queued = await self.queue.tick_schedules()
-                if queued:
-                    self._wake()
-            except psycopg.Error as error:
-                log.error("could not queue scheduled jobs", extra={"error": first_line(error)})
+                queued, failures = await self.queue.tick_each()
+            except Exception as broken:  # the schedules' table, not one schedule
+                queued, failures = 0, {"": broken}
+            if queued:
+                self._wake()
+            now = time.monotonic()
+            for name in [name for name in logged if name not in failures]:
+                del logged[name]
+            for name, failure in failures.items():
+                if now - logged.get(name, -LOG_AGAIN) >= LOG_AGAIN:
+                    logged[name] = now
+                    log.error(
+                        "could not queue scheduled jobs; trying again"
+                        if not name
+                        else "a schedule could not queue its job; trying again",
+                        extra={
+                            **({"schedule": name} if name else {}),
+                            "error": summary(failure),
+                            "retry_in": every,
+                        },
+                    )
+            if failures:
+                name, first = next(iter(failures.items()))
+                since = self.troubles.get("schedules", (now, ""))[0]
+                where = f"schedule {name!r}: " if name else ""
+                self.troubles["schedules"] = (since, f"{where}{summary(first)}")
+            else:
+                self.troubles.pop("schedules", None)
             await asyncio.sleep(every)
+
+
+class JobThreads(Executor):
+    """The threads sync handlers run in: like `ThreadPoolExecutor`, but its threads are
+    daemons, so a handler still running when the worker stops (a thread cannot be
+    stopped; its job is left to stale recovery) does not keep the process alive: the
+    standard pool's threads are joined at exit, which made a stop hang until the
+    handler returned."""
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._max = max_workers
+        self._name = name
+        self._work: SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None]
+        self._work = SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot run a sync handler: the worker has stopped")
+            future: Future[Any] = Future()
+            call = fn if not kwargs else (lambda *a: fn(*a, **kwargs))
+            self._work.put((future, call, args))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+            return future
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                self._work.put(None)  # for the next thread
+                return
+            future, fn, args = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as error:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+                del future, fn, args
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shut = True
+            if cancel_futures:
+                while not self._work.empty():
+                    item = self._work.get_nowait()
+                    if item is not None:
+                        item[0].cancel()
+            self._work.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()
 
 
 def _order(one: Run) -> tuple[int, float]:
     """The sort key of runs waiting for a loop: best first."""
     return one.order
+
+
+async def _cancel_all(tasks: list[asyncio.Task[Any]] | set[asyncio.Task[Any]]) -> None:
+    """Cancel `tasks` and wait until every one has ended, cancelling again any that lost
+    its cancellation (see `CANCEL_AGAIN`), for up to `CANCEL_GIVE_UP`. Cancelled itself
+    meanwhile, it still waits for them (each is cancelled again and again, so not for
+    long), then re-raises."""
+    pending = {task for task in tasks if not task.done()}
+    interrupted = False
+    give_up = time.monotonic() + CANCEL_GIVE_UP
+    while pending:
+        if time.monotonic() >= give_up:
+            log.error(
+                "stopping: tasks did not end when cancelled (a handler that swallows "
+                "cancellations?); leaving them",
+                extra={"tasks": len(pending)},
+            )
+            break
+        for task in pending:
+            task.cancel()
+        try:
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN)
+        except asyncio.CancelledError:
+            interrupted = True
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: what a cancelled loop raised is no news now
+    if interrupted:
+        raise asyncio.CancelledError
+
+
+def summary(error: BaseException) -> str:
+    """What to log of a background service's failure: the error's type and its first
+    line, never more (a database error's DETAIL and CONTEXT can quote a job's arguments)."""
+    if isinstance(error, psycopg.Error) and error.diag.message_primary:
+        line = error.diag.message_primary
+    else:
+        line = first_line(error) if str(error).strip() else ""
+    kind = type(error).__qualname__
+    return cut_error(f"{kind}: {line}" if line else kind)[:500]
 
 
 def _uncancel() -> None:

@@ -1,0 +1,272 @@
+"""Deploys that never freeze the queue: setup takes no table lock when there is nothing
+to change and a bounded one when there is; a worker started during an outage waits for
+the database; the supervisor's restart delay comes back down once a process ran well."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from axa_queue import SETUP_STATEMENTS, NewJob, Queue, QueueOptions, SchemaError, enqueue_on
+from conftest import status_of
+
+WAITING_FOR_A_LOCK = """SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
+    WHERE NOT l.granted AND a.application_name = %s"""
+
+
+async def test_a_setup_with_nothing_to_change_takes_no_lock_behind_an_open_application_transaction(
+    dsn: str, schema: str, make_queue, admin
+) -> None:
+    first = await make_queue()
+    app = await psycopg.AsyncConnection.connect(dsn)  # a transaction, as an application's
+    try:
+        held = await enqueue_on(app, NewJob("Report", {"n": 1}))  # not committed yet
+        second = Queue(dsn, QueueOptions(setup_lock_timeout=600))
+        opening = asyncio.ensure_future(second.open(setup=True))
+        try:
+            deadline = time.monotonic() + 30
+            while not opening.done():
+                waiting = admin.execute(WAITING_FOR_A_LOCK, (schema,)).fetchone()
+                assert waiting == (0,), "setup waits for a lock the application holds"
+                assert time.monotonic() < deadline, "the open did not finish"
+                await asyncio.sleep(0.02)
+            await opening
+            # The application's transaction is still open, and others go on working.
+            assert app.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            other = await asyncio.wait_for(first.enqueue("Report", {"n": 2}), 30)
+            assert status_of(admin, other)[0] == "queued"
+        finally:
+            opening.cancel()
+            await second.close()
+        await app.commit()
+        assert status_of(admin, held)[0] == "queued"
+    finally:
+        await app.close()
+
+
+async def test_a_setup_that_must_alter_a_table_gives_up_after_its_lock_timeout_with_a_clear_error(
+    dsn: str, make_queue, admin
+) -> None:
+    await make_queue()
+    admin.execute("ALTER TABLE axa_queue DROP COLUMN timeout_ms")
+    app = await psycopg.AsyncConnection.connect(dsn)
+    try:
+        await app.execute("SELECT count(*) FROM axa_queue")  # holds ACCESS SHARE until it ends
+        queue = Queue(dsn, QueueOptions(setup_lock_timeout=0.2))
+        with pytest.raises(SchemaError) as raised:
+            await asyncio.wait_for(queue.open(setup=True), 30)
+        assert str(raised.value).startswith(
+            "could not set up the tables within 0.2 s: another transaction holds a lock "
+            "on axa_queue; retry, or run `axa-queue setup` when the database is quiet"
+        )
+        assert not queue.is_open
+        await app.rollback()
+        async with Queue(dsn, QueueOptions(setup_lock_timeout=0.2)) as later:
+            assert later.is_open  # the database is quiet now: setup adds the column
+        assert admin.execute(
+            "SELECT count(*) FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND column_name = 'timeout_ms'"
+        ).fetchone() == (1,)
+    finally:
+        await app.close()
+
+
+def test_every_setup_statement_says_what_it_makes_sure_of() -> None:
+    from axa_queue.queue import expectations_of
+
+    for statement in SETUP_STATEMENTS:
+        expected = expectations_of(statement)
+        assert any(getattr(expected, f) for f in expected.__dataclass_fields__), statement
+
+
+async def test_the_setup_check_names_what_is_missing_or_changed_and_nothing_once_set_up(
+    dsn: str, make_queue, admin
+) -> None:
+    from axa_queue.queue import setup_missing
+
+    await make_queue()
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        assert await setup_missing(conn) == []
+        admin.execute("DROP INDEX axa_queue_pick")
+        admin.execute("ALTER TABLE axa_queue DROP COLUMN priority CASCADE")
+        admin.execute("ALTER TABLE axa_job_acts ENABLE TRIGGER axa_job_acts_refuse")
+        admin.execute("ALTER TABLE axa_queue RESET (fillfactor)")
+        admin.execute(
+            "CREATE OR REPLACE FUNCTION axa_queue_notify() RETURNS trigger "
+            "LANGUAGE plpgsql AS $$ BEGIN RETURN NULL; END $$"
+        )
+        missing = await setup_missing(conn)
+        for thing in (
+            "index axa_queue_pick",
+            "column axa_queue.priority",
+            "trigger axa_job_acts_refuse",
+            "storage settings of axa_queue",
+            "function axa_queue_notify()",
+        ):
+            assert thing in missing
+        await Queue(dsn).open()  # setup puts it all back
+        assert await setup_missing(conn) == []
+
+
+# --- a worker started during an outage ---------------------------------------------------
+
+WORKER_MODULE = """
+from axa_queue import Queue, QueueOptions
+
+queue = Queue(options=QueueOptions(poll_interval=0.05, heartbeat_interval=0.2, stale_after=5))
+
+@queue.handler("Quick")
+async def quick(args):
+    pass
+"""
+
+
+def test_a_worker_started_while_the_database_is_down_waits_for_it_and_runs_jobs(
+    tmp_path: Path,
+) -> None:
+    embedded = pytest.importorskip("axa_queue.embedded")
+    if not embedded.is_available():
+        pytest.skip("the embedded server is not installed")
+    module = f"jobs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(WORKER_MODULE))
+    with embedded.EmbeddedPostgres() as server:
+        env = {
+            **os.environ,
+            "AXA_QUEUE_DSN": server.dsn,
+            "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+        }
+        env.pop("DATABASE_URL", None)
+        server.stop()
+        process = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "axa_queue.cli", "worker", f"{module}:queue"),
+                *("--log-format", "json", "--wait-for-database", "120"),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert process.stderr is not None
+            line = process.stderr.readline()  # the first try failed, and it says so
+            assert "cannot reach the database; trying again" in line, line
+            assert process.poll() is None
+            server.start()
+            with psycopg.connect(server.dsn, autocommit=True) as admin:
+                deadline = time.monotonic() + 60
+                while not admin.execute("SELECT to_regclass('axa_queue') IS NOT NULL").fetchone()[
+                    0
+                ]:
+                    assert process.poll() is None, "the worker gave up"
+                    assert time.monotonic() < deadline, "the worker never set the tables up"
+                    time.sleep(0.05)
+                job_id = uuid.uuid4()
+                admin.execute(
+                    "INSERT INTO axa_queue (id, name, args) VALUES (%s, 'Quick', '{}')", (job_id,)
+                )
+                while status_of(admin, job_id)[0] != "completed":
+                    assert time.monotonic() < deadline, "the job never ran"
+                    time.sleep(0.05)
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(30) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+
+
+def test_a_worker_told_not_to_wait_for_the_database_fails_at_once(tmp_path: Path) -> None:
+    module = f"jobs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(WORKER_MODULE))
+    env = {
+        **os.environ,
+        "AXA_QUEUE_DSN": "postgresql://nobody@127.0.0.1:9/nothing",
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "axa_queue.cli",
+            "worker",
+            f"{module}:queue",
+            "--wait-for-database=0",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: cannot reach the database at 127.0.0.1:9/nothing")
+    assert "trying again" not in result.stderr
+
+
+async def test_open_waits_for_the_database_when_asked_and_says_so_each_try(caplog) -> None:
+    queue = Queue("postgresql://nobody@127.0.0.1:9/nothing", QueueOptions(wait_for_database=0.6))
+    with pytest.raises(psycopg.OperationalError):
+        await asyncio.wait_for(queue.open(), 30)
+    tries = [r for r in caplog.records if r.getMessage().startswith("cannot reach the database")]
+    assert len(tries) >= 2, "it tried again, with backoff, until the time was up"
+    assert not queue.is_open
+
+
+# --- the supervisor's restart delay --------------------------------------------------------
+
+
+def test_a_process_that_keeps_dying_at_start_waits_twice_as_long_each_time_up_to_the_cap() -> None:
+    from axa_queue.supervisor import RESTART_FIRST, RESTART_MAX, restart_delay
+
+    delays: list[float] = []
+    delay = None
+    for _ in range(12):
+        delay = restart_delay(delay, ran_for=0.3)
+        delays.append(delay)
+    assert delays[:4] == [RESTART_FIRST, RESTART_FIRST * 2, RESTART_FIRST * 4, RESTART_FIRST * 8]
+    assert delays[-1] == RESTART_MAX and max(delays) == RESTART_MAX
+
+
+def test_a_process_that_ran_healthily_for_a_while_is_restarted_after_the_first_delay() -> None:
+    from axa_queue.supervisor import RESTART_FIRST, RESTART_HEALTHY, RESTART_MAX, restart_delay
+
+    assert restart_delay(RESTART_MAX, ran_for=RESTART_HEALTHY) == RESTART_FIRST
+    assert restart_delay(RESTART_MAX, ran_for=RESTART_HEALTHY * 100) == RESTART_FIRST
+    assert restart_delay(RESTART_MAX, ran_for=RESTART_HEALTHY - 0.1) == RESTART_MAX
+    assert restart_delay(None, ran_for=0.0) == RESTART_FIRST
+
+
+async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
+    dsn: str, make_queue, monkeypatch
+) -> None:
+    from axa_queue import supervisor
+
+    await make_queue()  # the tables, for the supervisor's check
+    asked: list[tuple[float | None, float]] = []
+
+    def policy(previous: float | None, ran_for: float) -> float:
+        asked.append((previous, ran_for))
+        if len(asked) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)  # the supervisor's own graceful stop
+        return 0.0 if previous is None else previous + 0.01
+
+    monkeypatch.setattr(supervisor, "restart_delay", policy)
+    code = await asyncio.wait_for(
+        supervisor.supervise(
+            [sys.executable, "-c", "raise SystemExit(3)"], 1, 1, dsn, False, None, "127.0.0.1"
+        ),
+        60,
+    )
+    assert code == 1  # the child's last exit was not 0
+    assert [previous for previous, _ in asked[:3]] == [None, 0.0, 0.01]
+    assert all(ran_for >= 0 for _, ran_for in asked)

@@ -1,0 +1,295 @@
+"""A worker outlives what its background services raise, a handler's own
+`CancelledError` is a failure like any other, and one signal always stops a worker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from axa_queue import NewJob, Schedule, maintenance, schedules
+from axa_queue.metrics import HealthCheck
+from conftest import eventually, running, status_of
+
+SECRET = "hunter2-never-logged"
+
+
+def fail_one_schedule(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    """Make the schedule `name` raise as an unstorable argument would (a TypeError
+    naming the job, never the value), whatever validation registration does."""
+    real = schedules.tick_one
+
+    async def tick_one(conn: psycopg.AsyncConnection[Any], schedule: Schedule) -> Any:
+        if schedule.name == name:
+            raise TypeError(f"the arguments of job {schedule.job.name!r} cannot be queued")
+        return await real(conn, schedule)
+
+    monkeypatch.setattr(schedules, "tick_one", tick_one)
+
+
+async def health(queue: Any, stuck_after: float) -> tuple[bool, str]:
+    check = HealthCheck(queue, asyncio.get_running_loop(), stuck_after=stuck_after)
+    return await asyncio.to_thread(check)
+
+
+async def test_a_schedule_that_raises_is_logged_without_its_arguments_and_jobs_keep_running(
+    make_queue, admin, monkeypatch, caplog
+) -> None:
+    queue = await make_queue()
+    ran: list[Any] = []
+    queue.handle("Report", ran.append)
+    queue.schedule(Schedule.every("broken", 3600, NewJob("Report", {"token": SECRET})))
+    queue.schedule(Schedule.every("fine", 3600, NewJob("Report", {"n": 1})))
+    fail_one_schedule(monkeypatch, "broken")
+    with caplog.at_level(logging.INFO, logger="axa_queue"):
+        async with running(queue):
+            await eventually(lambda: ran == [{"n": 1}])  # the other schedule still ticks
+            job_id = await queue.enqueue("Report", {"n": 2})
+            await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+            await eventually(lambda: queue.worker is not None)
+            await eventually(lambda: queue.worker.trouble(0.2) is not None)
+            ok, why = await health(queue, stuck_after=0.2)
+            assert not ok
+            assert why.startswith("schedules failing for ")
+            assert "schedule 'broken': TypeError: the arguments of job 'Report'" in why
+            assert queue.worker.stuck_for() > 0  # the gauge a supervisor's /health reads
+    failures = [r for r in caplog.records if r.getMessage().startswith("a schedule could not")]
+    assert len(failures) == 1, "logged once, not every poll"
+    assert failures[0].__dict__["schedule"] == "broken"
+    assert failures[0].__dict__["error"].startswith("TypeError: ")
+    assert SECRET not in caplog.text
+
+
+async def test_tick_schedules_ticks_every_other_schedule_before_raising_what_one_raised(
+    make_queue, admin, monkeypatch
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.every("broken", 3600, NewJob("Report", {})))
+    queue.schedule(Schedule.every("fine", 3600, NewJob("Report", {"n": 1})))
+    fail_one_schedule(monkeypatch, "broken")
+    with pytest.raises(TypeError, match="cannot be queued"):
+        await queue.tick_schedules()
+    rows = admin.execute("SELECT args FROM axa_queue WHERE name = 'Report'").fetchall()
+    assert rows == [({"n": 1},)]
+
+
+async def test_housekeeping_that_raises_anything_is_reported_and_tried_again(
+    make_queue, admin, monkeypatch
+) -> None:
+    queue = await make_queue(maintenance_interval=0.1)
+    passes: list[int] = []
+    real = maintenance.run_once
+
+    async def run_once(q: Any) -> Any:
+        passes.append(1)
+        if len(passes) < 4:
+            raise RuntimeError("housekeeping broke")
+        return await real(q)
+
+    monkeypatch.setattr(maintenance, "run_once", run_once)
+    queue.handle("Report", lambda args: None)
+    async with running(queue):
+        await eventually(lambda: queue.worker is not None)
+        await eventually(lambda: queue.worker.trouble(0.0) is not None)
+        why = queue.worker.trouble(0.0)
+        assert why is not None and why.startswith("maintenance failing for "), why
+        assert "RuntimeError: housekeeping broke" in why
+        job_id = await queue.enqueue("Report", {})
+        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+        await eventually(lambda: len(passes) >= 5)  # tried again, and it went through
+        assert queue.worker.trouble(0.0) is None
+
+
+async def test_a_listener_that_raises_anything_falls_back_to_polling_and_is_reported(
+    make_queue, admin, monkeypatch
+) -> None:
+    queue = await make_queue()
+
+    def broken(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the listener broke")
+
+    monkeypatch.setattr(psycopg.AsyncConnection, "notifies", broken)
+    queue.handle("Report", lambda args: None)
+    async with running(queue):
+        await eventually(lambda: queue.worker is not None)
+        await eventually(lambda: "listener failing" in (queue.worker.trouble(0.0) or ""))
+        job_id = await queue.enqueue("Report", {})
+        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+
+
+async def test_a_stop_ends_a_background_task_that_lost_its_first_cancellation(
+    make_queue, monkeypatch
+) -> None:
+    # Python 3.10/3.11's asyncio.wait_for, inside psycopg_pool's wait for a connection,
+    # drops a cancellation that arrives as the connection is handed over; the task then
+    # goes on as if nothing happened. Here the housekeeping pass does the same.
+    queue = await make_queue(shutdown_grace=1)
+    inside = asyncio.Event()
+
+    async def run_once(q: Any) -> None:
+        try:
+            inside.set()
+            await asyncio.sleep(600)
+        except asyncio.CancelledError:
+            pass  # lost
+        await asyncio.sleep(600)
+
+    monkeypatch.setattr(maintenance, "run_once", run_once)
+    stop = asyncio.Event()
+    task = asyncio.create_task(queue.run(stop))
+    await asyncio.wait_for(inside.wait(), 30)
+    stop.set()
+    done, _ = await asyncio.wait({task}, timeout=30)  # a liveness bound, not a threshold
+    if not done:
+        task.cancel()
+        await asyncio.wait({task}, timeout=30)
+    assert done, "the stop waited for a task that had lost its cancellation"
+    await task
+
+
+# --- a handler's own CancelledError ----------------------------------------------------
+
+
+async def test_an_async_handler_raising_cancelled_error_fails_its_attempt_and_is_retried(
+    make_queue, admin, caplog
+) -> None:
+    queue = await make_queue(max_attempts=2)
+    calls: list[int] = []
+
+    @queue.handler("Flaky")
+    async def flaky(args: Any) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise asyncio.CancelledError()
+
+    job_id = await queue.enqueue("Flaky", {})
+    with caplog.at_level(logging.WARNING, logger="axa_queue"):
+        async with running(queue):
+            await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    assert status_of(admin, job_id) == ("completed", None, 2)
+    retried = [r for r in caplog.records if r.getMessage() == "job failed, will retry"]
+    assert [r.__dict__["error"] for r in retried] == ["CancelledError raised by the handler"]
+
+
+async def test_a_sync_handler_raising_cancelled_error_fails_its_last_attempt(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+
+    @queue.handler("Doomed")
+    def doomed(args: Any) -> None:
+        raise asyncio.CancelledError()
+
+    job_id = await queue.enqueue("Doomed", {})
+    async with running(queue):
+        await eventually(lambda: status_of(admin, job_id)[0] == "failed")
+        other = await queue.enqueue("Doomed", {})  # the loop still works
+        await eventually(lambda: status_of(admin, other)[0] == "failed")
+    assert status_of(admin, job_id) == ("failed", "CancelledError raised by the handler", 1)
+
+
+# --- one signal stops a worker ---------------------------------------------------------
+
+WORKER_MODULE = """
+import asyncio
+import time
+
+from axa_queue import NewJob, Queue, QueueOptions, Schedule, schedules
+
+queue = Queue(options=QueueOptions(
+    poll_interval=0.05, heartbeat_interval=0.2, stale_after=5, shutdown_grace=2,
+    maintenance_interval=0.05,
+))
+
+async def broken(conn, schedule):
+    raise TypeError("the arguments of job 'Quick' cannot be queued")
+
+schedules.tick_one = broken
+queue.schedule(Schedule.every("broken", 1, NewJob("Quick", {})))
+
+@queue.handler("Quick")
+async def quick(args):
+    pass
+
+@queue.handler("Stuck")
+async def stuck(args):
+    await asyncio.sleep(600)
+
+@queue.handler("StuckInThread")
+def stuck_in_thread(args):
+    time.sleep(600)
+"""
+
+
+def test_one_sigterm_stops_a_worker_within_its_grace_whatever_its_jobs_and_schedules_do(
+    dsn: str, admin, tmp_path: Path
+) -> None:
+    module = f"jobs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(WORKER_MODULE))
+    env = {
+        **os.environ,
+        "AXA_QUEUE_DSN": dsn,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("DATABASE_URL", None)
+    subprocess.run(
+        [sys.executable, "-m", "axa_queue.cli", "setup"], env=env, check=True, capture_output=True
+    )
+    for name in ("Stuck", "StuckInThread"):
+        admin.execute(
+            "INSERT INTO axa_queue (id, name, args) VALUES (gen_random_uuid(), %s, '{}')", (name,)
+        )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "axa_queue.cli",
+            "worker",
+            f"{module}:queue",
+            "--log-format",
+            "json",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while admin.execute(
+            "SELECT count(*) FROM axa_queue WHERE status = 'running'"
+        ).fetchone() != (2,):
+            assert process.poll() is None, "the worker exited before it was told to stop"
+            assert time.monotonic() < deadline, "the jobs never started"
+            time.sleep(0.05)
+        time.sleep(0.3)  # a few failing ticks and housekeeping passes
+        assert process.poll() is None, "a failing schedule brought the worker down"
+        process.send_signal(signal.SIGTERM)
+        try:
+            code = process.wait(30)  # a liveness bound: the grace is 2 s
+        except subprocess.TimeoutExpired:
+            raise AssertionError("one SIGTERM did not stop the worker") from None
+        assert process.stderr is not None
+        events = [json.loads(line) for line in process.stderr if line.startswith("{")]
+        assert code == 0, events
+        assert any(e["message"] == "worker stopped" for e in events)
+        # The jobs still running were aborted: left `running`, for stale recovery.
+        assert admin.execute(
+            "SELECT count(*) FROM axa_queue WHERE status = 'running'"
+        ).fetchone() == (2,)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
