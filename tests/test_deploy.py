@@ -246,6 +246,36 @@ def test_a_process_that_ran_healthily_for_a_while_is_restarted_after_the_first_d
     assert restart_delay(None, ran_for=0.0) == RESTART_FIRST
 
 
+def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_command_line() -> None:
+    import dataclasses
+
+    from axa_queue.cli import main
+    from axa_queue.supervisor import Settings, child_command
+
+    settings = Settings(
+        target="myapp.jobs:queue",
+        workers=3,
+        wait_for_database=12.5,
+        pooler="transaction",
+        schema="jobs",
+        log_format="json",
+        log_level="warning",
+    )
+    command = child_command(settings)
+    assert command[:4] == [sys.executable, "-m", "axa_queue.cli", "worker"]
+    parsed = main.commands["worker"].make_context("worker", command[4:])
+    given = {name: parsed.params[name] for name in ("target", "workers", "wait_for_database")}
+    assert given == {"target": "myapp.jobs:queue", "workers": 3, "wait_for_database": 12.5}
+    assert (parsed.params["log_format"], parsed.params["log_level"]) == ("json", "warning")
+    assert parsed.params["setup"] is False  # the supervisor has set up, once
+    assert parsed.params["processes"] is None  # a child works in its own process
+    assert (parsed.meta["axa_queue.pooler"], parsed.meta["axa_queue.schema"]) == (
+        "transaction",
+        "jobs",
+    )
+    assert "--schema" not in child_command(dataclasses.replace(settings, schema=None))
+
+
 async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
     dsn: str, make_queue, monkeypatch
 ) -> None:
@@ -261,10 +291,12 @@ async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
         return 0.0 if previous is None else previous + 0.01
 
     monkeypatch.setattr(supervisor, "restart_delay", policy)
+    monkeypatch.setattr(
+        supervisor, "child_command", lambda _: [sys.executable, "-c", "raise SystemExit(3)"]
+    )
+    settings = supervisor.Settings(target="unused:queue", workers=1, wait_for_database=0.0)
     code = await asyncio.wait_for(
-        supervisor.supervise(
-            [sys.executable, "-c", "raise SystemExit(3)"], 1, 1, dsn, False, None, "127.0.0.1"
-        ),
+        supervisor.supervise(settings, 1, dsn, False, None, "127.0.0.1"),
         60,
     )
     assert code == 1  # the child's last exit was not 0

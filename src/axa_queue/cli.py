@@ -57,7 +57,7 @@ from .acts import Act, ActKind, ActResult, cancel, retry
 from .errors import AxaQueueError, JobNotFoundError, OptionsError, SchemaError
 from .jobs import EARLIEST, LATEST, MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
 from .maintenance import Recovered
-from .options import POOLER_VARIABLE, SCHEMA_VARIABLE, Pooler, QueueOptions
+from .options import Pooler, QueueOptions
 from .queue import DSN_VARIABLES, Queue
 from .schedules import ScheduleInfo
 from .worker import STUCK_AFTER
@@ -654,41 +654,18 @@ def worker(
                 supervisor.work(queue, target_dsn, setup, metrics_port, metrics_host, stuck_after)
             )
         else:
-            command = [
-                sys.executable,
-                "-m",
-                "axa_queue.cli",
-                "worker",
-                target,
-                "--no-setup",
-                "--wait-for-database",
-                str(wait_for_database),
-                "--log-format",
-                log_format,
-                "--log-level",
-                log_level,
-            ]
-            if workers is not None:
-                command += ["--workers", str(workers)]
-            for name, value in _given_connection_options().items():
-                command += [f"--{name}", value]
-            # The supervisor's own queue (setup, metrics) reads them from the environment.
-            with _errors(None):
-                os.environ[POOLER_VARIABLE] = queue.options.resolved_pooler()
-                schema = queue.options.resolved_schema()
-            if schema is not None:
-                os.environ[SCHEMA_VARIABLE] = schema
+            settings = supervisor.Settings(
+                target=target,
+                workers=queue.options.workers,
+                wait_for_database=wait_for_database,
+                pooler=queue.options.resolved_pooler(),
+                schema=queue.options.resolved_schema(),
+                log_format=log_format,
+                log_level=log_level,
+            )
             code = asyncio.run(
                 supervisor.supervise(
-                    command,
-                    processes,
-                    queue.options.workers,
-                    target_dsn,
-                    setup,
-                    metrics_port,
-                    metrics_host,
-                    stuck_after,
-                    wait_for_database=wait_for_database,
+                    settings, processes, target_dsn, setup, metrics_port, metrics_host, stuck_after
                 )
             )
     if code:

@@ -9,8 +9,10 @@ supervisor the children count their runs in prometheus-client's multiprocess dir
 and the supervisor serves the sums. A child started by a supervisor stops by itself when
 its supervisor is gone.
 
-`axa-queue worker` (in `cli`) parses the options and calls `work` or `supervise`; what
-goes wrong here is raised as an `AxaQueueError` or a psycopg error, for it to report.
+`axa-queue worker` (in `cli`) parses the options and calls `work`, or `supervise` with
+the `Settings` it was given, from which `child_command` builds each worker process's own
+`axa-queue worker` command line; what goes wrong here is raised as an `AxaQueueError` or
+a psycopg error, for it to report.
 """
 
 from __future__ import annotations
@@ -21,27 +23,35 @@ import logging
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from .errors import AxaQueueError
-from .options import QueueOptions
+from .logs import LogFormat
+from .options import Pooler, QueueOptions
 from .queue import DSN_VARIABLES, Queue
 from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:
     from .metrics import MetricsServer
 
-__all__ = ["MetricsServerError", "restart_delay", "supervise", "work"]
+__all__ = [
+    "MetricsServerError",
+    "Settings",
+    "child_command",
+    "restart_delay",
+    "supervise",
+    "work",
+]
 
-# The name these lines had when this code was part of `cli`, kept so that log pipelines
-# filtering on it still see them.
-log = logging.getLogger("axa_queue.cli")
+log = logging.getLogger("axa_queue.supervisor")
 
 SUPERVISOR_VARIABLE = "AXA_QUEUE_SUPERVISOR"
 """Set by `worker --processes` in each child: the supervisor's pid, watched by the child."""
@@ -69,6 +79,53 @@ ABORT_KILL_AFTER = 10.0
 
 COUNTS_EVERY = 15.0
 """Seconds between counts of the table for the metrics (one query each)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What `axa-queue worker --processes` runs, as each of its worker processes is to
+    run it: the queue, its loops and connection options (as the supervisor resolved
+    them, from the command line, the queue's own options and the environment), and the
+    logs. `child_command` turns them into a command line."""
+
+    target: str
+    """The queue, as `MODULE:ATTR`."""
+    workers: int
+    """Job loops per process."""
+    wait_for_database: float
+    """Seconds to keep trying while the database cannot be reached at start."""
+    pooler: Pooler = "direct"
+    """What is between the workers and PostgreSQL."""
+    schema: str | None = None
+    """The schema of the queue's tables; None: the connection's search_path."""
+    log_format: LogFormat = "text"
+    log_level: str = "info"
+
+
+def child_command(settings: Settings) -> list[str]:
+    """The command line of a worker process run by a supervisor: `axa-queue worker` on
+    `settings`, in this Python, without setup (the supervisor has done it, once)."""
+    command = [
+        sys.executable,
+        "-m",
+        "axa_queue.cli",
+        "worker",
+        settings.target,
+        "--no-setup",
+        "--wait-for-database",
+        str(settings.wait_for_database),
+        "--log-format",
+        settings.log_format,
+        "--log-level",
+        settings.log_level,
+        "--workers",
+        str(settings.workers),
+        "--pooler",
+        settings.pooler,
+    ]
+    if settings.schema is not None:
+        command += ["--schema", settings.schema]
+    return command
 
 
 def restart_delay(previous: float | None, ran_for: float) -> float:
@@ -244,23 +301,27 @@ async def _watch_supervisor(pid: int, stop: asyncio.Event) -> None:
 
 
 async def supervise(
-    command: list[str],
+    settings: Settings,
     processes: int,
-    workers: int,
     dsn: str,
     setup: bool,
     metrics_port: int | None,
     metrics_host: str,
     stuck_after: float = STUCK_AFTER,
-    *,
-    wait_for_database: float = 0.0,
 ) -> int:
-    """Keep `processes` worker processes running `command` (an `axa-queue worker` command
-    line, run with the supervisor's environment) until signalled; 0 when all stopped
-    gracefully. `workers` is only logged: each child's loops come from its command.
-    `stuck_after`: as for `work`, of any of the processes. `wait_for_database`: seconds
-    to keep trying while the database cannot be reached at start."""
-    control = Queue(dsn, QueueOptions(pool_size=2, wait_for_database=wait_for_database))
+    """Keep `processes` worker processes running `settings` (`child_command`, run with
+    the supervisor's environment) until signalled; 0 when all stopped gracefully.
+    `stuck_after`: as for `work`, of any of the processes."""
+    command = child_command(settings)
+    control = Queue(
+        dsn,
+        QueueOptions(
+            pool_size=2,
+            wait_for_database=settings.wait_for_database,
+            pooler=settings.pooler,
+            schema=settings.schema,
+        ),
+    )
     await control.open(setup=setup)  # set up (or check) once, before any child starts
     env = {**os.environ, DSN_VARIABLES[0]: dsn, SUPERVISOR_VARIABLE: str(os.getpid())}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
@@ -359,7 +420,7 @@ async def supervise(
 
         log.info(
             "supervisor started",
-            extra={"processes": processes, "workers": workers, "schema": control.schema},
+            extra={"processes": processes, "workers": settings.workers, "schema": control.schema},
         )
         codes = await asyncio.gather(*(keep(slot) for slot in range(processes)))
         if aborted:
