@@ -1,0 +1,273 @@
+"""Queuing and looking: `enqueue`, `jobs`, `show`, `counts` and `schedules`."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import datetime
+from typing import Any, NoReturn
+from uuid import UUID
+
+import click
+from rich.table import Table
+
+from .. import wording
+from ..errors import JobNotFoundError
+from ..jobs import MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
+from ..queue import Queue
+from ..schedules import ScheduleInfo
+from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
+from .text import lines, short, shown, tries, when
+
+__all__ = ["counts", "enqueue", "jobs", "schedules", "show"]
+
+
+def _parse_args(text: str) -> Any:
+    def refuse(constant: str) -> NoReturn:
+        raise ValueError(f"{constant} is not JSON")
+
+    try:
+        return json.loads(text, parse_constant=refuse)
+    except json.JSONDecodeError as error:
+        # The message says where, never what: arguments may hold secrets.
+        raise BadInput(
+            f"--args is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}"
+        ) from None
+    except ValueError as error:
+        raise BadInput(f"--args is not valid JSON: {error}") from None
+    except RecursionError:
+        raise BadInput(
+            f"--args nests too deep to read (a job's arguments nest at most {MAX_ARGS_DEPTH} deep)"
+        ) from None
+
+
+@click.command()
+@click.argument("name")
+@click.option(
+    "--args",
+    "args_text",
+    default="{}",
+    metavar="JSON",
+    help="The job's arguments, a JSON value (default: {}). Never printed.",
+)
+@click.option(
+    "--priority",
+    type=int,
+    metavar="N",
+    default=0,
+    show_default=True,
+    help="Higher runs first; -32768 to 32767.",
+)
+@click.option(
+    "--run-in",
+    type=float,
+    metavar="SECONDS",
+    help="Run no sooner than this many seconds from now (on the database's clock).",
+)
+@click.option(
+    "--run-at",
+    type=MOMENT,
+    metavar="TIME",
+    help="Run no sooner than this time: ISO 8601 with a UTC offset, "
+    "like 2026-05-01T09:00:00+02:00 or 2026-05-01T07:00:00Z.",
+)
+@click.option(
+    "--max-attempts",
+    type=int,
+    metavar="N",
+    help="Tries the job gets, the first included. Default: the worker's max_attempts.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    metavar="SECONDS",
+    help="Stop a run after this many seconds and count it as failed. Default: no limit.",
+)
+@dsn_option
+def enqueue(
+    name: str,
+    args_text: str,
+    priority: int,
+    run_in: float | None,
+    run_at: datetime | None,
+    max_attempts: int | None,
+    timeout: float | None,
+    dsn: str | None,
+) -> None:
+    """Queue a job named NAME and print its id."""
+    args = _parse_args(args_text)
+    with reported(None):
+        job = NewJob(
+            name,
+            args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+        )
+
+    async def work(queue: Queue) -> UUID:
+        return await queue.enqueue(job)
+
+    answer(dsn, work, str)
+
+
+@click.command()
+@click.option(
+    "--state",
+    type=click.Choice([state.value for state in JobState]),
+    help="Only jobs in this state.",
+)
+@click.option("--name", metavar="NAME", help="Only jobs of this name.")
+@click.option(
+    "--limit",
+    type=int,
+    default=50,
+    show_default=True,
+    metavar="K",
+    help="At most this many jobs, newest first.",
+)
+@json_option
+@dsn_option
+def jobs(state: str | None, name: str | None, limit: int, as_json: bool, dsn: str | None) -> None:
+    """List the newest jobs: id, name, state, tries, priority, times and last error."""
+    if limit < 1:
+        raise BadInput(f"expected --limit to be a positive integer, got: {limit}")
+
+    async def work(queue: Queue) -> list[JobInfo]:
+        return await queue.jobs(state, name, limit)
+
+    answer(dsn, work, _jobs_table, as_json=as_json)
+
+
+def _jobs_table(found: list[JobInfo]) -> Printed:
+    if not found:
+        return "no jobs"
+    table = Table(box=None, header_style="bold")
+    table.add_column("ID", no_wrap=True, min_width=36)
+    table.add_column("NAME")
+    table.add_column("STATE", no_wrap=True)
+    table.add_column("TRIES", justify="right", no_wrap=True)
+    table.add_column("PRIORITY", justify="right")
+    table.add_column("RUN AT", no_wrap=True)
+    table.add_column("UPDATED", no_wrap=True)
+    table.add_column("ERROR")
+    for info in found:
+        table.add_row(
+            str(info.id),
+            shown(info.name),
+            info.state.value,
+            tries(info),
+            str(info.priority),
+            when(info.run_at),
+            when(info.updated_at),
+            short(info.error),
+        )
+    return table
+
+
+@click.command()
+@click.argument("job_id", metavar="ID", type=click.UUID)
+@json_option
+@dsn_option
+def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
+    """Show everything the queue knows of one job, but its arguments."""
+
+    async def work(queue: Queue) -> JobInfo:
+        info = await queue.job(job_id)
+        if info is None:
+            raise JobNotFoundError(job_id)
+        return info
+
+    answer(dsn, work, _job_table, as_json=as_json)
+
+
+def _job_table(info: JobInfo) -> Printed:
+    table = Table(box=None, show_header=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column()
+    for label, value in (
+        ("id", str(info.id)),
+        ("name", shown(info.name)),
+        ("state", info.state.value),
+        ("tries", tries(info)),
+        ("priority", str(info.priority)),
+        ("timeout", wording.seconds(info.timeout)),
+        ("run at", when(info.run_at)),
+        ("started at", when(info.started_at)),
+        ("created at", when(info.created_at)),
+        ("updated at", when(info.updated_at)),
+        ("error", lines(info.error)),
+    ):
+        table.add_row(label, value)
+    return table
+
+
+@click.command()
+@click.option("--by-name", is_flag=True, help="One row per job name.")
+@json_option
+@dsn_option
+def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
+    """Count the jobs in each state (ready: queued and due; waiting: queued for later)."""
+
+    async def work(queue: Queue) -> Counts | dict[str, Counts]:
+        return await (queue.counts_by_name() if by_name else queue.counts())
+
+    answer(dsn, work, _counts_table, as_json=as_json)
+
+
+def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
+    states = [f.name for f in dataclasses.fields(Counts) if f.name != "oldest_ready_seconds"]
+    if isinstance(found, Counts):
+        table = Table(box=None, header_style="bold")
+        table.add_column("STATE")
+        table.add_column("JOBS", justify="right")
+        for state in states:
+            table.add_row(state, str(getattr(found, state)))
+        return [table, f"oldest ready job has waited {wording.seconds(found.oldest_ready_seconds)}"]
+    if not found:
+        return "no jobs"
+    table = Table(box=None, header_style="bold")
+    table.add_column("NAME")
+    for state in states:
+        table.add_column(state.upper().replace("_", " "), justify="right")
+    table.add_column("OLDEST READY", justify="right")
+    for name, one in sorted(found.items()):
+        table.add_row(
+            shown(name),
+            *(str(getattr(one, state)) for state in states),
+            wording.seconds(one.oldest_ready_seconds),
+        )
+    return table
+
+
+@click.command()
+@json_option
+@dsn_option
+def schedules(as_json: bool, dsn: str | None) -> None:
+    """List the schedules: interval, next due time, last job and its state."""
+
+    async def work(queue: Queue) -> list[ScheduleInfo]:
+        return await queue.schedules()
+
+    answer(dsn, work, _schedules_table, as_json=as_json)
+
+
+def _schedules_table(found: list[ScheduleInfo]) -> Printed:
+    if not found:
+        return "no schedules"
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "EVERY", "NEXT DUE", "LAST JOB", "LAST STATE", "SEEN", "ARCHIVED"):
+        table.add_column(column, no_wrap=column != "NAME")
+    for one in found:
+        table.add_row(
+            shown(one.name),
+            wording.seconds(one.interval),
+            when(one.due_at),
+            str(one.last_job) if one.last_job else "-",
+            one.last_state.value if one.last_state else "-",
+            when(one.seen_at),
+            when(one.archived_at),
+        )
+    return table

@@ -1,0 +1,73 @@
+"""The tables: `setup`, `sql` and `check`."""
+
+from __future__ import annotations
+
+import click
+
+from .. import __version__, sql
+from ..options import QueueOptions
+from ..queue import Queue
+from .conventions import answer, dsn_option, reported
+from .text import shown
+
+__all__ = ["check", "setup", "sql_command"]
+
+
+async def _schema(queue: Queue) -> str:
+    return queue.schema  # opening it has set the tables up, or checked them
+
+
+@click.command()
+@dsn_option
+def setup(dsn: str | None) -> None:
+    """Create or update the queue's tables, indexes and triggers.
+
+    Runs the setup statements in one transaction under the setup lock, so any number
+    of processes may run it at once; running it again changes nothing.
+    """
+    answer(
+        dsn,
+        _schema,
+        lambda schema: f"the queue's tables are set up in schema {shown(schema)}",
+        setup=True,
+    )
+
+
+@click.command("sql")
+@click.option(
+    "--schema",
+    metavar="NAME",
+    help="Name this schema in every statement. Default: none, so the search_path decides.",
+)
+def sql_command(schema: str | None) -> None:
+    """Print the setup statements, for a migration tool.
+
+    They are what `setup` runs: run them in one transaction; each is safe to run again.
+    """
+    if schema is not None:
+        with reported(None):
+            schema = QueueOptions(schema=schema).schema
+    click.echo(f"-- axa-queue {__version__}: the job queue's tables, indexes and triggers.")
+    click.echo("-- Run in one transaction; every statement is safe to run again.\n")
+    for statement in sql.SETUP_STATEMENTS:
+        if schema is not None:
+            statement = sql.in_schema(statement, schema)
+        click.echo(f"{statement.strip()};\n")
+
+
+@click.command()
+@dsn_option
+def check(dsn: str | None) -> None:
+    """Say whether the tables are complete and the acts triggers on; change nothing.
+
+    Needs no right to run DDL. Exits 0 when all is in place, 1 when not (with what
+    is missing and what to run).
+    """
+    answer(
+        dsn,
+        _schema,  # `open(setup=False)` has checked everything
+        lambda schema: (
+            f"ok: the queue's tables, columns and triggers are in place in schema {shown(schema)}"
+        ),
+        setup=False,
+    )
