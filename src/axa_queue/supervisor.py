@@ -83,10 +83,10 @@ COUNTS_EVERY = 15.0
 
 @dataclass(frozen=True)
 class Settings:
-    """What `axa-queue worker --processes` runs, as each of its worker processes is to
-    run it: the queue, its loops and connection options (as the supervisor resolved
-    them, from the command line, the queue's own options and the environment), and the
-    logs. `child_command` turns them into a command line."""
+    """What each worker process of `axa-queue worker --processes` runs: the queue, its
+    loops, its connection options as the supervisor resolved them (from the command
+    line, the queue's own options and the environment) and its logs. `child_command`
+    makes its command line of them."""
 
     target: str
     """The queue, as `MODULE:ATTR`."""
@@ -99,7 +99,9 @@ class Settings:
     schema: str | None = None
     """The schema of the queue's tables; None: the connection's search_path."""
     log_format: LogFormat = "text"
+    """`json` or `text` (`logs.configure`)."""
     log_level: str = "info"
+    """The least important events logged: `debug`, `info`, `warning` or `error`."""
 
 
 def child_command(settings: Settings) -> list[str]:
