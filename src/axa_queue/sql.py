@@ -691,11 +691,12 @@ _TABLE = re.compile(r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_a
 a setting (`axa_queue.notify`), a `table.column` or a longer name (`axa_queue_ready`)."""
 
 _TABLE_LITERAL = re.compile(
-    r"(?<=to_regclass\(')(axa_queue|axa_job_acts)(?=')|(?<=')(axa_queue)(?='::regclass)"
+    r"(?<=to_regclass\(')(axa_queue|axa_schedule|axa_job_acts)(?=')"
+    r"|(?<=')(axa_queue|axa_schedule|axa_job_acts)(?='::regclass)"
 )
 """A table named in a literal that becomes a `regclass`."""
 
-_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse)(?=\()")
+_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role)(?=\()")
 """A function the setup makes (a trigger of the same name is not followed by `(`)."""
 
 
