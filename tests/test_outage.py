@@ -76,7 +76,7 @@ async def test_a_server_down_longer_than_stale_after_sends_no_healthy_run_to_rev
 ) -> None:
     queues = [Queue(server.dsn, QueueOptions(**OPTIONS)) for _ in range(2)]
     trackers = [Tracker() for _ in queues]
-    for queue, tracker in zip(queues, trackers):
+    for queue, tracker in zip(queues, trackers, strict=True):
         queue.handle("Work", tracker)
         await queue.open()
     try:
@@ -89,9 +89,7 @@ async def test_a_server_down_longer_than_stale_after_sends_no_healthy_run_to_rev
             await asyncio.to_thread(server.stop, mode)
             await asyncio.sleep(1.6)  # down longer than stale_after
             await asyncio.to_thread(server.start)
-            await eventually(
-                lambda: statuses(server.dsn).get("completed", 0) == 60, timeout=60
-            )
+            await eventually(lambda: statuses(server.dsn).get("completed", 0) == 60, timeout=60)
         assert statuses(server.dsn) == {"completed": 60}
         for tracker in trackers:
             assert tracker.overlaps == [], "one process ran a job twice at once"
@@ -130,9 +128,7 @@ async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_
                 info = await peer.job(job_id)
                 assert info is not None and (info.state.value, info.attempts) == ("running", 1)
                 release.set()
-                await eventually(
-                    lambda: statuses(server.dsn).get("completed", 0) == 1, timeout=30
-                )
+                await eventually(lambda: statuses(server.dsn).get("completed", 0) == 1, timeout=30)
     finally:
         for queue in (owner, peer):
             await queue.close()
@@ -141,25 +137,26 @@ async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_
 async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
     server: EmbeddedPostgres,
 ) -> None:
-    queue = Queue(server.dsn, QueueOptions(**OPTIONS))
+    queue = Queue(server.dsn, QueueOptions(**{**OPTIONS, "stale_after": 2.0}))
     await queue.open()
     try:
         job_id = await queue.enqueue("Lost", {}, max_attempts=2)
         with psycopg.connect(server.dsn, autocommit=True) as conn:
-            # Claimed by a process that then went quiet, long before the restart.
+            # Claimed by a process last heard of a second before the restart.
             conn.execute(
                 "UPDATE axa_queue SET status = 'running', attempts = 1, "
-                "started_at = now() - interval '1 minute', "
-                "updated_at = now() - interval '1 minute' WHERE id = %s",
+                "started_at = now() - interval '1 s', updated_at = now() - interval '1 s' "
+                "WHERE id = %s",
                 (job_id,),
             )
         await queue.close()
         await asyncio.to_thread(server.stop, "immediate")
         await asyncio.to_thread(server.start)
         await queue.open()
-        # Every worker was cut off by the restart: its silence says nothing yet.
+        await asyncio.sleep(1.1)  # silent for more than stale_after, the outage included
+        # Every worker was cut off by the restart: the silence since says nothing yet.
         assert await queue.recover_stale() == []
-        await asyncio.sleep(1.1)
+        await asyncio.sleep(1.0)
         assert await queue.recover_stale() == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
     finally:
         await queue.close()

@@ -369,6 +369,7 @@ MARK_LOST = """WITH found AS (
                  AND error IS NOT DISTINCT FROM %(ending_error)s::text THEN NULL
             WHEN attempts = %(attempts)s AND status = 'running' THEN
                 CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
+            WHEN %(gave_up)s THEN NULL
             WHEN status IN ('queued', 'running', 'failed') THEN 'needs_review'
         END AS becomes
         FROM found
@@ -391,6 +392,9 @@ what it was changed to (NULL: nothing).
 - Still `running` under the run's attempt: no one took it, its process gave it up (it
   could not report in for `stale_after`), so the job goes back to the queue at once,
   or fails when out of attempts, as stale recovery would have it.
+- A run that gave up (`gave_up`: it could not report in for `stale_after`) stopped
+  before anyone could take its claim (recovery needs `stale_after` of silence from the
+  last report it sent): whatever became of the job since is left as it is.
 - `queued`, `running` or `failed` otherwise: another worker or recovery took the claim
   while the run went on, so the job may have run in part or twice and waits for a
   person (`needs_review`); a run holding it now is stopped at its next report.
@@ -407,16 +411,17 @@ RECOVER_STALE = """UPDATE axa_queue
                           ELSE started_at END,
         updated_at = now()
     WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
-      AND pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
       AND (id, attempts) NOT IN (
           SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
     RETURNING id, name, attempts, status"""
 """Recover runs not heard from for the stale period: queued again with attempts left,
 else failed, so a crash can never loop for ever.
 
-Never a run the recovering process holds itself (`held`, `held_attempts`), and nothing
-within the stale period after the server started: a restart cut every worker off, so
-their silence says nothing. It compares with `now()`, the statement's start, never
+Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
+the stale period after the server started, only runs silent for that long before it
+started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
 later than when a row is read: a recovery held up by a lock judges as of before its
 wait, so it can only find fewer runs stale (claims and heartbeats stamp the time they
 write)."""
@@ -425,7 +430,8 @@ STALE = """SELECT id, name, attempts,
         CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
     FROM axa_queue
     WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
-      AND pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
     ORDER BY updated_at"""
 """What stale recovery would do now, changing nothing (for a dry run)."""
 

@@ -73,6 +73,9 @@ is busy and enough claimed jobs wait for them (`prefetch`); else it is written a
 RunObserver = Callable[[str, str, float], None]
 """Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""
 
+GAVE_UP = "it could not report in"
+"""How the reason of a run stopped by its own worker for want of contact begins."""
+
 OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
 """The outcome an observer is told for each status an ending writes."""
 
@@ -648,6 +651,7 @@ class Worker:
             "id": one.id,
             "attempts": one.attempts,
             "started": one.started,
+            "gave_up": one.stopped is not None and one.stopped[1].startswith(GAVE_UP),
             "ending": None if one.status == "running" else one.status,
             "ending_error": one.error,
             "error": cut_error(text),
@@ -765,7 +769,7 @@ class Worker:
                     # (its last report was sent `stale_after` ago); one not started
                     # waits, and proves its claim before it starts.
                     if one.started and now - one.last_heard >= stale:
-                        one.lose(f"it could not report in for {stale:g} s")
+                        one.lose(f"{GAVE_UP} for {stale:g} s")
                 continue
             for one in runs:
                 if (one.id, one.attempts) in alive:
