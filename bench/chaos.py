@@ -63,6 +63,7 @@ HANDLERS = '''
 import asyncio
 import os
 import time
+import uuid
 
 import psycopg
 
@@ -83,16 +84,16 @@ queue = Queue(
 queue.schedule(Schedule.every("chaos-tick", 1, NewJob("Tick", {})))
 RUNNING = set()
 
-NOTE = """INSERT INTO chaos_runs (n, pid, phase, status, attempts)
-    SELECT %(n)s, %(pid)s, %(phase)s, q.status, COALESCE(%(attempts)s, q.attempts)
+NOTE = """INSERT INTO chaos_runs (run, n, pid, phase, at, attempts)
+    SELECT %(run)s, %(n)s, %(pid)s, %(phase)s, to_timestamp(%(at)s), q.attempts
     FROM axa_queue q WHERE q.args->>'n' = %(n)s::text
     RETURNING attempts"""
 
 
-async def note(n, phase, attempts=None):
-    """Note a run's start (with the row's state and attempt) or end (with the attempt
-    it started under)."""
-    params = {"n": n, "pid": os.getpid(), "phase": phase, "attempts": attempts}
+async def note(run, n, phase):
+    """Note a run's start or end, at the time it happened (the note itself may be late:
+    the event loop may be blocked or the database away)."""
+    params = {"run": run, "n": n, "pid": os.getpid(), "phase": phase, "at": time.time()}
     while True:  # until the database answers (the worker stops the run if it must)
         try:
             async with queue.pool.connection() as conn:
@@ -105,17 +106,18 @@ async def note(n, phase, attempts=None):
 @queue.handler("Work")
 async def work(args):
     n = args["n"]
+    run = str(uuid.uuid4())
     if n in RUNNING:
-        await note(n, "overlap")
+        await note(run, n, "overlap")
     RUNNING.add(n)
     try:
-        attempts = await note(n, "start")
+        attempts = await note(run, n, "start")
         await asyncio.sleep(args.get("sleep", 0))
         if args.get("block"):
             time.sleep(args["block"])  # blocks the event loop
         if args.get("fail") and attempts == 1:
             raise RuntimeError("told to fail once")
-        await note(n, "end", attempts)
+        await note(run, n, "end")
     finally:
         RUNNING.discard(n)
 
@@ -150,8 +152,16 @@ SCHEMA = [
     """CREATE TRIGGER chaos_note AFTER INSERT OR UPDATE ON axa_queue
         FOR EACH ROW EXECUTE FUNCTION chaos_note()""",
     """CREATE TABLE chaos_runs (
-        seq BIGSERIAL PRIMARY KEY, n INT, pid INT, phase TEXT, status TEXT, attempts INT,
-        at TIMESTAMPTZ DEFAULT clock_timestamp())""",
+        seq BIGSERIAL PRIMARY KEY, run UUID, n INT, pid INT, phase TEXT, at TIMESTAMPTZ,
+        attempts INT)""",
+    # Each run's start with the row's state then, from the record of changes.
+    """CREATE VIEW chaos_starts AS
+        SELECT s.run, s.n, s.pid, s.at, c.new AS status, c.attempts
+        FROM chaos_runs s JOIN axa_queue q ON q.args->>'n' = s.n::text
+        LEFT JOIN LATERAL (
+            SELECT new, attempts FROM chaos_changes c WHERE c.id = q.id AND c.at <= s.at
+            ORDER BY c.at DESC, c.seq DESC LIMIT 1) c ON true
+        WHERE s.phase = 'start'""",
     """CREATE TABLE chaos_schedule (
         seq BIGSERIAL PRIMARY KEY, old_due TIMESTAMPTZ, new_due TIMESTAMPTZ, job UUID,
         at TIMESTAMPTZ DEFAULT clock_timestamp())""",
@@ -334,15 +344,15 @@ CHECKS = {
             SELECT id FROM chaos_changes WHERE new = 'completed' GROUP BY id HAVING count(*) > 1
             UNION ALL
             SELECT q.id FROM axa_queue q WHERE q.name = 'Work' AND q.status = 'completed'
-              AND (SELECT count(*) FROM chaos_runs r WHERE r.n = (q.args->>'n')::int
-                   AND r.phase = 'end' AND r.attempts = q.attempts) <> 1
+              AND (SELECT count(*) FROM chaos_runs r JOIN chaos_starts s USING (run)
+                   WHERE r.n = (q.args->>'n')::int AND r.phase = 'end'
+                     AND s.attempts = q.attempts) <> 1
         ) bad""",
     "overlap": "SELECT count(*) FROM chaos_runs WHERE phase = 'overlap'",
     "started late": """SELECT count(*) FROM (
-            SELECT n FROM chaos_runs WHERE phase = 'start' AND status IS DISTINCT FROM 'running'
+            SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
             UNION ALL
-            SELECT n FROM chaos_runs WHERE phase = 'start' GROUP BY n, attempts
-            HAVING count(*) > 1
+            SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
         ) bad""",
     "schedule": """SELECT count(*) FROM (
             SELECT old_due FROM chaos_schedule GROUP BY old_due HAVING count(*) > 1
@@ -352,8 +362,7 @@ CHECKS = {
     "review": """SELECT count(*) FROM chaos_changes c
         WHERE c.new = 'needs_review' AND NOT EXISTS (
             SELECT 1 FROM chaos_changes r JOIN axa_queue q ON q.id = r.id
-            JOIN chaos_runs s ON s.n = (q.args->>'n')::int AND s.phase = 'start'
-                AND s.attempts = r.attempts
+            JOIN chaos_starts s ON s.n = (q.args->>'n')::int AND s.attempts = r.attempts
             WHERE r.id = c.id AND r.kind = 'recovery' AND r.old = 'running'
               AND r.at > s.at AND r.at < c.at)""",
 }
@@ -387,11 +396,9 @@ def check(dsn: str, seed: int, counts: dict[str, int]) -> bool:
     return ok
 
 
-SUSPECTS = """SELECT DISTINCT n FROM chaos_runs WHERE phase = 'overlap'
-    OR (phase = 'start' AND status IS DISTINCT FROM 'running')
-    OR (phase = 'start' AND (n, attempts) IN (
-        SELECT n, attempts FROM chaos_runs WHERE phase = 'start' GROUP BY 1, 2
-        HAVING count(*) > 1))
+SUSPECTS = """SELECT n FROM chaos_runs WHERE phase = 'overlap'
+    UNION SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
+    UNION SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
     ORDER BY n LIMIT 5"""
 
 
@@ -401,7 +408,7 @@ def explain(dsn: str) -> None:
         for (n,) in conn.execute(SUSPECTS).fetchall():
             print(f"-- job n={n}")
             events = conn.execute(
-                """SELECT at, 'run', phase || ' pid=' || pid, status, attempts FROM chaos_runs
+                """SELECT at, 'run', phase || ' pid=' || pid, run::text, attempts FROM chaos_runs
                     WHERE n = %(n)s
                 UNION ALL
                 SELECT c.at, 'row', coalesce(c.old, '-') || '->' || c.new || ' by ' || c.kind
