@@ -556,7 +556,7 @@ class Worker:
         try:
             if handler is None:  # only handled names are claimed; kept for safety
                 error = f"no handler for job {one.name}"
-            elif one.stopped is not None or not await self._may_start(one):
+            elif one.stopped is not None or (self._doubtful(one) and not await self._prove(one)):
                 pass  # lost while it waited for a loop: its handler never starts
             elif handler.coroutine_function is not None:  # awaited here: a coroutine less
                 one.started = True
@@ -723,15 +723,19 @@ class Worker:
         )
         return {(row[0], row[1]) for row in rows}
 
-    async def _may_start(self, one: Run) -> bool:
-        """Whether `one`'s handler may start: at once when its claim was proved less than
-        half of `stale_after` ago and no connection broke since; else after a heartbeat
-        for it proves it (tried until the database answers). A claim found gone stops the
-        run (`one.stopped`) and this returns False: its handler never starts."""
+    def _doubtful(self, one: Run) -> bool:
+        """Whether `one`'s claim may have expired: it was proved (claimed, or a heartbeat
+        sent) half of `stale_after` ago or more, or a connection broke since."""
+        return (
+            time.monotonic() - one.last_heard >= self.stale / 2 or one.last_heard <= self.broken_at
+        )
+
+    async def _prove(self, one: Run) -> bool:
+        """Whether `one`'s handler may start, once a heartbeat for it proves its claim
+        (tried until the database answers). A claim found gone stops the run
+        (`one.stopped`) and this returns False: its handler never starts."""
         while True:
             sent = time.monotonic()
-            if sent - one.last_heard < self.stale / 2 and one.last_heard > self.broken_at:
-                return True
             try:
                 alive = await self._beat([one])
             except psycopg.Error as error:
