@@ -160,3 +160,60 @@ async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
         assert await queue.recover_stale() == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
     finally:
         await queue.close()
+
+
+async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_it_starts(
+    server: EmbeddedPostgres, monkeypatch
+) -> None:
+    from axa_queue.worker import Worker
+
+    proved: list[str] = []
+    real = Worker._prove
+
+    async def spy(self: Worker, one: Any) -> bool:
+        proved.append(one.name)
+        return await real(self, one)
+
+    monkeypatch.setattr(Worker, "_prove", spy)
+    # One loop and a job claimed ahead, waiting for it across the restart.
+    queue = Queue(server.dsn, QueueOptions(**{**OPTIONS, "workers": 1, "prefetch": 1}))
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def first(args: Any) -> None:
+        started.append("First")
+        await release.wait()
+
+    async def second(args: Any) -> None:
+        started.append("Second")
+
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    await queue.open()
+    try:
+        await queue.enqueue("First", {}, priority=1)
+        await queue.enqueue("Second", {})
+        async with running(queue):
+            await eventually(lambda: statuses(server.dsn).get("running", 0) == 2)
+            await asyncio.to_thread(server.stop, "fast")
+            await asyncio.to_thread(server.start)
+            # The heartbeat finds the connection broken, then reconnects.
+            await eventually(lambda: queue.worker is not None and queue.worker.broken_at > 0)
+            release.set()
+            await eventually(lambda: statuses(server.dsn).get("completed", 0) == 2, timeout=30)
+        assert started == ["First", "Second"]
+        assert proved == ["Second"], "a run claimed before the restart started unproved"
+    finally:
+        await queue.close()
+
+
+def test_the_pools_reconnect_backoff_waits_at_most_half_a_second() -> None:
+    from axa_queue.queue import RECONNECT_DELAYS, _QuickAttempt
+
+    attempt = _QuickAttempt(timeout=300)
+    delays = []
+    for step in range(12):
+        attempt.update_delay(float(step))
+        delays.append(attempt.delay)
+    assert delays[0] <= RECONNECT_DELAYS[0] * 1.1
+    assert max(delays) <= RECONNECT_DELAYS[1]
