@@ -687,7 +687,12 @@ class Worker:
         made again at once when it broke."""
         if self.side is None or self.side.closed:
             self.side = await psycopg.AsyncConnection.connect(
-                self.queue.dsn or "", autocommit=True, **self.queue.connect_kwargs()
+                self.queue.dsn or "",
+                autocommit=True,
+                # A server that does not answer must not hold heartbeats (and so the
+                # runs' giving up) for the system's TCP timeout.
+                connect_timeout=max(2, int(self.stale / 2)),
+                **self.queue.connect_kwargs(),
             )
             await self.side.execute(sql.SESSION_SETTINGS)
             self.connected_since = time.monotonic()
