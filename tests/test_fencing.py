@@ -499,3 +499,26 @@ async def test_a_schedule_tick_never_leaves_a_transaction_open_between_statement
     monkeypatch.setattr(psycopg.AsyncCursor, "execute", watched)
     assert await queue.tick_schedules() == 1
     assert left_open == [], "a transaction stayed open while the event loop went on"
+
+
+async def test_stale_recovery_never_takes_back_a_run_the_recovering_process_holds(
+    make_queue, admin, dsn
+) -> None:
+    from axa_queue import maintenance
+
+    queue = await make_queue(stale_after=0.5)
+    job_id = await queue.enqueue("Lost", {}, max_attempts=3)
+    claim_by_hand(admin, job_id, attempts=2)
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = now() - interval '10 s' WHERE id = %s", (job_id,)
+    )
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        # This process runs attempt 2 itself (its heartbeats were only late).
+        mine = (f"{{{job_id}}}", "{2}")
+        assert await maintenance.recover_stale(conn, 0.5, 3, held=mine) == []
+        assert status_of(admin, job_id) == ("running", None, 2)
+        # An older attempt of the same job is not this run: the row is recovered.
+        older = (f"{{{job_id}}}", "{1}")
+        assert await maintenance.recover_stale(conn, 0.5, 3, held=older) == [
+            Recovered(job_id, "Lost", 2, JobState.QUEUED)
+        ]
