@@ -924,10 +924,10 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 # --- the claim on a big table ----------------------------------------------------------------
 
 
-CLAIM_PARAMETERS = ("completed", "completed_attempts", "endings", "free", "wanted")
-"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$5` of the PREPAREd form."""
+CLAIM_PARAMETERS = ("completed", "completed_attempts", "endings", "free", "wanted", "losing")
+"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$6` of the PREPAREd form."""
 
-CLAIM_TYPES = "uuid[], int[], json, int, json"
+CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[]"
 """Their types, for PREPARE."""
 
 
@@ -941,6 +941,7 @@ def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]
         "endings": "[]",
         "free": free,
         "wanted": json.dumps(wanted),
+        "losing": "{}",
     }
 
 

@@ -170,11 +170,13 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     failed = json.dumps(
         [{"id": str(one), "attempts": 1, "status": "failed", "error": "boom", "delay": 0}]
     )
-    names = ["completed", "completed_attempts", "endings", "free", "wanted"]
+    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing"]
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json"
-    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]'").format(pgsql.Literal(f"{{{one}}}"))
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]'").format(pgsql.Literal(failed))
+    types = "uuid[], int[], json, int, json, uuid[]"
+    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}'").format(
+        pgsql.Literal(f"{{{one}}}")
+    )
+    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}'").format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]

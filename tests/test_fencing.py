@@ -4,6 +4,7 @@ that was given up on stops, goes to review, and never overwrites its replacement
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -372,3 +373,152 @@ async def test_endings_gathered_in_one_statement_are_each_fenced_by_their_own_at
     assert admin.execute(
         "SELECT count(*), max(attempts) FROM axa_queue WHERE status = 'completed'"
     ).fetchone() == (19, 1)
+
+
+# --- stalls: a claim held up, a loop blocked, a claim gone before its run starts ------------
+
+
+def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:
+    """How many sessions wait for a lock on a statement containing `like`."""
+    row = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE %s AND pid <> pg_backend_pid()",
+        (f"%{like}%",),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stale_when_it_lands(
+    make_queue, admin, dsn
+) -> None:
+    queue = await make_queue(workers=1, heartbeat_interval=0.9, stale_after=1.0)
+    handler = Blocking()
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {})
+    rescuer = await make_queue(stale_after=1.0)
+    with psycopg.connect(dsn) as holder:
+        # An application's transaction holds a lock every claim needs.
+        holder.execute("LOCK TABLE axa_queue IN SHARE MODE")
+        async with running(queue):
+            await eventually(lambda: lock_waits(admin, "WITH RECURSIVE endings") > 0)
+            await asyncio.sleep(1.2)  # the claim waits longer than stale_after
+            holder.rollback()
+            await asyncio.wait_for(handler.started.wait(), 15)
+            # Right after it lands, no one may take it for abandoned.
+            assert await rescuer.recover_stale() == []
+            assert status_of(admin, job_id) == ("running", None, 1)
+            handler.release.set()
+            await eventually(lambda: status_of(admin, job_id)[0] == "completed")
+    assert handler.calls == 1
+
+
+async def test_a_refused_ending_never_claims_the_same_job_again_in_its_statement(
+    make_queue, admin, caplog
+) -> None:
+    # One loop and no heartbeat during the test: the run ends after another process's
+    # recovery queued its job again, as a worker whose event loop was blocked would.
+    queue = await make_queue(workers=1, **SLOW_BEAT)
+    handler = Blocking()
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {}, max_attempts=3)
+    async with running(queue):
+        await asyncio.wait_for(handler.started.wait(), 15)
+        take_claim(admin, job_id, "requeued")
+        handler.release.set()
+        await eventually(lambda: status_of(admin, job_id)[0] == "needs_review")
+    assert handler.calls == 1, "the job ran again after its run lost its claim"
+    assert status_of(admin, job_id)[2] == 1
+    assert any("now waits for review" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_claimed_job_whose_claim_is_gone_before_a_loop_takes_it_never_starts(
+    make_queue, admin, caplog
+) -> None:
+    # One loop and one job claimed ahead; the event loop is blocked (no heartbeat comes
+    # in time), so only the check before it starts can tell.
+    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=2.9, stale_after=3.0)
+    first = Blocking()
+    second = Blocking()
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    first_id = await queue.enqueue("First", {}, priority=1)
+    second_id = await queue.enqueue("Second", {})
+    async with running(queue):
+        await asyncio.wait_for(first.started.wait(), 15)
+        await eventually(lambda: status_of(admin, second_id) == ("running", None, 1))
+        take_claim(admin, second_id, "reclaimed")  # another worker runs it now
+        time.sleep(1.7)  # noqa: ASYNC251 - blocks the event loop past half of stale_after
+        first.release.set()
+        await eventually(lambda: status_of(admin, first_id)[0] == "completed")
+        await eventually(lambda: any("attempt 2" in r.getMessage() for r in caplog.records))
+    assert second.calls == 0, "a handler started after its claim was gone"
+    # It never ran here, so nothing needs a person: the other run goes on.
+    assert status_of(admin, second_id) == ("running", None, 2)
+
+
+async def test_a_run_whose_job_another_run_completed_leaves_it_completed_and_says_so(
+    make_queue, admin, caplog
+) -> None:
+    queue = await make_queue(workers=1, **SLOW_BEAT)
+    handler = Blocking()
+    queue.handle("Long", handler)
+    job_id = await queue.enqueue("Long", {}, max_attempts=3)
+    async with running(queue):
+        await asyncio.wait_for(handler.started.wait(), 15)
+        # Recovered, claimed and completed elsewhere while this run went on.
+        admin.execute(
+            "UPDATE axa_queue SET status = 'completed', attempts = 2, updated_at = now() "
+            "WHERE id = %s",
+            (job_id,),
+        )
+        handler.release.set()
+        await eventually(
+            lambda: any("attempt 2, which completed" in r.getMessage() for r in caplog.records)
+        )
+    assert status_of(admin, job_id) == ("completed", None, 2)
+    assert not any("waits for review" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_schedule_tick_never_leaves_a_transaction_open_between_statements(
+    make_queue, monkeypatch
+) -> None:
+    from axa_queue import NewJob, Schedule
+
+    queue = await make_queue()
+    queue.schedule(Schedule.every("tick", 1, NewJob("Tick", {})))
+    left_open: list[str] = []
+    real = psycopg.AsyncCursor.execute
+
+    async def watched(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        result = await real(self, query, *args, **kwargs)
+        if self.connection.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+            left_open.append(str(query)[:40])
+        return result
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", watched)
+    assert await queue.tick_schedules() == 1
+    assert left_open == [], "a transaction stayed open while the event loop went on"
+
+
+async def test_stale_recovery_never_takes_back_a_run_the_recovering_process_holds(
+    make_queue, admin, dsn
+) -> None:
+    from axa_queue import maintenance
+
+    queue = await make_queue(stale_after=0.5)
+    job_id = await queue.enqueue("Lost", {}, max_attempts=3)
+    claim_by_hand(admin, job_id, attempts=2)
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = now() - interval '10 s' WHERE id = %s", (job_id,)
+    )
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        # This process runs attempt 2 itself (its heartbeats were only late).
+        mine = (f"{{{job_id}}}", "{2}")
+        assert await maintenance.recover_stale(conn, 0.5, 3, held=mine) == []
+        assert status_of(admin, job_id) == ("running", None, 2)
+        # An older attempt of the same job is not this run: the row is recovered.
+        older = (f"{{{job_id}}}", "{1}")
+        assert await maintenance.recover_stale(conn, 0.5, 3, held=older) == [
+            Recovered(job_id, "Lost", 2, JobState.QUEUED)
+        ]

@@ -9,6 +9,7 @@ import sys
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 import pytest
@@ -300,7 +301,19 @@ async def test_the_advance_statement_moves_past_a_due_time_the_tick_lands_on_exa
     with admin.transaction():  # now() stays put within it
         # 13 intervals of 32.295 s: 419.835 / 32.295 is 12.999999999999998 in float8.
         admin.execute("UPDATE axa_schedule SET due_at = now() - 13 * interval '32.295 seconds'")
-        admin.execute(sql.SCHEDULE_ADVANCE, {"name": "s", "interval": 32.295, "job": None})
+        admin.execute(
+            sql.SCHEDULE_TICK,
+            {
+                "name": "s",
+                "interval": 32.295,
+                "id": uuid4(),
+                "job": "Tick",
+                "args": "{}",
+                "max_attempts": None,
+                "priority": 0,
+                "timeout_ms": None,
+            },
+        )
         row = admin.execute("SELECT due_at - now() FROM axa_schedule").fetchone()
     assert row == (timedelta(seconds=32.295),)
 

@@ -22,7 +22,15 @@ from .retries import first_line
 if TYPE_CHECKING:
     from .queue import Queue
 
-__all__ = ["PURGE_BATCH", "Recovered", "archive_schedules", "purge", "recover_stale", "run_once"]
+__all__ = [
+    "PURGE_BATCH",
+    "Recovered",
+    "archive_schedules",
+    "log_recovered",
+    "purge",
+    "recover_stale",
+    "run_once",
+]
 
 log = logging.getLogger("axa_queue.maintenance")
 
@@ -47,11 +55,19 @@ async def recover_stale(
     max_attempts: int,
     *,
     dry_run: bool = False,
+    held: tuple[str, str] = ("{}", "{}"),
 ) -> list[Recovered]:
     """Recover runs not heard from for `stale_seconds`: queued again with attempts left
-    (by the job's own limit, else `max_attempts`), else failed. With `dry_run`, only say
-    what would be done."""
-    params = {"stale": stale_seconds, "max": max_attempts}
+    (by the job's own limit, else `max_attempts`), else failed. Nothing is recovered
+    within `stale_seconds` of the server's start, nor a run in `held` (array literals
+    of ids and attempts: the runs the caller holds; see `sql.RECOVER_STALE`). With
+    `dry_run`, only say what would be done."""
+    params = {
+        "stale": stale_seconds,
+        "max": max_attempts,
+        "held": held[0],
+        "held_attempts": held[1],
+    }
     cursor = await conn.execute(sql.STALE if dry_run else sql.RECOVER_STALE, params)
     return [Recovered(r[0], r[1], r[2], JobState(r[3])) for r in await cursor.fetchall()]
 
@@ -82,9 +98,25 @@ async def archive_schedules(
     return cursor.rowcount
 
 
-async def run_once(queue: Queue) -> psycopg.Error | None:
+def log_recovered(recovered: list[Recovered]) -> None:
+    """Log each run stale recovery queued again or failed."""
+    for one in recovered:
+        log.warning(
+            "recovered a job abandoned by its worker",
+            extra={
+                "job_id": str(one.id),
+                "job": one.name,
+                "attempt": one.attempts,
+                "state": one.state.value,
+            },
+        )
+
+
+async def run_once(queue: Queue, *, recover: bool = True) -> psycopg.Error | None:
     """One round of housekeeping for `queue`; failures are logged, not raised: returns
-    the first, if any (for the worker's health check)."""
+    the first, if any (for the worker's health check). A worker
+    passes `recover=False` and recovers stale runs itself (`Worker`), on its own
+    connection, once connected for `stale_after`, and never the runs it holds."""
     options = queue.options
     failure: psycopg.Error | None = None
     stale = options.seconds("stale_after")
@@ -96,21 +128,13 @@ async def run_once(queue: Queue) -> psycopg.Error | None:
     except psycopg.Error as error:
         log.error("could not archive schedules", extra={"error": first_line(error)})
         failure = failure or error
-    try:
-        async with queue.pool.connection() as conn:
-            for one in await recover_stale(conn, stale, options.max_attempts):
-                log.warning(
-                    "recovered a job abandoned by its worker",
-                    extra={
-                        "job_id": str(one.id),
-                        "job": one.name,
-                        "attempt": one.attempts,
-                        "state": one.state.value,
-                    },
-                )
-    except psycopg.Error as error:
-        log.error("could not recover stale jobs", extra={"error": first_line(error)})
-        failure = failure or error
+    if recover:
+        try:
+            async with queue.pool.connection() as conn:
+                log_recovered(await recover_stale(conn, stale, options.max_attempts))
+        except psycopg.Error as error:
+            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            failure = failure or error
     try:
         async with queue.pool.connection() as conn:
             purged = await purge(conn, options.seconds("retention"))

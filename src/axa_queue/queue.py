@@ -23,6 +23,7 @@ from uuid import UUID
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
 from typing_extensions import Unpack
 
 from . import maintenance, pooler, schedules, sql
@@ -216,7 +217,7 @@ class Queue:
                 "inserts do not notify (run setup to add the axa_queue_notify trigger); "
                 "workers find new jobs by polling only"
             )
-        pool = AsyncConnectionPool(
+        pool = QuickPool(
             self.dsn,
             min_size=1,
             max_size=self.options.connections,
@@ -445,6 +446,33 @@ class Queue:
             log.warning("run() has no handlers and no schedules: it only does housekeeping")
         self.worker = Worker(self)
         await self.worker.run(stop if stop is not None else asyncio.Event())
+
+
+RECONNECT_DELAYS = (0.05, 0.5)
+"""The pool's first wait between tries to connect again, and the longest: psycopg_pool's
+own (1, 2, 4, 8 s ...) would leave handlers and housekeeping waiting for seconds after
+the database is back."""
+
+
+class _QuickAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnect backoff, capped at `RECONNECT_DELAYS[1]`."""
+
+    INITIAL_DELAY = RECONNECT_DELAYS[0]
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_DELAYS[1])
+
+
+class QuickPool(AsyncConnectionPool):
+    """The queue's pool: reconnects within half a second of the database coming back."""
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        await super()._add_connection(
+            attempt or _QuickAttempt(timeout=self.reconnect_timeout), growing
+        )
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

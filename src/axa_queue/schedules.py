@@ -1,9 +1,9 @@
 """Schedules: a job queued every interval, each due time exactly once.
 
 Each due time becomes one ordinary job, so its retries, state, limit and recovery
-are the queue's. A schedule's row in `axa_schedule` is locked (SKIP LOCKED) in the
-transaction that queues its job, so across any number of processes each due time is
-queued once.
+are the queue's. A schedule's row in `axa_schedule` is locked (SKIP LOCKED) by the one
+statement that queues its job and moves its due time on, so across any number of
+processes each due time is queued once, and no transaction stays open between awaits.
 
 - No drift: the next time is counted from when the last was due, not when it ran.
 - Missed times run once: after every process was down, one job is queued, and the
@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 import psycopg
 
@@ -34,7 +34,6 @@ from .jobs import (
     JobState,
     NewJob,
     check_name,
-    enqueue_on,
     moment,
     optional_moment,
 )
@@ -132,7 +131,7 @@ class ScheduleInfo:
 def next_due(due_at: datetime, interval: timedelta, now: datetime) -> datetime:
     """The first due time after `now`, a whole number of intervals after `due_at`.
 
-    The same arithmetic as `sql.SCHEDULE_ADVANCE`, kept here to be tested on its own;
+    The same arithmetic as `sql.SCHEDULE_TICK`, kept here to be tested on its own;
     exact (whole microseconds), as a float division can fall short when `now` is a due time.
     """
     return due_at + interval * ((now - due_at) // interval + 1)
@@ -175,31 +174,34 @@ async def due(conn: psycopg.AsyncConnection[Any], schedules: Sequence[Schedule])
 
 async def tick_one(conn: psycopg.AsyncConnection[Any], schedule: Schedule) -> UUID | None:
     """Queue `schedule`'s job if it is due and no other process is queuing it, and move its
-    due time on; returns the job queued, if any. `conn` must be in autocommit mode: the
-    lock, the job and the new due time commit in one transaction of their own."""
-    async with conn.transaction():
-        cursor = await conn.execute(sql.SCHEDULE_LOCK, (schedule.name,))
-        row = await cursor.fetchone()
-        if row is None or not row[1]:
-            return None  # another process holds it, or it is no longer due
-        last_job = row[0]
-        busy = False
-        if last_job is not None:
-            busy_row = await (await conn.execute(sql.SCHEDULE_BUSY, (last_job,))).fetchone()
-            busy = bool(busy_row and busy_row[0])
-        job_id = None if busy else await enqueue_on(conn, schedule.job)
-        await conn.execute(
-            sql.SCHEDULE_ADVANCE,
-            {"name": schedule.name, "interval": schedule.interval.total_seconds(), "job": job_id},
-        )
-    if busy:
+    due time on; returns the job queued, if any. One statement (`sql.SCHEDULE_TICK`) on an
+    autocommit `conn`: no transaction is ever left open between awaits."""
+    job = schedule.job
+    cursor = await conn.execute(
+        sql.SCHEDULE_TICK,
+        {
+            "name": schedule.name,
+            "interval": schedule.interval.total_seconds(),
+            "id": uuid4(),
+            "job": job.name,
+            "args": job.encoded_args(),
+            "max_attempts": job.max_attempts,
+            "priority": job.priority,
+            "timeout_ms": job.timeout_ms(),
+        },
+    )
+    row = await cursor.fetchone()
+    if row is None:
+        return None  # another process holds it, or it is no longer due
+    job_id: UUID | None = row[0]
+    if job_id is None:
         log.info(
             "schedule skipped: its last job has not finished",
-            extra={"schedule": schedule.name, "job_id": str(last_job)},
+            extra={"schedule": schedule.name, "job_id": str(row[1])},
         )
     else:
         log.debug(
             "schedule queued its job",
-            extra={"schedule": schedule.name, "job_id": str(job_id), "job": schedule.job.name},
+            extra={"schedule": schedule.name, "job_id": str(job_id), "job": job.name},
         )
     return job_id

@@ -409,7 +409,8 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM axa_queue
             WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
-              AND run_at <= now()
+              AND run_at <= now() AND id <> ALL(ARRAY(SELECT id FROM endings))
+              AND id <> ALL(%(losing)s::uuid[])
             ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
         ) j WHERE levels.priority IS NOT NULL
     ), picked AS MATERIALIZED (
@@ -420,14 +421,15 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         ) c WHERE n <= cap ORDER BY priority DESC, run_at LIMIT %(free)s
     ), claimed AS (
         UPDATE axa_queue q
-        SET status = 'running', started_at = now(), updated_at = now(), attempts = q.attempts + 1
+        SET status = 'running', started_at = clock_timestamp(), updated_at = clock_timestamp(),
+            attempts = q.attempts + 1
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at
     )
-    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed
+    SELECT id, attempts, NULL, NULL, NULL, NULL, NULL, NULL FROM finished
     UNION ALL
-    SELECT id, attempts, NULL, NULL, NULL, NULL, NULL, NULL FROM finished"""
+    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
 again after a backoff), each row fenced by its own attempt, and claim up to `free` ready
 jobs of the wanted names, highest priority then oldest first, at most `cap` of each.
@@ -451,24 +453,69 @@ more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary k
 `(SELECT 'running')`, a value the planner cannot match to the partial index of running
 jobs: else, whenever its statistics say few jobs run, it scans that index whole (every
 running job of every worker, and the dead entries vacuum has not cleared yet), or on a
-table of some thousand rows the table."""
+table of some thousand rows the table.
+
+Fencing: the claim never takes a job whose ending is in this statement, nor one in
+`losing` (jobs of this process whose run lost its claim, until its job's fate is
+written): an ending refused because recovery queued the job again is never followed
+by a new run of it here. The endings are written first (they may wait for a row lock)
+and the claims after, stamped with `clock_timestamp()`: a claim is stamped when its
+row is written, never with a time from before a wait, so it cannot land stale."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
     )
-    UPDATE axa_queue q SET updated_at = now()
+    UPDATE axa_queue q SET updated_at = clock_timestamp()
     FROM beats r
     WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
       AND q.attempts = r.attempts AND q.status = (SELECT 'running')
     RETURNING q.id::text, q.attempts"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
-endings are, never by scanning every running job of every worker."""
+endings are, never by scanning every running job of every worker. Stamped with
+`clock_timestamp()`, when the row is written, even after waiting for a lock."""
 
-MARK_LOST = """UPDATE axa_queue SET status = 'needs_review', error = %s, updated_at = now()
-    WHERE id = %s AND status IN ('queued', 'running', 'failed')"""
-"""A run that lost its claim stops and its job waits for a person. Another run may hold
-the row by now, and this stops that one too, at its next report."""
+MARK_LOST = """WITH found AS (
+        SELECT id, status, attempts, error, max_attempts FROM axa_queue
+        WHERE id = %(id)s FOR UPDATE
+    ), decided AS (
+        SELECT id, status, attempts, CASE
+            WHEN NOT %(started)s THEN NULL
+            WHEN attempts = %(attempts)s AND status = %(ending)s::text
+                 AND error IS NOT DISTINCT FROM %(ending_error)s::text THEN NULL
+            WHEN attempts = %(attempts)s AND status = 'running' THEN
+                CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
+            WHEN %(gave_up)s THEN NULL
+            WHEN status IN ('queued', 'running', 'failed') THEN 'needs_review'
+        END AS becomes
+        FROM found
+    ), changed AS (
+        UPDATE axa_queue q
+        SET status = d.becomes, error = %(error)s, updated_at = clock_timestamp(),
+            started_at = CASE WHEN d.becomes = 'queued' THEN NULL ELSE q.started_at END,
+            run_at = CASE WHEN d.becomes = 'queued' THEN now() ELSE q.run_at END
+        FROM decided d WHERE q.id = d.id AND d.becomes IS NOT NULL
+        RETURNING q.status
+    )
+    SELECT d.status, d.attempts, (SELECT status FROM changed) FROM decided d"""
+"""A run of this process lost its claim or gave it up: decide on the row as it is now
+(locked) what becomes of the job, and return what was found (status, attempts) and
+what it was changed to (NULL: nothing).
+
+- A run whose handler never started (`started` false) changes nothing: it did no work.
+- The run's own ending is there (`ending`, `ending_error` under its attempt: an
+  exchange whose answer was lost, then sent again): nothing to do.
+- Still `running` under the run's attempt: no one took it, its process gave it up (it
+  could not report in for `stale_after`), so the job goes back to the queue at once,
+  or fails when out of attempts, as stale recovery would have it.
+- A run that gave up (`gave_up`: it could not report in for `stale_after`) stopped
+  before anyone could take its claim (recovery needs `stale_after` of silence from the
+  last report it sent): whatever became of the job since is left as it is.
+- `queued`, `running` or `failed` otherwise: another worker or recovery took the claim
+  while the run went on, so the job may have run in part or twice and waits for a
+  person (`needs_review`); a run holding it now is stopped at its next report.
+- `completed`, `cancelled` or already `needs_review`: left as it is (a job another run
+  completed stays completed)."""
 
 # --- Housekeeping ----------------------------------------------------------------------
 
@@ -480,14 +527,27 @@ RECOVER_STALE = """UPDATE axa_queue
                           ELSE started_at END,
         updated_at = now()
     WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
+      AND (id, attempts) NOT IN (
+          SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
     RETURNING id, name, attempts, status"""
 """Recover runs not heard from for the stale period: queued again with attempts left,
-else failed, so a crash can never loop for ever."""
+else failed, so a crash can never loop for ever.
+
+Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
+the stale period after the server started, only runs silent for that long before it
+started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
+later than when a row is read: a recovery held up by a lock judges as of before its
+wait, so it can only find fewer runs stale (claims and heartbeats stamp the time they
+write)."""
 
 STALE = """SELECT id, name, attempts,
         CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
     FROM axa_queue
     WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
     ORDER BY updated_at"""
 """What stale recovery would do now, changing nothing (for a dry run)."""
 
@@ -644,23 +704,39 @@ SCHEDULES_DUE = """SELECT name FROM axa_schedule
     WHERE name = ANY(%s::text[]) AND archived_at IS NULL AND due_at <= now()"""
 """Which schedules are due, without locking: most ticks stop here."""
 
-SCHEDULE_LOCK = """SELECT last_job, due_at <= now() AS due FROM axa_schedule
-    WHERE name = %s AND archived_at IS NULL FOR UPDATE SKIP LOCKED"""
-"""Take a schedule's row for this transaction; another process holding it is queuing
-this due time already."""
+SCHEDULE_TICK = """WITH due AS (
+        SELECT name, last_job FROM axa_schedule
+        WHERE name = %(name)s AND archived_at IS NULL AND due_at <= now()
+        FOR UPDATE SKIP LOCKED
+    ), busy AS (
+        SELECT EXISTS (SELECT 1 FROM axa_queue q JOIN due ON q.id = due.last_job
+                       WHERE q.status IN ('queued', 'running')) AS busy
+    ), queued AS (
+        INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
+        SELECT %(id)s, %(job)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s, now(),
+               %(timeout_ms)s
+        FROM due WHERE NOT (SELECT busy FROM busy)
+        RETURNING id
+    ), advanced AS (
+        UPDATE axa_schedule s
+        SET due_at = s.due_at + make_interval(secs => %(interval)s)
+                * (floor(EXTRACT(EPOCH FROM now() - s.due_at) / %(interval)s::numeric) + 1),
+            last_job = COALESCE((SELECT id FROM queued), s.last_job), updated_at = now()
+        FROM due WHERE s.name = due.name
+        RETURNING s.name
+    )
+    SELECT (SELECT id FROM queued), due.last_job, (SELECT count(*) FROM advanced) FROM due"""
+"""Queue a due schedule's job and move its due time on, in one statement (autocommit: no
+transaction stays open while the event loop may be blocked). The row is taken with
+`FOR UPDATE SKIP LOCKED`: a process finding it held skips it, the holder is queuing this
+due time, and one whose holder committed first finds it no longer due. The job is not
+queued while the last one is still queued or running (no stacking). The next due time
+is the first after now a whole number of intervals from the last: no drift, one
+catch-up, and no stacking; divided in exact numeric (the crate divides in float8, which
+can leave `due_at` at now when a tick lands exactly on a due time).
 
-SCHEDULE_BUSY = """SELECT EXISTS (SELECT 1 FROM axa_queue
-    WHERE id = %s AND status IN ('queued', 'running'))"""
-"""Whether the schedule's last job is still queued or running (then this time is skipped)."""
-
-SCHEDULE_ADVANCE = """UPDATE axa_schedule
-    SET due_at = due_at + make_interval(secs => %(interval)s)
-            * (floor(EXTRACT(EPOCH FROM now() - due_at) / %(interval)s::numeric) + 1),
-        last_job = COALESCE(%(job)s, last_job), updated_at = now()
-    WHERE name = %(name)s"""
-"""The next due time after now, a whole number of intervals from the last: no drift, one
-catch-up, and no stacking. Divided in exact numeric (the crate divides in float8, which
-can leave `due_at` at now when a tick lands exactly on a due time)."""
+Returns no row when the schedule was not due or another process held it; else the job
+queued (NULL when skipped) and the last job before it."""
 
 SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = now(), updated_at = now()
     WHERE archived_at IS NULL AND name <> ALL(%s::text[])
@@ -691,11 +767,12 @@ _TABLE = re.compile(r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_a
 a setting (`axa_queue.notify`), a `table.column` or a longer name (`axa_queue_ready`)."""
 
 _TABLE_LITERAL = re.compile(
-    r"(?<=to_regclass\(')(axa_queue|axa_job_acts)(?=')|(?<=')(axa_queue)(?='::regclass)"
+    r"(?<=to_regclass\(')(axa_queue|axa_schedule|axa_job_acts)(?=')"
+    r"|(?<=')(axa_queue|axa_schedule|axa_job_acts)(?='::regclass)"
 )
 """A table named in a literal that becomes a `regclass`."""
 
-_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse)(?=\()")
+_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role)(?=\()")
 """A function the setup makes (a trigger of the same name is not followed by `(`)."""
 
 

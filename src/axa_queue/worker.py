@@ -13,12 +13,18 @@ One `Worker` serves one `Queue.run()`. Its parts, each a task:
   every loop is busy, endings also wait up to `HOLD_ENDINGS` for others). An ending is
   durable once its statement commits: a process killed in between leaves its job
   `running`, and stale recovery runs it again;
-- each run supervises one handler: its timeout, and whether its claim was lost;
-- the heartbeat reports in for all running jobs of this process in one statement
-  per interval; a run whose attempt no longer matches lost its claim, so its
-  handler is stopped and its job goes to `needs_review`;
+- each run supervises one handler: its timeout, and whether its claim was lost; a
+  run whose claim may have expired (it waited, the event loop was blocked, or a
+  connection dropped since it was last heard) proves it with a heartbeat before its
+  handler starts;
+- the heartbeat reports in for all jobs of this process in one statement per
+  interval, on a connection of its own (no pool, no reconnect backoff); a run whose
+  attempt no longer matches lost its claim, so its handler is stopped and its job
+  goes to `needs_review` (see `sql.MARK_LOST`);
 - the listener wakes the exchange loop on LISTEN/NOTIFY, reconnecting when it drops;
-- housekeeping and schedule ticks (see `maintenance`).
+- housekeeping and schedule ticks (see `maintenance`); stale recovery runs on the
+  heartbeat's connection, only once it has been connected for `stale_after`, and never
+  takes back a run this process holds.
 """
 
 from __future__ import annotations
@@ -84,6 +90,9 @@ is busy and enough claimed jobs wait for them (`prefetch`); else it is written a
 RunObserver = Callable[[str, str, float], None]
 """Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""
 
+GAVE_UP = "it could not report in"
+"""How the reason of a run stopped by its own worker for want of contact begins."""
+
 OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
 """The outcome an observer is told for each status an ending writes."""
 
@@ -100,6 +109,7 @@ class Run:
     timeout: float | None
     args_text: str = field(repr=False)
     last_heard: float
+    """When (monotonic) the last statement that proved its claim was sent."""
     done: bool = False
     stopped: tuple[str, str] | None = None
     """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
@@ -107,6 +117,8 @@ class Run:
     """Claim order: (minus priority, run_at in epoch seconds)."""
     task: asyncio.Task[None] | None = None
     """The loop running it, once it runs; the same loop goes on to later runs."""
+    started: bool = False
+    """Whether its handler was called (a run stopped before that did no work)."""
     timer: asyncio.TimerHandle | None = None
     seconds: float = 0.0
     """How long the handler ran, once it has ended."""
@@ -185,6 +197,20 @@ class Worker:
         self.helpers: set[asyncio.Task[Any]] = set()
         self.connection: psycopg.AsyncConnection[Any] | None = None
         """The exchange loop's connection, made on first use."""
+        self.side: psycopg.AsyncConnection[Any] | None = None
+        """Heartbeats, claim checks, lost runs and stale recovery: a connection of its own,
+        made again at once when it breaks (a pool would wait out its reconnect backoff)."""
+        self.connected_since: float | None = None
+        """When (monotonic) `side` was last connected; stale recovery waits `stale_after`."""
+        self.broken_at = -1.0
+        """When (monotonic) a connection of this worker last broke: runs heard of before
+        must prove their claim before their handler starts."""
+        self.sending: list[Run] = []
+        """The endings in the statement in flight."""
+        self.losing: set[str] = set()
+        """Ids of jobs whose run here lost its claim, until its fate is written: never
+        claimed again meanwhile."""
+        self.stale = self.options.seconds("stale_after")
         self.wake_at: asyncio.TimerHandle | None = None
         self.stats: Counter[str] = Counter()
         self.failing: tuple[float, str] | None = None
@@ -300,6 +326,8 @@ class Worker:
             self.executor.shutdown(wait=False, cancel_futures=True)
             if self.connection is not None:
                 await self.connection.close()
+            if self.side is not None:
+                await self.side.close()
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         return asyncio.get_running_loop().create_task(coro, name=f"axa-queue-{name}")
@@ -417,9 +445,11 @@ class Worker:
             wanted = self._wanted(free) if claim else []
             wakes = self.wakes
             self.claiming = bool(wanted)
+            self.sending = batch
             try:
                 claimed, kept = await self._exchange(batch, free if wanted else 0, wanted)
             except psycopg.Error as error:
+                self.sending = []
                 self.claiming = False
                 since_failing = self.failing[0] if self.failing else time.monotonic()
                 self.failing = (since_failing, first_line(error))
@@ -432,6 +462,7 @@ class Worker:
                     self.endings_since = since
                 await asyncio.sleep(min(RETRY_DATABASE, poll))
                 continue
+            self.sending = []
             self.claiming = False
             self.failing = None
             got = len(claimed)
@@ -447,12 +478,18 @@ class Worker:
         """The exchange loop's own connection: one statement at a time, so no pool
         checkout on the path from a wake-up to a claim."""
         if self.connection is None or self.connection.closed:
-            self.connection = await psycopg.AsyncConnection.connect(
-                self.queue.dsn or "", autocommit=True, **self.queue.connect_kwargs()
-            )
-            if pooler.keeps_session_state(self.options):
-                await self.connection.execute(sql.SESSION_SETTINGS)
+            self.connection = await self._connect()
         return self.connection
+
+    async def _connect(self, **extra: Any) -> psycopg.AsyncConnection[Any]:
+        """A connection of the worker's own, with the queue's settings (and, unless
+        behind a transaction pooler, its session settings)."""
+        conn = await psycopg.AsyncConnection.connect(
+            self.queue.dsn or "", autocommit=True, **self.queue.connect_kwargs(), **extra
+        )
+        if pooler.keeps_session_state(self.options):
+            await conn.execute(sql.SESSION_SETTINGS)
+        return conn
 
     async def _exchange(
         self, batch: list[Run], free: int, wanted: list[dict[str, Any]]
@@ -478,6 +515,7 @@ class Worker:
                         "delay": one.delay,
                     }
                 )
+        sent = time.monotonic()
         try:
             cursor = await conn.execute(
                 sql.EXCHANGE,
@@ -488,14 +526,15 @@ class Worker:
                     "endings": json.dumps(others, ensure_ascii=False) if others else "[]",
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
+                    "losing": "{" + ",".join(self.losing) + "}",
                 },
             )
             rows = await cursor.fetchall()
         except psycopg.OperationalError:
             self.connection = None  # broken: the next exchange connects again
+            self.broken_at = time.monotonic()
             await conn.close()
             raise
-        now = time.monotonic()
         default_limit = self.options.max_attempts
         claimed = [
             Run(
@@ -505,7 +544,7 @@ class Worker:
                 row[4] if row[4] is not None else default_limit,
                 None if row[5] is None else row[5] / 1000,
                 row[3],
-                now,
+                sent,
                 order=(-row[6], row[7]),
             )
             for row in rows
@@ -582,11 +621,13 @@ class Worker:
         try:
             if handler is None:  # only handled names are claimed; kept for safety
                 error = f"no handler for job {one.name}"
-            elif one.stopped is not None:
+            elif one.stopped is not None or (self._doubtful(one) and not await self._prove(one)):
                 pass  # lost while it waited for a loop: its handler never starts
             elif handler.coroutine_function is not None:  # awaited here: a coroutine less
+                one.started = True
                 await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
             else:
+                one.started = True
                 await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
         except asyncio.CancelledError as failure:
             if one.stopped is None:
@@ -644,12 +685,12 @@ class Worker:
         return cancelling is not None and cancelling() > 0
 
     def _lost(self, one: Run, text: str) -> asyncio.Task[Any]:
-        self.stats["lost"] += 1
-        self._observe(one, "lost")
-        log.error(
-            "job stopped: it lost its claim; it now waits for review",
-            extra={**one.fields(), "reason": text},
-        )
+        """Write the fate of a run that lost its claim (or gave it up), then log what
+        really became of its job; until then this process never claims the job again."""
+        if one.started:
+            self.stats["lost"] += 1
+            self._observe(one, "lost")
+        self.losing.add(one.id)
         return self._spawn_helper(self._mark_lost(one, text))
 
     # --- recording endings -------------------------------------------------------------
@@ -682,19 +723,35 @@ class Worker:
                 log.error("a run observer failed", extra={**one.fields(), "error": describe(error)})
 
     async def _mark_lost(self, one: Run, text: str) -> None:
-        """Send the job to review, trying until the database answers, as the run must
-        not be taken for a crash and retried."""
-        while True:
-            try:
-                async with self.pool.connection() as conn:
-                    await conn.execute(sql.MARK_LOST, (cut_error(text), one.id))
-                return
-            except psycopg.Error as error:
-                log.error(
-                    "could not mark a lost job for review; trying again",
-                    extra={**one.fields(), "error": first_line(error)},
-                )
-                await asyncio.sleep(RETRY_DATABASE)
+        """Decide the job's fate with `sql.MARK_LOST` (review, back to the queue, or left
+        as another run left it), trying until the database answers, as the run must
+        not be taken for a crash and retried; then log what happened."""
+        params = {
+            "id": one.id,
+            "attempts": one.attempts,
+            "started": one.started,
+            "gave_up": one.stopped is not None and one.stopped[1].startswith(GAVE_UP),
+            "ending": None if one.status == "running" else one.status,
+            "ending_error": one.error,
+            "error": cut_error(text),
+            "max": self.options.max_attempts,
+        }
+        try:
+            while True:
+                try:
+                    rows = await self._on_side(sql.MARK_LOST, params)
+                    break
+                except psycopg.Error as error:
+                    log.error(
+                        "could not write what became of a run that lost its claim; trying again",
+                        extra={**one.fields(), "error": first_line(error)},
+                    )
+                    await asyncio.sleep(RETRY_DATABASE)
+        finally:
+            self.losing.discard(one.id)
+        found = rows[0] if rows else (None, None, None)
+        level, message = _fate(one, found[0], found[1], found[2])
+        log.log(level, message, extra={**one.fields(), "reason": text})
 
     def _spawn_helper(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = self._spawn(coro, "helper")
@@ -704,37 +761,103 @@ class Worker:
 
     # --- heartbeats --------------------------------------------------------------------
 
+    async def _side_connection(self) -> psycopg.AsyncConnection[Any]:
+        """The connection for heartbeats, claim checks, lost runs and stale recovery,
+        made again at once when it broke."""
+        if self.side is None or self.side.closed:
+            # A server that does not answer must not hold heartbeats (and so the
+            # runs' giving up) for the system's TCP timeout.
+            self.side = await self._connect(connect_timeout=max(2, int(self.stale / 2)))
+            self.connected_since = time.monotonic()
+        return self.side
+
+    async def _on_side(self, statement: str, params: Any) -> list[Any]:
+        """Run one statement on the side connection and return its rows; a broken
+        connection is dropped (the next statement connects again) and noted."""
+        try:
+            conn = await self._side_connection()
+        except psycopg.OperationalError:
+            self.broken_at = time.monotonic()
+            raise
+        try:
+            cursor = await conn.execute(statement, params)
+            return await cursor.fetchall() if cursor.description is not None else []
+        except psycopg.OperationalError:
+            self.broken_at = time.monotonic()
+            if self.side is conn:
+                self.side = None
+                self.connected_since = None
+            await conn.close()
+            raise
+
+    async def _beat(self, runs: list[Run]) -> set[tuple[str, int]]:
+        """Report in for `runs`; returns the (id, attempt) of those still claimed."""
+        rows = await self._on_side(
+            sql.HEARTBEAT,
+            (
+                "{" + ",".join(r.id for r in runs) + "}",
+                "{" + ",".join(str(r.attempts) for r in runs) + "}",
+            ),
+        )
+        return {(row[0], row[1]) for row in rows}
+
+    def _doubtful(self, one: Run) -> bool:
+        """Whether `one`'s claim may have expired: it was proved (claimed, or a heartbeat
+        sent) half of `stale_after` ago or more, or a connection broke since."""
+        return (
+            time.monotonic() - one.last_heard >= self.stale / 2 or one.last_heard <= self.broken_at
+        )
+
+    async def _prove(self, one: Run) -> bool:
+        """Whether `one`'s handler may start, once a heartbeat for it proves its claim
+        (tried until the database answers). A claim found gone stops the run
+        (`one.stopped`) and this returns False: its handler never starts."""
+        while True:
+            sent = time.monotonic()
+            try:
+                alive = await self._beat([one])
+            except psycopg.Error as error:
+                log.warning(
+                    "could not check a claim before starting its run; trying again",
+                    extra={**one.fields(), "error": first_line(error)},
+                )
+                await asyncio.sleep(RETRY_DATABASE)
+                continue
+            if (one.id, one.attempts) in alive:
+                one.last_heard = sent
+                return True
+            one.stopped = ("lost", "its claim was gone before its handler started")
+            return False
+
     async def _heartbeat_loop(self) -> None:
         every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
-        stale = self.options.seconds("stale_after")
+        stale = self.stale
         while True:
             await asyncio.sleep(every)
             runs = [r for r in self.runs.values() if not r.done]
-            if not runs:
+            # Endings not yet written keep their claims too: the run is still this
+            # process's until its ending lands.
+            ended = [*self.sending, *self.endings]
+            if not runs and not ended:
                 continue
+            sent = time.monotonic()
             try:
-                async with self.pool.connection() as conn:
-                    cursor = await conn.execute(
-                        sql.HEARTBEAT,
-                        (
-                            "{" + ",".join(r.id for r in runs) + "}",
-                            "{" + ",".join(str(r.attempts) for r in runs) + "}",
-                        ),
-                    )
-                    alive = {(row[0], row[1]) for row in await cursor.fetchall()}
+                alive = await self._beat(runs + ended)
             except psycopg.Error as error:
                 log.warning(
                     "heartbeat failed", extra={"error": first_line(error), "jobs": len(runs)}
                 )
                 now = time.monotonic()
                 for one in runs:
-                    if now - one.last_heard >= stale:
-                        one.lose(f"it could not report in for {stale:g} s")
+                    # A run in progress gives up once a replacement may have started
+                    # (its last report was sent `stale_after` ago); one not started
+                    # waits, and proves its claim before it starts.
+                    if one.started and now - one.last_heard >= stale:
+                        one.lose(f"{GAVE_UP} for {stale:g} s")
                 continue
-            now = time.monotonic()
             for one in runs:
                 if (one.id, one.attempts) in alive:
-                    one.last_heard = now
+                    one.last_heard = max(one.last_heard, sent)
                 elif not one.done:
                     one.lose("another worker or recovery took its claim")
 
@@ -809,7 +932,8 @@ class Worker:
         while True:
             failure: BaseException | None
             try:
-                failure = await maintenance.run_once(self.queue)
+                failure = await maintenance.run_once(self.queue, recover=False)
+                failure = await self._recover_stale() or failure
             except Exception as error:  # a bug, or anything the database driver raised
                 failure = error
                 log.error(
@@ -824,6 +948,42 @@ class Worker:
                 self._failed("maintenance", failure)
                 await asyncio.sleep(min(retry, every))
                 retry = min(retry * 2, SERVICE_RETRY_MAX)
+
+    def _held(self) -> tuple[str, str]:
+        """The (ids, attempts) of every run this process holds, as array literals."""
+        held = [*self.runs.values(), *self.sending, *self.endings]
+        return (
+            "{" + ",".join(r.id for r in held) + "}",
+            "{" + ",".join(str(r.attempts) for r in held) + "}",
+        )
+
+    async def _recover_stale(self) -> psycopg.Error | None:
+        """Stale recovery, on the side connection, once it has been connected for
+        `stale_after` (every live worker has had that long to report in since the
+        database came back), never taking back a run this process holds. Returns the
+        error that stopped it, if any (for the health check)."""
+        try:
+            conn = await self._side_connection()
+        except psycopg.Error as error:
+            self.broken_at = time.monotonic()
+            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            return error
+        since = self.connected_since
+        if since is None or time.monotonic() - since < self.stale:
+            return None
+        try:
+            recovered = await maintenance.recover_stale(
+                conn, self.stale, self.options.max_attempts, held=self._held()
+            )
+        except psycopg.Error as error:
+            if isinstance(error, psycopg.OperationalError) and self.side is conn:
+                self.side, self.connected_since = None, None
+                self.broken_at = time.monotonic()
+                await conn.close()
+            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            return error
+        maintenance.log_recovered(recovered)
+        return None
 
     async def _schedule_loop(self) -> None:
         every = self.options.seconds("poll_interval")
@@ -977,3 +1137,39 @@ def _uncancel() -> None:
     task = asyncio.current_task()
     if task is not None and hasattr(task, "uncancel"):
         task.uncancel()
+
+
+FOUND = {
+    "completed": "which completed",
+    "running": "which is running",
+    "queued": "which is queued",
+    "failed": "which failed",
+    "cancelled": "which was cancelled",
+    "needs_review": "which waits for review",
+}
+"""How the log says what became of a job replaced by a later attempt."""
+
+
+def _fate(
+    one: Run, status: str | None, attempts: int | None, became: str | None
+) -> tuple[int, str]:
+    """The level and message logging what became of the job of a run that lost its
+    claim, from what `sql.MARK_LOST` found (`status`, `attempts`) and changed it to."""
+    head = "job stopped" if one.started else "job not started"
+    if status is None or attempts is None:
+        return logging.WARNING, f"{head}: its claim was gone, and so is its job (deleted)"
+    if became == "needs_review":
+        return logging.ERROR, (
+            f"{head}: another worker or recovery took its claim while it ran (found it "
+            f"{status}, attempt {attempts}); it now waits for review"
+        )
+    if became is not None:
+        now = "queued again" if became == "queued" else "failed: no attempts left"
+        return logging.WARNING, f"{head}: no one had taken its claim, so it is {now}"
+    if attempts > one.attempts:
+        return logging.WARNING, f"{head}: replaced by attempt {attempts}, {FOUND[status]}"
+    if attempts == one.attempts and status == one.status:
+        return logging.INFO, f"{head}: its ending had been recorded after all ({status})"
+    if status == "needs_review":
+        return logging.WARNING, f"{head}: its claim was gone; the job already waits for review"
+    return logging.WARNING, f"{head}: its claim was gone; the job is now {status}"

@@ -1,0 +1,219 @@
+"""Outages longer than `stale_after`: a server restarted or down while jobs run, on an
+embedded server of the test's own (never the shared one). No healthy run goes to
+review, no process runs one job twice at once, and every job ends."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from axa_queue import JobState, NewJob, Queue, QueueOptions, Recovered
+from axa_queue.embedded import EmbeddedPostgres, is_available
+from conftest import eventually, running
+
+pytestmark = pytest.mark.skipif(not is_available(), reason="the embedded server is not installed")
+
+OPTIONS = dict(
+    workers=4,
+    prefetch=2,
+    heartbeat_interval=0.1,
+    stale_after=1.0,
+    maintenance_interval=0.1,
+    poll_interval=0.05,
+    retry_backoff=0.05,
+    max_attempts=10,
+)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture
+def server() -> Iterator[EmbeddedPostgres]:
+    # A port of its own, kept across restarts (else a port still held by the old
+    # server's connections moves it); commits durable at once, so a crash loses none.
+    with EmbeddedPostgres(port=free_port(), settings={"synchronous_commit": "on"}) as embedded:
+        yield embedded
+
+
+class Tracker:
+    """Handlers of one process that note each run and any two runs of a job at once."""
+
+    def __init__(self) -> None:
+        self.running: set[int] = set()
+        self.overlaps: list[int] = []
+        self.finished: list[int] = []
+
+    async def __call__(self, args: dict[str, Any]) -> None:
+        n = args["n"]
+        if n in self.running:
+            self.overlaps.append(n)
+        self.running.add(n)
+        try:
+            await asyncio.sleep(args["sleep"])
+        finally:
+            self.running.discard(n)
+        self.finished.append(n)
+
+
+def statuses(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT status, count(*) FROM axa_queue GROUP BY status").fetchall()
+    return {status: count for status, count in rows}
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+async def test_a_server_down_longer_than_stale_after_sends_no_healthy_run_to_review(
+    server: EmbeddedPostgres, mode: str
+) -> None:
+    queues = [Queue(server.dsn, QueueOptions(**OPTIONS)) for _ in range(2)]
+    trackers = [Tracker() for _ in queues]
+    for queue, tracker in zip(queues, trackers, strict=True):
+        queue.handle("Work", tracker)
+        await queue.open()
+    try:
+        # Short jobs, and long ones that run across the whole outage.
+        await queues[0].enqueue_all(
+            [NewJob("Work", {"n": n, "sleep": 2.5 if n % 10 == 0 else 0.2}) for n in range(60)]
+        )
+        async with running(queues[0]), running(queues[1]):
+            await eventually(lambda: statuses(server.dsn).get("running", 0) >= 6)
+            await asyncio.to_thread(server.stop, mode)
+            await asyncio.sleep(1.6)  # down longer than stale_after
+            await asyncio.to_thread(server.start)
+            await eventually(lambda: statuses(server.dsn).get("completed", 0) == 60, timeout=60)
+        assert statuses(server.dsn) == {"completed": 60}
+        for tracker in trackers:
+            assert tracker.overlaps == [], "one process ran a job twice at once"
+    finally:
+        for queue in queues:
+            await queue.close()
+
+
+async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_alone(
+    server: EmbeddedPostgres,
+) -> None:
+    # The owner's job runs on; the server is down for less than stale_after from the
+    # owner's view, but its last report is older than that when a peer reconnects.
+    owner = Queue(server.dsn, QueueOptions(**{**OPTIONS, "stale_after": 3.0}))
+    peer = Queue(server.dsn, QueueOptions(**{**OPTIONS, "stale_after": 3.0}))
+    release = asyncio.Event()
+    started = asyncio.Event()
+
+    async def long(args: Any) -> None:
+        started.set()
+        await release.wait()
+
+    owner.handle("Long", long)
+    peer.handle("Long", long)
+    await owner.open()
+    await peer.open()
+    try:
+        job_id = await owner.enqueue("Long", {})
+        async with running(owner):
+            await asyncio.wait_for(started.wait(), 15)
+            async with running(peer):
+                await asyncio.to_thread(server.stop, "immediate")
+                await asyncio.sleep(1.5)
+                await asyncio.to_thread(server.start)
+                await asyncio.sleep(3.5)  # the peer has been back longer than stale_after
+                info = await peer.job(job_id)
+                assert info is not None and (info.state.value, info.attempts) == ("running", 1)
+                release.set()
+                await eventually(lambda: statuses(server.dsn).get("completed", 0) == 1, timeout=30)
+    finally:
+        for queue in (owner, peer):
+            await queue.close()
+
+
+async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
+    server: EmbeddedPostgres,
+) -> None:
+    queue = Queue(server.dsn, QueueOptions(**{**OPTIONS, "stale_after": 2.0}))
+    await queue.open()
+    try:
+        job_id = await queue.enqueue("Lost", {}, max_attempts=2)
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            # Claimed by a process last heard of a second before the restart.
+            conn.execute(
+                "UPDATE axa_queue SET status = 'running', attempts = 1, "
+                "started_at = now() - interval '1 s', updated_at = now() - interval '1 s' "
+                "WHERE id = %s",
+                (job_id,),
+            )
+        await queue.close()
+        await asyncio.to_thread(server.stop, "immediate")
+        await asyncio.to_thread(server.start)
+        await queue.open()
+        await asyncio.sleep(1.1)  # silent for more than stale_after, the outage included
+        # Every worker was cut off by the restart: the silence since says nothing yet.
+        assert await queue.recover_stale() == []
+        await asyncio.sleep(1.0)
+        assert await queue.recover_stale() == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
+    finally:
+        await queue.close()
+
+
+async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_it_starts(
+    server: EmbeddedPostgres, monkeypatch
+) -> None:
+    from axa_queue.worker import Worker
+
+    proved: list[str] = []
+    real = Worker._prove
+
+    async def spy(self: Worker, one: Any) -> bool:
+        proved.append(one.name)
+        return await real(self, one)
+
+    monkeypatch.setattr(Worker, "_prove", spy)
+    # One loop and a job claimed ahead, waiting for it across the restart.
+    queue = Queue(server.dsn, QueueOptions(**{**OPTIONS, "workers": 1, "prefetch": 1}))
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def first(args: Any) -> None:
+        started.append("First")
+        await release.wait()
+
+    async def second(args: Any) -> None:
+        started.append("Second")
+
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    await queue.open()
+    try:
+        await queue.enqueue("First", {}, priority=1)
+        await queue.enqueue("Second", {})
+        async with running(queue):
+            await eventually(lambda: statuses(server.dsn).get("running", 0) == 2)
+            await asyncio.to_thread(server.stop, "fast")
+            await asyncio.to_thread(server.start)
+            # The heartbeat finds the connection broken, then reconnects.
+            await eventually(lambda: queue.worker is not None and queue.worker.broken_at > 0)
+            release.set()
+            await eventually(lambda: statuses(server.dsn).get("completed", 0) == 2, timeout=30)
+        assert started == ["First", "Second"]
+        assert proved == ["Second"], "a run claimed before the restart started unproved"
+    finally:
+        await queue.close()
+
+
+def test_the_pools_reconnect_backoff_waits_at_most_half_a_second() -> None:
+    from axa_queue.queue import RECONNECT_DELAYS, _QuickAttempt
+
+    attempt = _QuickAttempt(timeout=300)
+    delays = []
+    for step in range(12):
+        attempt.update_delay(float(step))
+        delays.append(attempt.delay)
+    assert delays[0] <= RECONNECT_DELAYS[0] * 1.1
+    assert max(delays) <= RECONNECT_DELAYS[1]
