@@ -29,6 +29,7 @@ from axa_queue.schema import (
     migrations,
     missing,
     recorded_version,
+    statements_of,
 )
 from conftest import eventually, running, status_of
 from test_compat import crate_claim, crate_enqueue, crate_setup
@@ -373,6 +374,9 @@ def test_sql_version_prints_one_migrations_statements_and_all_of_them_in_order_s
     assert [v for v, _, _ in versions(admin)] == [m.version for m in MIGRATIONS]
     unknown = cli("sql", "--version", str(VERSION + 1))
     assert unknown.exit_code == 2
+    with pytest.raises(ValueError, match=f"no schema version {VERSION + 1}"):
+        statements_of(VERSION + 1)
+    assert statements_of() == SETUP_STATEMENTS
 
 
 async def test_a_queue_given_its_schema_reads_the_version_there(

@@ -153,9 +153,9 @@ def expected(upto: int | None = None) -> Expectations:
     return found
 
 
-def statements_of(version: int | None = None, *, since: int = 0) -> tuple[str, ...]:
-    """The statements of migration `version`, or of every migration after `since`
-    (default: all of them, `SETUP_STATEMENTS`). Raises `ValueError` for an unknown version."""
+def statements_of(version: int | None = None) -> tuple[str, ...]:
+    """The statements of migration `version` (its record last), or of every migration
+    (`SETUP_STATEMENTS`). Raises `ValueError` for an unknown version."""
     if version is not None:
         for migration in MIGRATIONS:
             if migration.version == version:
@@ -163,7 +163,7 @@ def statements_of(version: int | None = None, *, since: int = 0) -> tuple[str, .
         raise ValueError(
             f"there is no schema version {version}: this code knows versions 1 to {VERSION}"
         )
-    return tuple(s for m in MIGRATIONS if m.version > since for s in m.all_statements())
+    return SETUP_STATEMENTS
 
 
 async def recorded_version(conn: psycopg.AsyncConnection[Any]) -> int | None:
