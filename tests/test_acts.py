@@ -429,7 +429,7 @@ def test_the_acts_table_itself_refuses_a_row_that_is_not_a_code(
     admin, column: str, value: str
 ) -> None:
     # Set the tables up (a sync test: no event loop needed).
-    from axa_queue.sql import SETUP_STATEMENTS
+    from axa_queue.schema import SETUP_STATEMENTS
 
     with admin.transaction():
         for statement in SETUP_STATEMENTS:

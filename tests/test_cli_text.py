@@ -14,7 +14,7 @@ import psycopg
 from click.testing import CliRunner, Result
 
 from axa_queue.cli import main
-from axa_queue.sql import SETUP_STATEMENTS
+from axa_queue.schema import SETUP_STATEMENTS
 
 EVIL_NAME = "Report\x1b[31m\u202eevil\x07"
 EVIL_ERROR = "boom\x1b]0;owned\x07 \u202etxt.exe\u200b"

@@ -41,7 +41,7 @@ from axa_queue.cli import main
 from axa_queue.jobs import LATEST_RUN_AT, MAX_ARGS_DEPTH, MAX_NAME_CHARS
 from axa_queue.options import MAX_DURATION
 from axa_queue.retries import describe, first_line
-from axa_queue.sql import SETUP_STATEMENTS
+from axa_queue.schema import SETUP_STATEMENTS
 from conftest import eventually, running, status_of
 
 SECRET = "943 476 5919"

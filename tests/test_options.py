@@ -374,7 +374,7 @@ def test_every_named_statement_is_used_by_the_package() -> None:
     for name, value in vars(sql).items():
         if not (name.isupper() and isinstance(value, str)):
             continue
-        if value in sql.SETUP_STATEMENTS:
+        if value in axa_queue.SETUP_STATEMENTS:
             continue  # sent as part of SETUP_STATEMENTS
         if name in sql.__all__:
             continue  # published for users (checked below)
@@ -385,7 +385,7 @@ def test_every_named_statement_is_used_by_the_package() -> None:
 
 def test_the_published_channel_is_the_one_listened_on_and_notified() -> None:
     assert f"LISTEN {sql.CHANNEL}" == sql.LISTEN
-    assert f"pg_notify('{sql.CHANNEL}'" in sql.SETUP_NOTIFY_FUNCTION
+    assert f"pg_notify('{sql.CHANNEL}'" in axa_queue.schema.migrations.SETUP_NOTIFY_FUNCTION
 
 
 def test_every_module_of_the_package_starts_with_a_docstring() -> None:

@@ -28,9 +28,11 @@ from click.testing import CliRunner
 
 import pgbouncer
 from axa_queue import NewJob, Queue, QueueOptions, Schedule, sql
+from axa_queue import schema as axa_schema
 from axa_queue.acts import cancel
 from axa_queue.cli import main
 from axa_queue.errors import OptionsError
+from axa_queue.schema import MISSING_TRIGGERS, migrations
 from conftest import FAST, eventually, running, status_of
 
 LISTEN_WARNING = "LISTEN cannot pass a transaction pooler"
@@ -246,7 +248,12 @@ async def test_a_queue_given_a_schema_works_through_pgbouncer(
         "WHERE table_name LIKE 'axa%%' AND table_schema = %s ORDER BY table_name",
         (schema,),
     ).fetchall()
-    assert tables == [(schema, "axa_job_acts"), (schema, "axa_queue"), (schema, "axa_schedule")]
+    assert tables == [
+        (schema, "axa_job_acts"),
+        (schema, "axa_queue"),
+        (schema, "axa_schedule"),
+        (schema, "axa_schema_version"),
+    ]
 
 
 async def test_every_statement_of_a_queue_given_a_schema_names_it(
@@ -297,23 +304,26 @@ async def test_every_statement_of_a_queue_given_a_schema_names_it(
 
 
 def test_in_schema_names_the_tables_and_functions_and_leaves_channel_and_settings() -> None:
-    bare = re.compile(r"(?<![\w.\"'])(axa_queue|axa_schedule|axa_job_acts)(?![\w'.])")
-    for name in dir(sql):
-        statement = getattr(sql, name)
-        if not name.isupper() or not isinstance(statement, str) or name == "CHANNEL":
-            continue
-        named = sql.in_schema(statement, "jobs")
-        left = [m for m in bare.finditer(named) if named[: m.start()][-7:] != "LISTEN "]
-        assert not left, (name, named)
+    bare = re.compile(
+        r"(?<![\w.\"'])(axa_queue|axa_schedule|axa_job_acts|axa_schema_version)(?![\w'.])"
+    )
+    for module in (sql, axa_schema, migrations):
+        for name in dir(module):
+            statement = getattr(module, name)
+            if not name.isupper() or not isinstance(statement, str) or name == "CHANNEL":
+                continue
+            named = sql.in_schema(statement, "jobs")
+            left = [m for m in bare.finditer(named) if named[: m.start()][-7:] != "LISTEN "]
+            assert not left, (name, named)
     assert sql.in_schema(sql.LISTEN, "jobs") == sql.LISTEN
-    function = sql.in_schema(sql.SETUP_NOTIFY_FUNCTION, "jobs")
+    function = sql.in_schema(migrations.SETUP_NOTIFY_FUNCTION, "jobs")
     assert "pg_notify('axa_queue', TG_TABLE_SCHEMA" in function
     assert "current_setting('axa_queue.notify', true)" in function
     assert 'FUNCTION "jobs".axa_queue_notify()' in function
-    trigger = sql.in_schema(sql.SETUP_NOTIFY_TRIGGER, "jobs")
+    trigger = sql.in_schema(migrations.SETUP_NOTIFY_TRIGGER, "jobs")
     assert "TRIGGER axa_queue_notify\n" in trigger  # a trigger's name takes no schema
     assert 'EXECUTE FUNCTION "jobs".axa_queue_notify()' in trigger
-    assert "to_regclass('\"jobs\".axa_job_acts')" in sql.in_schema(sql.MISSING_TRIGGERS, "jobs")
+    assert "to_regclass('\"jobs\".axa_job_acts')" in sql.in_schema(MISSING_TRIGGERS, "jobs")
     assert "WHERE axa_schedule.archived_at" in sql.in_schema(sql.SCHEDULES_SEEN, "jobs")
 
 

@@ -23,7 +23,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from axa_queue import Queue, SchemaError
 from axa_queue.cli import main
-from axa_queue.sql import SETUP_STATEMENTS
+from axa_queue.schema import SETUP_STATEMENTS
 
 GRANTS = """
 GRANT USAGE ON SCHEMA {schema} TO {role};

@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from axa_queue import JobState, SyncQueue, cancel, job_on, jobs_on
 from axa_queue.cli import main
-from axa_queue.sql import SETUP_STATEMENTS
+from axa_queue.schema import SETUP_STATEMENTS
 
 LATEST = datetime.max.replace(tzinfo=timezone.utc)
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)

@@ -14,7 +14,7 @@ from click.testing import CliRunner, Result
 
 from axa_queue import Queue, QueueOptions
 from axa_queue.cli import main
-from axa_queue.sql import SETUP_STATEMENTS
+from axa_queue.schema import SETUP_STATEMENTS
 from conftest import status_of
 
 

@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 import seed_crate as crate
 from axa_queue import SETUP_STATEMENTS, Queue, QueueOptions, SchemaError
-from axa_queue.sql import SETUP_LOCK
+from axa_queue.schema import SETUP_LOCK
 from conftest import eventually, running, status_of
 
 TABLES = ("axa_queue", "axa_schedule", "axa_job_acts")

@@ -30,7 +30,7 @@ from axa_queue import (
     jobs_on,
     retry,
 )
-from axa_queue.sql import SETUP_STATEMENTS
+from axa_queue.schema import SETUP_STATEMENTS
 from conftest import eventually, running, status_of
 
 

@@ -11,7 +11,7 @@ def test_sync_code_queues_inspects_and_acts_on_jobs_without_an_event_loop(dsn, a
     Queue(dsn).sync()  # a queue defined for workers hands out a sync twin of itself
     with SyncQueue(dsn) as jobs:
         admin.execute("SELECT 1")
-        from axa_queue.sql import SETUP_STATEMENTS
+        from axa_queue.schema import SETUP_STATEMENTS
 
         for statement in SETUP_STATEMENTS:
             admin.execute(statement)

@@ -37,7 +37,7 @@ from .options import QueueOptions
 from .queue import Queue
 from .retries import backoff
 from .schedules import Schedule, ScheduleInfo
-from .sql import SETUP_STATEMENTS
+from .schema.migrations import SETUP_STATEMENTS
 from .sync import SyncQueue
 
 __version__ = "0.1.0"

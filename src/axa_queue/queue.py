@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
-import functools
 import logging
-import re
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar, overload
 from uuid import UUID
@@ -26,9 +22,9 @@ from psycopg_pool import AsyncConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 from typing_extensions import Unpack
 
-from . import maintenance, pooler, schedules, sql
+from . import maintenance, pooler, schedules, schema, sql
 from .acts import Act, acts_call
-from .errors import NotOpenError, OptionsError, ScheduleError, SchemaError
+from .errors import NotOpenError, OptionsError, ScheduleError
 from .handlers import HandlerFunction, JobHandler
 from .jobs import (
     Counts,
@@ -61,10 +57,6 @@ log = logging.getLogger("axa_queue")
 A = TypeVar("A")
 T = TypeVar("T")
 
-
-ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate", "axa_job_acts_role")
-"""The refusing triggers and the one recording each act's role, which `check` requires,
-each set to fire always."""
 
 SEEN_EVERY = 30.0
 """Seconds between notes that this process still has its schedules in code."""
@@ -206,11 +198,15 @@ class Queue:
             )
         async with await self._first_connection(self.dsn) as conn:
             if setup:
-                await _allowed_setup(conn, self.options.seconds("setup_lock_timeout"))
-            await _check(conn)
+                await schema.allowed_setup(
+                    conn,
+                    self.options.seconds("setup_lock_timeout"),
+                    self.options.resolved_schema(),
+                )
+            await schema.check(conn)
             row = await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone()
             self.schema = self.options.resolved_schema() or (row[0] if row and row[0] else "public")
-            row = await (await conn.execute(sql.HAS_NOTIFY_TRIGGER)).fetchone()
+            row = await (await conn.execute(schema.HAS_NOTIFY_TRIGGER)).fetchone()
             self.notifies = bool(row and row[0])
         if self.options.listen and not self.notifies:
             log.warning(
@@ -288,16 +284,21 @@ class Queue:
             return await run_async(conn, call)
 
     async def setup(self) -> None:
-        """Bring the tables up to date: nothing (and no lock) when they are, else
-        `SETUP_STATEMENTS` in one transaction under the setup lock, bounded by
-        `setup_lock_timeout`."""
+        """Bring the tables up to date: nothing (and no lock) when they are, else the
+        migrations the database lacks, in one transaction under the setup lock, bounded
+        by `setup_lock_timeout` (see `axa_queue.schema`)."""
         async with self.pool.connection() as conn:
-            await _allowed_setup(conn, self.options.seconds("setup_lock_timeout"))
+            await schema.allowed_setup(
+                conn,
+                self.options.seconds("setup_lock_timeout"),
+                self.options.resolved_schema(),
+            )
 
     async def check(self) -> None:
-        """Raise `SchemaError` unless every table, column and refusing trigger is there."""
+        """Raise `SchemaError` when the database's schema version is older than this
+        code's, or a table, column or refusing trigger is missing; a newer one is fine."""
         async with self.pool.connection() as conn:
-            await _check(conn)
+            await schema.check(conn)
 
     async def ping(self) -> None:
         """Raise unless the database answers."""
@@ -477,163 +478,3 @@ class QuickPool(AsyncConnectionPool):
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(sql.SESSION_SETTINGS)
-
-
-@dataclass(frozen=True)
-class Expectations:
-    """What the tables must have once `SETUP_STATEMENTS` ran, read from those statements
-    (and the `CHECK_*` column lists), so a column, index or trigger added to setup is
-    checked with nothing more to write. `sql.SETUP_MISSING` takes them as parameters."""
-
-    tables: tuple[str, ...] = ()
-    columns: tuple[tuple[str, str], ...] = ()
-    indexes: tuple[str, ...] = ()
-    constraints: tuple[tuple[str, str], ...] = ()
-    functions: tuple[tuple[str, str], ...] = ()
-    """(name, body) of each function taking no argument."""
-    triggers: tuple[tuple[str, str, bool], ...] = ()
-    """(table, name, whether it must fire always)."""
-    storage: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    """(table, its `reloptions` that must be set)."""
-
-    def __add__(self, other: Expectations) -> Expectations:
-        return Expectations(
-            *(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self))
-        )
-
-    def params(self) -> dict[str, Any]:
-        """The parameters of `sql.SETUP_MISSING`."""
-        return {
-            "tables": list(self.tables),
-            "column_tables": [t for t, _ in self.columns],
-            "columns": [c for _, c in self.columns],
-            "indexes": list(self.indexes),
-            "constraint_tables": [t for t, _ in self.constraints],
-            "constraints": [c for _, c in self.constraints],
-            "functions": [f for f, _ in self.functions],
-            "bodies": [b for _, b in self.functions],
-            "trigger_tables": [t for t, _, _ in self.triggers],
-            "triggers": [g for _, g, _ in self.triggers],
-            "trigger_always": [a for _, _, a in self.triggers],
-            "storage_tables": [t for t, settings in self.storage for _ in settings],
-            "storage": [s for _, settings in self.storage for s in settings],
-        }
-
-
-def expectations_of(statement: str) -> Expectations:
-    """What one setup (or `CHECK_*`) statement makes sure of, read from its text."""
-    always = set(re.findall(r"ENABLE ALWAYS TRIGGER (\w+)", statement))
-    storage = re.search(r"'(\w+)'::regclass\)\s+@> ARRAY\[([^\]]*)\]", statement)
-    checked = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
-    return Expectations(
-        tables=tuple(re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", statement)),
-        columns=tuple(
-            (table, column)
-            for table, column in re.findall(
-                r"ALTER TABLE (\w+) ADD COLUMN IF NOT EXISTS (\w+)", statement
-            )
-        )
-        + (tuple((checked[2], c.strip()) for c in checked[1].split(",")) if checked else ()),
-        indexes=tuple(re.findall(r"CREATE INDEX IF NOT EXISTS (\w+)", statement)),
-        constraints=tuple(re.findall(r"ALTER TABLE (\w+) ADD CONSTRAINT (\w+)", statement)),
-        functions=tuple(
-            re.findall(r"CREATE OR REPLACE FUNCTION (\w+)\(\).*?AS \$\$(.*?)\$\$", statement, re.S)
-        ),
-        triggers=tuple(
-            (table, name, name in always)
-            for name, table in re.findall(
-                r"CREATE OR REPLACE TRIGGER (\w+)\s.*?\bON (\w+)", statement, re.S
-            )
-        )
-        + tuple(
-            (table, name, True)
-            for table in re.findall(r"ALTER TABLE (\w+)\s+ENABLE ALWAYS", statement)
-            for name in sorted(always)
-        ),
-        storage=(((storage[1], tuple(re.findall(r"'([^']*)'", storage[2]))),) if storage else ()),
-    )
-
-
-@functools.cache
-def setup_expectations() -> Expectations:
-    """Everything `SETUP_STATEMENTS` make sure of (see `Expectations`)."""
-    found = Expectations()
-    for statement in (*sql.SETUP_STATEMENTS, sql.CHECK_QUEUE, sql.CHECK_SCHEDULE, sql.CHECK_ACTS):
-        found += expectations_of(statement)
-    always = {name for _, name, a in found.triggers if a}
-    return dataclasses.replace(
-        found,
-        columns=tuple(dict.fromkeys(found.columns)),
-        triggers=tuple(dict.fromkeys((t, n, n in always) for t, n, _ in found.triggers)),
-    )
-
-
-async def setup_missing(conn: psycopg.AsyncConnection[Any]) -> list[str]:
-    """What setup would still change in the schema `conn` reaches, one line each ("column
-    axa_queue.priority"); empty when the tables are up to date. Reads only the catalogs."""
-    cursor = await conn.execute(sql.SETUP_MISSING, setup_expectations().params())
-    return [row[0] for row in await cursor.fetchall()]
-
-
-async def _setup(conn: psycopg.AsyncConnection[Any], lock_timeout: float = 5.0) -> None:
-    """Bring the tables up to date, taking no lock at all when they are (the usual start
-    of a worker); else run `SETUP_STATEMENTS` under the setup lock, each waiting for a
-    table lock no longer than `lock_timeout` seconds (0: as long as it takes)."""
-    if not await setup_missing(conn):
-        return
-    current = "the setup lock"
-    try:
-        async with conn.transaction():
-            await conn.execute(sql.SETUP_LOCK_TIMEOUT, (f"{round(lock_timeout * 1000)}ms",))
-            await conn.execute(sql.TAKE_SETUP_LOCK, (sql.SETUP_LOCK,))
-            if not await setup_missing(conn):
-                return  # another process set the tables up while this one waited
-            for statement in sql.SETUP_STATEMENTS:
-                found = re.search(r"\b(?:ON|TABLE(?: IF NOT EXISTS)?)\s+(axa_\w+)", statement)
-                current = found[1] if found else current
-                await conn.execute(statement)
-    except psycopg.errors.LockNotAvailable:
-        raise SchemaError(
-            f"could not set up the tables within {lock_timeout:g} s: another transaction "
-            f"holds a lock on {current}; retry, or run `axa-queue setup` when the database "
-            "is quiet (workers can then start with --no-setup)"
-        ) from None
-
-
-async def _allowed_setup(conn: psycopg.AsyncConnection[Any], lock_timeout: float) -> None:
-    """`_setup`, or a `SchemaError` saying what to do when this role may not run it (the
-    least-privilege role of docs/production.md may not)."""
-    try:
-        await _setup(conn, lock_timeout)
-    except psycopg.errors.InsufficientPrivilege as error:
-        raise SchemaError(
-            f"this database role may not set the job queue's tables up "
-            f"({error.diag.message_primary}): open the queue with setup=False (a worker: "
-            "`axa-queue worker --no-setup`), which only checks the tables, and run "
-            "`axa-queue setup` (or the statements `axa-queue sql` prints, in a migration) "
-            "as the role that owns them"
-        ) from error
-
-
-async def _check(conn: psycopg.AsyncConnection[Any]) -> None:
-    for statement, table in (
-        (sql.CHECK_QUEUE, "axa_queue"),
-        (sql.CHECK_SCHEDULE, "axa_schedule"),
-        (sql.CHECK_ACTS, "axa_job_acts"),
-    ):
-        try:
-            async with conn.transaction():
-                await conn.execute(statement)
-        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as error:
-            raise SchemaError(
-                f"the job queue's table {table} is missing or out of date ({error.diag.message_primary}): "
-                "run the setup statements (`axa-queue setup`, or `axa-queue sql` in a migration)"
-            ) from None
-    cursor = await conn.execute(sql.MISSING_TRIGGERS, (list(ACTS_TRIGGERS),))
-    missing = [row[0] for row in await cursor.fetchall()]
-    if missing:
-        raise SchemaError(
-            f"the job queue is missing, or has turned off, the trigger(s) {', '.join(missing)} "
-            "on axa_job_acts, so acts could be changed or not record their role: run the setup "
-            "statements (`axa-queue setup`, or `axa-queue sql` in a migration)"
-        )

@@ -7,6 +7,8 @@ import click
 from .. import __version__, sql
 from ..options import QueueOptions
 from ..queue import Queue
+from ..schema import VERSION as SCHEMA_VERSION
+from ..schema import statements_of
 from .conventions import answer, dsn_option, reported
 from .text import shown
 
@@ -39,7 +41,14 @@ def setup(dsn: str | None) -> None:
     metavar="NAME",
     help="Name this schema in every statement. Default: none, so the search_path decides.",
 )
-def sql_command(schema: str | None) -> None:
+@click.option(
+    "--version",
+    "version",
+    type=click.IntRange(1, SCHEMA_VERSION),
+    metavar="N",
+    help="Print only migration N's statements (for a new migration). Default: all of them.",
+)
+def sql_command(schema: str | None, version: int | None) -> None:
     """Print the setup statements, for a migration tool.
 
     They are what `setup` runs: run them in one transaction; each is safe to run again.
@@ -49,7 +58,7 @@ def sql_command(schema: str | None) -> None:
             schema = QueueOptions(schema=schema).schema
     click.echo(f"-- axa-queue {__version__}: the job queue's tables, indexes and triggers.")
     click.echo("-- Run in one transaction; every statement is safe to run again.\n")
-    for statement in sql.SETUP_STATEMENTS:
+    for statement in statements_of(version):
         if schema is not None:
             statement = sql.in_schema(statement, schema)
         click.echo(f"{statement.strip()};\n")

@@ -1,0 +1,472 @@
+"""The job queue's schema as ordered migrations, each a list of statements safe to repeat.
+
+The tables are the reference crate's (`axa_queue`, `axa_schedule`, `axa_job_acts`)
+with the same columns, types and status strings, so a Rust service using the crate
+and a Python service using this package can share one queue. Migration 1 is the
+crate's own setup (which also upgrades axa 0.1.0's table in place) and the table that
+records which migrations ran (`axa_schema_version`); migration 2 is what this package
+adds: indexes, CHECK constraints marked NOT VALID, a column recording each act's role,
+table storage settings and a statement-level trigger that sends one notification per
+INSERT statement.
+
+Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
+guarded `DO` blocks), so it brings any earlier state up to date in place, and the
+crate and older workers keep running on the result (docs/schema.md). Each ends by
+recording its version, and declares what it makes sure of (`Expectations`), which
+setup checks in the catalogs before deciding there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
+
+# --- Migration 1: the crate's statements, in the crate's order, and the version table ---
+
+SETUP_QUEUE = """CREATE TABLE IF NOT EXISTS axa_queue (
+    id UUID PRIMARY KEY,
+    name TEXT NOT NULL,
+    args JSONB NOT NULL,
+    status TEXT NOT NULL DEFAULT 'queued',
+    error TEXT,
+    run_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    started_at TIMESTAMPTZ,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""The jobs table as axa 0.1.0 made it; later statements bring it up to date."""
+
+SETUP_ATTEMPTS = (
+    "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS attempts INTEGER NOT NULL DEFAULT 0"
+)
+"""Runs so far; each claim adds one, and it fences every later write of that run."""
+
+SETUP_MAX_ATTEMPTS = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS max_attempts INTEGER"
+"""A job's own limit on tries, or NULL for the worker's default."""
+
+SETUP_READY_INDEX = (
+    "CREATE INDEX IF NOT EXISTS axa_queue_ready ON axa_queue (run_at) WHERE status = 'queued'"
+)
+"""Queued jobs by due time (axa 0.1.0's claim index)."""
+
+SETUP_PRIORITY = (
+    "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS priority SMALLINT NOT NULL DEFAULT 0"
+)
+"""Higher runs first."""
+
+SETUP_TIMEOUT = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS timeout_ms BIGINT"
+"""A job's own time limit per run, or NULL for none."""
+
+SETUP_CLAIM_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_claim
+    ON axa_queue (priority DESC, run_at) WHERE status = 'queued'"""
+"""Queued jobs in claim order; small, because finished rows are not in it."""
+
+SETUP_SCHEDULE = """CREATE TABLE IF NOT EXISTS axa_schedule (
+    name TEXT PRIMARY KEY,
+    due_at TIMESTAMPTZ NOT NULL,
+    last_job UUID,
+    interval_ms BIGINT,
+    seen_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    archived_at TIMESTAMPTZ,
+    created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    updated_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""One row per recurring schedule: when it is next due and the last job it queued."""
+
+SETUP_ACTS = """CREATE TABLE IF NOT EXISTS axa_job_acts (
+    id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    job_id UUID NOT NULL,
+    job_name TEXT NOT NULL,
+    act TEXT NOT NULL CHECK (act IN ('cancelled', 'retried', 'released')),
+    attempts INTEGER NOT NULL,
+    by TEXT NOT NULL CHECK (length(by) BETWEEN 1 AND 200 AND by !~ '[[:cntrl:]]'),
+    reason TEXT NOT NULL CHECK (length(reason) BETWEEN 1 AND 200 AND reason !~ '[[:cntrl:]]'),
+    at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""A person's acts on jobs: a record, only ever inserted into, with no foreign key so it
+outlives the job's row."""
+
+SETUP_ACTS_INDEX = "CREATE INDEX IF NOT EXISTS axa_job_acts_job ON axa_job_acts (job_id, id)"
+"""A job's acts in order."""
+
+SETUP_ACTS_REFUSE = """CREATE OR REPLACE FUNCTION axa_job_acts_refuse() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION '% on % is refused: acts on jobs are only ever added to',
+        TG_OP, TG_TABLE_NAME;
+END
+$$"""
+"""Refuses whatever fired it, whoever sent it."""
+
+SETUP_ACTS_ROWS = """CREATE OR REPLACE TRIGGER axa_job_acts_refuse
+    BEFORE UPDATE OR DELETE ON axa_job_acts
+    FOR EACH ROW EXECUTE FUNCTION axa_job_acts_refuse()"""
+"""No act is ever changed or deleted."""
+
+SETUP_ACTS_TRUNCATE = """CREATE OR REPLACE TRIGGER axa_job_acts_refuse_truncate
+    BEFORE TRUNCATE ON axa_job_acts
+    FOR EACH STATEMENT EXECUTE FUNCTION axa_job_acts_refuse()"""
+"""Nor is the table emptied."""
+
+SETUP_ACTS_ALWAYS = """ALTER TABLE axa_job_acts
+    ENABLE ALWAYS TRIGGER axa_job_acts_refuse,
+    ENABLE ALWAYS TRIGGER axa_job_acts_refuse_truncate"""
+"""The refusals fire even with `session_replication_role = replica`."""
+
+SETUP_VERSION_TABLE = """CREATE TABLE IF NOT EXISTS axa_schema_version (
+    version INTEGER PRIMARY KEY,
+    name TEXT NOT NULL,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""One row per migration applied, so `check` can tell a database older than the code;
+the crate and older workers never read it."""
+
+SETUP_VERSION_READ = "GRANT SELECT ON axa_schema_version TO PUBLIC"
+"""Every role may read the versions (no private value in them), so `check` works for a
+worker's role with only the grants docs/production.md gives."""
+
+RECORD_1 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (1, 'the crate''s tables') ON CONFLICT (version) DO NOTHING"""
+"""Migration 1 is applied."""
+
+# --- Migration 2: what this package adds, all additive -----------------------------------
+
+SETUP_RUNNING_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_running
+    ON axa_queue (updated_at) WHERE status = 'running'"""
+"""Running jobs by last report, so stale recovery reads only running rows."""
+
+SETUP_FINISHED_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_finished
+    ON axa_queue (updated_at) WHERE status IN ('completed', 'failed', 'cancelled')"""
+"""Finished jobs by age, so retention deletes in small batches without a table scan."""
+
+SETUP_PICK_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_pick
+    ON axa_queue (name, priority DESC, run_at) WHERE status = 'queued'"""
+"""Queued jobs by name in claim order, so a worker reads only the names it handles, at
+exactly the priority level it wants; on a large existing table, create it CONCURRENTLY
+first (setup then skips it)."""
+
+SETUP_REVIEW_INDEX = """CREATE INDEX IF NOT EXISTS axa_queue_review
+    ON axa_queue (updated_at) WHERE status = 'needs_review'"""
+"""Jobs waiting for a person, for review screens."""
+
+SETUP_STATE_CHECK = """DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conname = 'axa_queue_state_valid' AND conrelid = 'axa_queue'::regclass
+    ) THEN
+        ALTER TABLE axa_queue ADD CONSTRAINT axa_queue_state_valid CHECK (
+            status IN ('queued', 'running', 'completed', 'failed', 'cancelled', 'needs_review')
+            AND attempts >= 0
+            AND (status <> 'running' OR started_at IS NOT NULL)
+        ) NOT VALID;
+    END IF;
+END
+$$"""
+"""The table refuses unknown states, and a running job without a start; NOT VALID so
+rows already there are not rescanned (an old table may hold anything)."""
+
+SETUP_ACTS_ROLE = """DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attribute
+        WHERE attrelid = 'axa_job_acts'::regclass AND attname = 'db_role' AND NOT attisdropped
+    ) THEN
+        ALTER TABLE axa_job_acts ADD COLUMN IF NOT EXISTS db_role TEXT,
+            ALTER COLUMN db_role SET DEFAULT current_user;
+    END IF;
+END
+$$"""
+"""Each act keeps the database role that inserted it (`current_user`), whoever's
+statement it was, the Rust crate's included. Acts kept before the column was added
+have none (NULL), rather than the role that ran setup; added once, so later setups take
+no lock."""
+
+SETUP_ACTS_ROLE_FUNCTION = """CREATE OR REPLACE FUNCTION axa_job_acts_role() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.db_role := current_user;
+    RETURN NEW;
+END
+$$"""
+"""Sets an act's role to the role inserting it, whatever the INSERT said."""
+
+SETUP_ACTS_ROLE_TRIGGER = """CREATE OR REPLACE TRIGGER axa_job_acts_role
+    BEFORE INSERT ON axa_job_acts
+    FOR EACH ROW EXECUTE FUNCTION axa_job_acts_role()"""
+"""No insert chooses its own `db_role`: a role that may insert acts can write any `by`,
+but not another role's name."""
+
+SETUP_ACTS_ROLE_ALWAYS = "ALTER TABLE axa_job_acts ENABLE ALWAYS TRIGGER axa_job_acts_role"
+"""It fires even with `session_replication_role = replica`."""
+
+SETUP_ACTS_CODES = r"""DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_constraint
+        WHERE conname = 'axa_job_acts_codes_visible' AND conrelid = 'axa_job_acts'::regclass
+    ) THEN
+        ALTER TABLE axa_job_acts ADD CONSTRAINT axa_job_acts_codes_visible CHECK (
+            by !~ '^ | $|[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]'
+            AND reason !~ '^ | $|[\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]'
+        ) NOT VALID;
+    END IF;
+END
+$$"""
+"""The table refuses a `by` or `reason` with a space first or last (so a blank one) or
+with an invisible character PostgreSQL's `[[:cntrl:]]` lets through: zero-width and
+bidi controls (U+200B..U+200F, U+202A..U+202E, U+2066..U+2069), line and paragraph
+separators, the BOM, soft hyphen and tag characters. `acts.check_code` refuses all this
+and more before anything is sent; this keeps acts other clients insert visible too. NOT
+VALID, so acts already kept are not rescanned (and they may never be changed)."""
+
+SETUP_STORAGE = """DO $$
+BEGIN
+    IF NOT coalesce((SELECT reloptions FROM pg_class WHERE oid = 'axa_queue'::regclass)
+                    @> ARRAY['fillfactor=80', 'autovacuum_vacuum_scale_factor=0.02',
+                             'autovacuum_analyze_scale_factor=0.02'], false) THEN
+        ALTER TABLE axa_queue SET (fillfactor = 80, autovacuum_vacuum_scale_factor = 0.02,
+                                   autovacuum_analyze_scale_factor = 0.02);
+    END IF;
+END
+$$"""
+"""Room on each page for a row's new versions (claims, endings, heartbeats) to stay on
+its page, and vacuum that keeps up with a hot table; set once, so later setups take no
+lock. (Heartbeats are not HOT updates: `updated_at` keys the partial indexes that stale
+recovery and retention read.)"""
+
+SETUP_NOTIFY_FUNCTION = """CREATE OR REPLACE FUNCTION axa_queue_notify() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    earliest TIMESTAMPTZ;
+BEGIN
+    IF current_setting('axa_queue.notify', true) IS DISTINCT FROM 'off' THEN
+        SELECT min(run_at) INTO earliest FROM axa_queue_inserted WHERE status = 'queued';
+        IF earliest IS NOT NULL THEN
+            PERFORM pg_notify('axa_queue', TG_TABLE_SCHEMA || ' '
+                || greatest(EXTRACT(EPOCH FROM earliest) - EXTRACT(EPOCH FROM now()),
+                            0)::float8::text);
+        END IF;
+    END IF;
+    RETURN NULL;
+END
+$$"""
+"""One notification per INSERT statement, however many rows, saying when the earliest
+new job is due; `SET axa_queue.notify = off` silences it for a session. The delay is a
+difference of epoch seconds, so a `run_at` of `infinity` (another client's) is no
+error before PostgreSQL 17, where timestamps at infinity cannot be subtracted."""
+
+SETUP_NOTIFY_TRIGGER = """CREATE OR REPLACE TRIGGER axa_queue_notify
+    AFTER INSERT ON axa_queue REFERENCING NEW TABLE AS axa_queue_inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION axa_queue_notify()"""
+"""Wakes workers for jobs queued by anyone, the Rust crate included."""
+
+RECORD_2 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (2, 'axa-queue''s additions') ON CONFLICT (version) DO NOTHING"""
+"""Migration 2 is applied."""
+
+# --- Migrations ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expectations:
+    """What the tables must have once some migrations ran, declared by each migration
+    next to its statements. `SETUP_MISSING` takes them as parameters (`params`) and names
+    each thing missing the way `lines` does."""
+
+    tables: tuple[str, ...] = ()
+    columns: tuple[tuple[str, str], ...] = ()
+    """(table, column)."""
+    indexes: tuple[str, ...] = ()
+    constraints: tuple[tuple[str, str], ...] = ()
+    """(table, constraint)."""
+    functions: tuple[tuple[str, str], ...] = ()
+    """(name, body) of each function taking no argument."""
+    triggers: tuple[tuple[str, str, bool], ...] = ()
+    """(table, name, whether it must fire always)."""
+    storage: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """(table, its `reloptions` that must be set)."""
+
+    def __add__(self, other: Expectations) -> Expectations:
+        return Expectations(
+            *(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self))
+        )
+
+    def lines(self) -> set[str]:
+        """Each thing expected, named as `SETUP_MISSING` names it when it is missing."""
+        return {
+            *(f"table {t}" for t in self.tables),
+            *(f"column {t}.{c}" for t, c in self.columns),
+            *(f"index {i}" for i in self.indexes),
+            *(f"constraint {c}" for _, c in self.constraints),
+            *(f"function {f}()" for f, _ in self.functions),
+            *(f"trigger {g}" for _, g, _ in self.triggers),
+            *(f"storage settings of {t}" for t, _ in self.storage),
+        }
+
+    def params(self) -> dict[str, Any]:
+        """The parameters of `SETUP_MISSING`."""
+        return {
+            "tables": list(self.tables),
+            "column_tables": [t for t, _ in self.columns],
+            "columns": [c for _, c in self.columns],
+            "indexes": list(self.indexes),
+            "constraint_tables": [t for t, _ in self.constraints],
+            "constraints": [c for _, c in self.constraints],
+            "functions": [f for f, _ in self.functions],
+            "bodies": [b for _, b in self.functions],
+            "trigger_tables": [t for t, _, _ in self.triggers],
+            "triggers": [g for _, g, _ in self.triggers],
+            "trigger_always": [a for _, _, a in self.triggers],
+            "storage_tables": [t for t, settings in self.storage for _ in settings],
+            "storage": [s for _, settings in self.storage for s in settings],
+        }
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema: its statements, each safe to repeat, the statement
+    recording it in `axa_schema_version`, and what it makes sure of."""
+
+    version: int
+    name: str
+    statements: tuple[str, ...]
+    record: str
+    makes: Expectations
+
+    def all_statements(self) -> tuple[str, ...]:
+        """Its statements, then its record: what applying it runs."""
+        return (*self.statements, self.record)
+
+
+def body_of(function: str) -> str:
+    """The body of a `CREATE FUNCTION ... AS $$<body>$$` statement, as `pg_proc` keeps it."""
+    return function.split("$$")[1]
+
+
+QUEUE_COLUMNS = (
+    "id", "name", "args", "status", "error", "run_at", "started_at", "created_at",
+    "updated_at", "attempts", "max_attempts", "priority", "timeout_ms",
+)  # fmt: skip
+"""The jobs table's columns (`CHECK_QUEUE` selects them)."""
+
+SCHEDULE_COLUMNS = (
+    "name", "due_at", "last_job", "interval_ms", "seen_at", "archived_at", "created_at",
+    "updated_at",
+)  # fmt: skip
+"""The schedule table's columns (`CHECK_SCHEDULE` selects them)."""
+
+ACTS_COLUMNS = ("id", "job_id", "job_name", "act", "attempts", "by", "reason", "at")
+"""The acts table's columns as the crate makes it; migration 2 adds `db_role`."""
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "the crate's tables",
+        (
+            SETUP_QUEUE,
+            SETUP_ATTEMPTS,
+            SETUP_MAX_ATTEMPTS,
+            SETUP_READY_INDEX,
+            SETUP_PRIORITY,
+            SETUP_TIMEOUT,
+            SETUP_CLAIM_INDEX,
+            SETUP_SCHEDULE,
+            SETUP_ACTS,
+            SETUP_ACTS_INDEX,
+            SETUP_ACTS_REFUSE,
+            SETUP_ACTS_ROWS,
+            SETUP_ACTS_TRUNCATE,
+            SETUP_ACTS_ALWAYS,
+            SETUP_VERSION_TABLE,
+            SETUP_VERSION_READ,
+        ),
+        RECORD_1,
+        Expectations(
+            tables=("axa_queue", "axa_schedule", "axa_job_acts"),
+            columns=(
+                *(("axa_queue", c) for c in QUEUE_COLUMNS),
+                *(("axa_schedule", c) for c in SCHEDULE_COLUMNS),
+                *(("axa_job_acts", c) for c in ACTS_COLUMNS),
+            ),
+            indexes=("axa_queue_ready", "axa_queue_claim", "axa_job_acts_job"),
+            constraints=(
+                ("axa_queue", "axa_queue_pkey"),
+                ("axa_schedule", "axa_schedule_pkey"),
+                ("axa_job_acts", "axa_job_acts_pkey"),
+                ("axa_job_acts", "axa_job_acts_act_check"),
+                ("axa_job_acts", "axa_job_acts_by_check"),
+                ("axa_job_acts", "axa_job_acts_reason_check"),
+            ),
+            functions=(("axa_job_acts_refuse", body_of(SETUP_ACTS_REFUSE)),),
+            triggers=(
+                ("axa_job_acts", "axa_job_acts_refuse", True),
+                ("axa_job_acts", "axa_job_acts_refuse_truncate", True),
+            ),
+        ),
+    ),
+    Migration(
+        2,
+        "axa-queue's additions",
+        (
+            SETUP_RUNNING_INDEX,
+            SETUP_FINISHED_INDEX,
+            SETUP_REVIEW_INDEX,
+            SETUP_PICK_INDEX,
+            SETUP_STATE_CHECK,
+            SETUP_ACTS_ROLE,
+            SETUP_ACTS_ROLE_FUNCTION,
+            SETUP_ACTS_ROLE_TRIGGER,
+            SETUP_ACTS_ROLE_ALWAYS,
+            SETUP_ACTS_CODES,
+            SETUP_STORAGE,
+            SETUP_NOTIFY_FUNCTION,
+            SETUP_NOTIFY_TRIGGER,
+        ),
+        RECORD_2,
+        Expectations(
+            columns=(("axa_job_acts", "db_role"),),
+            indexes=(
+                "axa_queue_running",
+                "axa_queue_finished",
+                "axa_queue_review",
+                "axa_queue_pick",
+            ),
+            constraints=(
+                ("axa_queue", "axa_queue_state_valid"),
+                ("axa_job_acts", "axa_job_acts_codes_visible"),
+            ),
+            functions=(
+                ("axa_job_acts_role", body_of(SETUP_ACTS_ROLE_FUNCTION)),
+                ("axa_queue_notify", body_of(SETUP_NOTIFY_FUNCTION)),
+            ),
+            triggers=(
+                ("axa_job_acts", "axa_job_acts_role", True),
+                ("axa_queue", "axa_queue_notify", False),
+            ),
+            storage=(
+                (
+                    "axa_queue",
+                    (
+                        "fillfactor=80",
+                        "autovacuum_vacuum_scale_factor=0.02",
+                        "autovacuum_analyze_scale_factor=0.02",
+                    ),
+                ),
+            ),
+        ),
+    ),
+)
+"""Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
+
+VERSION = MIGRATIONS[-1].version
+"""The schema version this code needs: its newest migration."""
+
+SETUP_STATEMENTS: tuple[str, ...] = tuple(s for m in MIGRATIONS for s in m.all_statements())
+"""The ordered statements that make or update the tables: every migration in order, each
+followed by the statement recording its version; each safe to repeat, and the first
+fourteen are the crate's own. Needs PostgreSQL 14 or later. Run them in one transaction
+holding `pg_advisory_xact_lock(SETUP_LOCK)`, as `Queue.setup` does."""
