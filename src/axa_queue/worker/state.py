@@ -203,7 +203,8 @@ class State:
 
     def held_literals(self) -> tuple[str, str]:
         """The (ids, attempts) of every run this process holds, as array literals."""
-        held = [*self.runs.values(), *self.sending, *self.endings, *self.losing.values()]
+        every = [*self.runs.values(), *self.sending, *self.endings, *self.losing.values()]
+        held = list({one.key: one for one in every}.values())
         return (
             "{" + ",".join(r.id for r in held) + "}",
             "{" + ",".join(str(r.attempts) for r in held) + "}",
