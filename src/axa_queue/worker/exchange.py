@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg.rows import namedtuple_row
+from psycopg.rows import RowMaker
 
 from .. import sql
 from ..options import QueueOptions
@@ -173,7 +173,7 @@ class Exchange:
                 )
         sent = time.monotonic()
         try:
-            cursor = conn.cursor(row_factory=namedtuple_row)
+            cursor = conn.cursor(row_factory=_rows(self.options.max_attempts, sent))
             await cursor.execute(
                 sql.EXCHANGE,
                 {
@@ -191,26 +191,12 @@ class Exchange:
         except psycopg.OperationalError:
             await self.connections.exchange_broke(conn)
             raise
-        default_limit = self.options.max_attempts
-        claimed = [
-            Run(
-                row.id,
-                row.name,
-                row.attempts,
-                row.max_attempts if row.max_attempts is not None else default_limit,
-                None if row.timeout_ms is None else row.timeout_ms / 1000,
-                row.args,
-                sent,
-                order=(-row.priority, row.run_at),
-            )
-            for row in rows
-            if row.name is not None
-        ]
+        claimed = [row for row in rows if type(row) is Run]
         if len(claimed) > 1:
             claimed.sort(key=order_of)
         if len(rows) - len(claimed) == len(batch):
             return claimed, None  # every ending recorded (the usual case)
-        return claimed, {(row.id, row.attempts) for row in rows if row.name is None}
+        return claimed, {row for row in rows if type(row) is not Run}
 
     def _recorded(self, batch: list[Run], kept: set[tuple[str, int]] | None) -> None:
         """Count the endings recorded (all of them when `kept` is None) and tell the
@@ -227,3 +213,38 @@ class Exchange:
                 self.claims.lose(
                     one, "stopped: it finished after another worker or recovery took its claim"
                 )
+
+
+COLUMNS = ("id", "attempts", "name", "args", "max_attempts", "timeout_ms", "priority", "run_at")
+"""The columns `sql.EXCHANGE` returns, read by name."""
+
+
+def _rows(default_limit: int, sent: float) -> Any:
+    """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
+    becomes a `Run` and each ending recorded its (id, attempt). It finds every column
+    by its name once, then reads each row's values by those places: as cheap as reading
+    tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
+    the statement cannot shift the others."""
+
+    def factory(cursor: Any) -> RowMaker[Any]:
+        at = {column.name: i for i, column in enumerate(cursor.description or ())}
+        id_, attempts, name, args, limit, timeout, priority, run_at = (at[c] for c in COLUMNS)
+
+        def make(values: Any) -> Run | tuple[str, int]:
+            if values[name] is None:
+                return (values[id_], values[attempts])
+            ms = values[timeout]
+            return Run(
+                values[id_],
+                values[name],
+                values[attempts],
+                default_limit if values[limit] is None else values[limit],
+                None if ms is None else ms / 1000,
+                values[args],
+                sent,
+                order=(-values[priority], values[run_at]),
+            )
+
+        return make
+
+    return factory
