@@ -315,3 +315,32 @@ async def test_heartbeats_find_their_rows_by_primary_key_however_many_jobs_run(
     assert "axa_queue_pkey" in plan, plan
     assert "axa_queue_running" not in plan, plan
     assert "Seq Scan on axa_queue" not in plan, plan
+
+
+async def test_a_clock_set_on_the_connector_stamps_the_claim_and_the_ending(
+    make_queue, admin
+) -> None:
+    from datetime import datetime, timezone
+
+    queue = await make_queue(heartbeat_interval=0.05)
+    clock = datetime(2031, 5, 1, 9, 0, tzinfo=timezone.utc)
+    queue.connector.clock = clock
+    beaten = asyncio.Event()
+
+    @queue.handler("Stamped")
+    async def stamped(args: Any) -> None:
+        await beaten.wait()
+
+    job = await queue.enqueue("Stamped", {})
+    async with running(queue):
+        # The claim stamps `started_at` and `updated_at` with the clock (heartbeats,
+        # every 50 ms meanwhile, write the same clock again).
+        await eventually(lambda: status_of(admin, job)[0] == "running")
+        row = admin.execute(
+            "SELECT started_at, updated_at FROM axa_queue WHERE id = %s", (job,)
+        ).fetchone()
+        assert row == (clock, clock)
+        beaten.set()
+        await eventually(lambda: status_of(admin, job)[0] == "completed")
+    row = admin.execute("SELECT updated_at FROM axa_queue WHERE id = %s", (job,)).fetchone()
+    assert row == (clock,)

@@ -265,9 +265,7 @@ class Queue:
         pause = 0.25
         while True:
             try:
-                return await psycopg.AsyncConnection.connect(
-                    dsn, autocommit=True, **self.connect_kwargs()
-                )
+                return await self.connector.connect(session=False)
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
                 refused = (error.sqlstate or "")[:2] in ("28", "3D")  # login, database name
