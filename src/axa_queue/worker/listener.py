@@ -14,6 +14,7 @@ import psycopg
 from .. import sql
 from ..connector import Connector
 from ..options import QueueOptions
+from . import decisions
 from .state import State
 from .tasks import Troubles, summary
 
@@ -56,4 +57,4 @@ async def listen(
                 extra={"error": summary(error), "retry_in": pause},
             )
         await asyncio.sleep(pause)
-        pause = min(pause * 2, options.seconds("poll_interval"), 5.0)
+        pause = decisions.next_retry(pause, min(options.seconds("poll_interval"), 5.0))
