@@ -11,7 +11,7 @@ from typing import Any
 from psycopg import sql as pgsql
 
 from axa_queue import NewJob, sql
-from axa_queue.worker import Worker
+from axa_queue.worker.exchange import Exchange
 from conftest import eventually, running, status_of
 
 
@@ -50,13 +50,13 @@ async def test_many_endings_share_one_statement_when_jobs_are_claimed_ahead(
     make_queue, admin, monkeypatch
 ) -> None:
     batches: list[int] = []
-    exchange = Worker._exchange
+    exchange = Exchange.send
 
-    async def counted(self: Worker, batch: list[Any], free: int, wanted: Any) -> Any:
+    async def counted(self: Exchange, batch: list[Any], free: int, wanted: Any) -> Any:
         batches.append(len(batch))
         return await exchange(self, batch, free, wanted)
 
-    monkeypatch.setattr(Worker, "_exchange", counted)
+    monkeypatch.setattr(Exchange, "send", counted)
     queue = await make_queue(workers=2, prefetch=20)
     done: list[int] = []
 
@@ -116,13 +116,13 @@ async def test_completions_retries_and_failures_sharing_one_statement_are_each_w
     # Completed runs travel as arrays, the others as JSON with their error and delay:
     # one statement carrying both kinds must write each row as its run ended.
     kinds: list[set[str]] = []
-    exchange = Worker._exchange
+    exchange = Exchange.send
 
-    async def seen(self: Worker, batch: list[Any], free: int, wanted: Any) -> Any:
+    async def seen(self: Exchange, batch: list[Any], free: int, wanted: Any) -> Any:
         kinds.append({one.status for one in batch})
         return await exchange(self, batch, free, wanted)
 
-    monkeypatch.setattr(Worker, "_exchange", seen)
+    monkeypatch.setattr(Exchange, "send", seen)
     queue = await make_queue(workers=2, prefetch=30, retry_backoff=3600)
 
     @queue.handler("Mixed")
@@ -170,13 +170,13 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     failed = json.dumps(
         [{"id": str(one), "attempts": 1, "status": "failed", "error": "boom", "delay": 0}]
     )
-    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing"]
+    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[]"
-    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}'").format(
+    types = "uuid[], int[], json, int, json, uuid[], timestamptz"
+    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL").format(
         pgsql.Literal(f"{{{one}}}")
     )
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}'").format(pgsql.Literal(failed))
+    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL").format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]
@@ -304,13 +304,43 @@ async def test_heartbeats_find_their_rows_by_primary_key_however_many_jobs_run(
     make_queue, admin
 ) -> None:
     one = await _many_running(make_queue, admin)
-    numbered = sql.HEARTBEAT.replace("%s", "$1", 1).replace("%s", "$2", 1)
+    names = ["ids", "attempts", "now"]
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.HEARTBEAT)
     plan = _generic_plan(
         admin,
         numbered,
-        "uuid[], int[]",
-        pgsql.SQL("{}::uuid[], '{{1}}'").format(pgsql.Literal([one])),
+        "uuid[], int[], timestamptz",
+        pgsql.SQL("{}::uuid[], '{{1}}', NULL").format(pgsql.Literal([one])),
     )
     assert "axa_queue_pkey" in plan, plan
     assert "axa_queue_running" not in plan, plan
     assert "Seq Scan on axa_queue" not in plan, plan
+
+
+async def test_a_clock_set_on_the_connector_stamps_the_claim_and_the_ending(
+    make_queue, admin
+) -> None:
+    from datetime import datetime, timezone
+
+    queue = await make_queue(heartbeat_interval=0.05)
+    clock = datetime(2031, 5, 1, 9, 0, tzinfo=timezone.utc)
+    queue.connector.clock = clock
+    beaten = asyncio.Event()
+
+    @queue.handler("Stamped")
+    async def stamped(args: Any) -> None:
+        await beaten.wait()
+
+    job = await queue.enqueue("Stamped", {})
+    async with running(queue):
+        # The claim stamps `started_at` and `updated_at` with the clock (heartbeats,
+        # every 50 ms meanwhile, write the same clock again).
+        await eventually(lambda: status_of(admin, job)[0] == "running")
+        row = admin.execute(
+            "SELECT started_at, updated_at FROM axa_queue WHERE id = %s", (job,)
+        ).fetchone()
+        assert row == (clock, clock)
+        beaten.set()
+        await eventually(lambda: status_of(admin, job)[0] == "completed")
+    row = admin.execute("SELECT updated_at FROM axa_queue WHERE id = %s", (job,)).fetchone()
+    assert row == (clock,)

@@ -165,16 +165,16 @@ async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
 async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_it_starts(
     server: EmbeddedPostgres, monkeypatch
 ) -> None:
-    from axa_queue.worker import Worker
+    from axa_queue.worker.claims import Claims
 
     proved: list[str] = []
-    real = Worker._prove
+    real = Claims.prove
 
-    async def spy(self: Worker, one: Any) -> bool:
+    async def spy(self: Claims, one: Any) -> bool:
         proved.append(one.name)
         return await real(self, one)
 
-    monkeypatch.setattr(Worker, "_prove", spy)
+    monkeypatch.setattr(Claims, "prove", spy)
     # One loop and a job claimed ahead, waiting for it across the restart.
     queue = Queue(server.dsn, QueueOptions(**{**OPTIONS, "workers": 1, "prefetch": 1}))
     release = asyncio.Event()
@@ -208,7 +208,7 @@ async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_i
 
 
 def test_the_pools_reconnect_backoff_waits_at_most_half_a_second() -> None:
-    from axa_queue.queue import RECONNECT_DELAYS, _QuickAttempt
+    from axa_queue.connector import RECONNECT_DELAYS, _QuickAttempt
 
     attempt = _QuickAttempt(timeout=300)
     delays = []

@@ -34,3 +34,20 @@ def test_a_sync_queue_with_no_database_says_how_to_give_one(monkeypatch) -> None
     monkeypatch.delenv("DATABASE_URL", raising=False)
     with pytest.raises(OptionsError, match="AXA_QUEUE_DSN"):
         SyncQueue(options=QueueOptions()).counts()
+
+
+async def test_the_sync_pool_and_the_async_pool_have_the_same_session_settings(dsn) -> None:
+    queue = Queue(dsn)  # not opened: only its connector's pool is used
+    settings = "SELECT current_setting('jit'), current_setting('plan_cache_mode')"
+    async_pool = queue.connector.pool()
+    await async_pool.open(wait=True)
+    try:
+        async with async_pool.connection() as conn:
+            seen = await (await conn.execute(settings)).fetchone()
+    finally:
+        await async_pool.close()
+    with SyncQueue(dsn) as jobs, jobs.pool.connection() as sync_conn:
+        assert sync_conn.execute(settings).fetchone() == seen == ("off", "force_generic_plan")
+    behind = QueueOptions(pooler="transaction")
+    with SyncQueue(dsn, behind) as jobs, jobs.pool.connection() as sync_conn:
+        assert sync_conn.execute(settings).fetchone() != ("off", "force_generic_plan")

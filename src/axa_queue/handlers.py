@@ -27,18 +27,16 @@ import inspect
 import json
 import logging
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
 
 from typing_extensions import Unpack
 
 from .arguments import from_json
 from .jobs import JobOptions, NewJob
-
-if TYPE_CHECKING:
-    from .queue import Queue
+from .options import QueueOptions
 
 __all__ = ["HandlerFunction", "JobHandler"]
 
@@ -47,6 +45,18 @@ log = logging.getLogger("axa_queue.handlers")
 A = TypeVar("A")
 HandlerFunction = Callable[[A], "Awaitable[object] | object"]
 """A job's code: takes the arguments; an `async def` or a plain function."""
+
+
+class Performer(Protocol):
+    """What `perform_later` needs of its queue (`Queue` is one): its options (for the
+    mode), a way to queue a job, and a way to start a background task."""
+
+    @property
+    def options(self) -> QueueOptions: ...
+
+    async def enqueue(self, job: NewJob) -> UUID: ...
+
+    def start_background(self, name: str, work: Coroutine[Any, Any, Any]) -> None: ...
 
 
 def _argument_type(fn: Callable[..., object]) -> type | None:
@@ -78,7 +88,7 @@ def _is_async(fn: Callable[..., object]) -> bool:
 class JobHandler(Generic[A]):
     """A registered handler: call it like the function, or queue it with `perform_later`."""
 
-    def __init__(self, queue: Queue, name: str, fn: HandlerFunction[A]) -> None:
+    def __init__(self, queue: Performer, name: str, fn: HandlerFunction[A]) -> None:
         self.queue = queue
         self.name = name
         self.fn = fn

@@ -9,18 +9,19 @@ tries again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from . import sql
 from .jobs import JobState
+from .options import QueueOptions
 from .retries import first_line
-
-if TYPE_CHECKING:
-    from .queue import Queue
+from .schedules import Schedule
 
 __all__ = [
     "PURGE_BATCH",
@@ -112,17 +113,22 @@ def log_recovered(recovered: list[Recovered]) -> None:
         )
 
 
-async def run_once(queue: Queue, *, recover: bool = True) -> psycopg.Error | None:
-    """One round of housekeeping for `queue`; failures are logged, not raised: returns
-    the first, if any (for the worker's health check). A worker
+async def run_once(
+    pool: AsyncConnectionPool,
+    options: QueueOptions,
+    schedules: Sequence[Schedule],
+    *,
+    recover: bool = True,
+) -> psycopg.Error | None:
+    """One round of housekeeping on `pool` (the `schedules` in code are kept); failures
+    are logged, not raised: returns the first, if any (for the worker's health check). A worker
     passes `recover=False` and recovers stale runs itself (`Worker`), on its own
     connection, once connected for `stale_after`, and never the runs it holds."""
-    options = queue.options
     failure: psycopg.Error | None = None
     stale = options.seconds("stale_after")
     try:
-        async with queue.pool.connection() as conn:
-            archived = await archive_schedules(conn, [s.name for s in queue.schedule_list], stale)
+        async with pool.connection() as conn:
+            archived = await archive_schedules(conn, [s.name for s in schedules], stale)
             if archived:
                 log.info("archived schedules no longer in code", extra={"archived": archived})
     except psycopg.Error as error:
@@ -130,13 +136,13 @@ async def run_once(queue: Queue, *, recover: bool = True) -> psycopg.Error | Non
         failure = failure or error
     if recover:
         try:
-            async with queue.pool.connection() as conn:
+            async with pool.connection() as conn:
                 log_recovered(await recover_stale(conn, stale, options.max_attempts))
         except psycopg.Error as error:
             log.error("could not recover stale jobs", extra={"error": first_line(error)})
             failure = failure or error
     try:
-        async with queue.pool.connection() as conn:
+        async with pool.connection() as conn:
             purged = await purge(conn, options.seconds("retention"))
             if purged:
                 log.info("purged finished jobs past retention", extra={"purged": purged})

@@ -19,11 +19,11 @@ from uuid import UUID
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
-from psycopg_pool.base import AttemptWithBackoff
 from typing_extensions import Unpack
 
-from . import maintenance, pooler, schedules, schema, sql
+from . import maintenance, schedules, schema, sql
 from .acts import Act, acts_call
+from .connector import Connector
 from .errors import NotOpenError, OptionsError, ScheduleError
 from .handlers import HandlerFunction, JobHandler
 from .jobs import (
@@ -43,12 +43,13 @@ from .jobs import (
     jobs_call,
 )
 from .maintenance import Recovered
-from .options import DSN_VARIABLES, Duration, QueueOptions, dsn_from_environment, to_seconds
+from .options import DSN_VARIABLES, Duration, QueueOptions, to_seconds
+from .registry import Registry, RunObserver
 from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .statements import Call, run_async
 from .sync import SyncQueue
-from .worker import RunObserver, Worker
+from .worker import Worker
 
 __all__ = ["DSN_VARIABLES", "Queue"]
 
@@ -70,18 +71,56 @@ class Queue:
     """
 
     def __init__(self, dsn: str | None = None, options: QueueOptions | None = None) -> None:
-        self.dsn = dsn
-        self.options = options if options is not None else QueueOptions()
-        self.handlers: dict[str, JobHandler[Any]] = {}
-        self.limits: dict[str, int] = {}
-        self.schedule_list: list[Schedule] = []
+        self.connector = Connector(options if options is not None else QueueOptions(), dsn)
+        """How this queue connects: every pool and connection is made by it."""
+        self.registry = Registry()
+        """Its handlers, limits, schedules and observers."""
         self.schema = "public"
         self.notifies = False
         self._pool: AsyncConnectionPool | None = None
         self._background: set[asyncio.Task[Any]] = set()
         self._seen_at = 0.0
         self.worker: Worker | None = None
-        self.observers: list[RunObserver] = []
+
+    @property
+    def dsn(self) -> str | None:
+        """The database, once given (see `Connector`)."""
+        return self.connector.dsn
+
+    @dsn.setter
+    def dsn(self, dsn: str | None) -> None:
+        """Give the database (before `open`)."""
+        self.connector.dsn = dsn
+
+    @property
+    def options(self) -> QueueOptions:
+        """The queue's options (see `QueueOptions`)."""
+        return self.connector.options
+
+    @options.setter
+    def options(self, options: QueueOptions) -> None:
+        """Replace the options (before `open`)."""
+        self.connector.options = options
+
+    @property
+    def handlers(self) -> dict[str, JobHandler[Any]]:
+        """The handlers by job name (see `Registry`)."""
+        return self.registry.handlers
+
+    @property
+    def limits(self) -> dict[str, int]:
+        """The per-name limits (see `Registry`)."""
+        return self.registry.limits
+
+    @property
+    def schedule_list(self) -> list[Schedule]:
+        """The schedules in code (see `Registry`)."""
+        return self.registry.schedules
+
+    @property
+    def observers(self) -> list[RunObserver]:
+        """The run observers (see `Registry`)."""
+        return self.registry.observers
 
     def __repr__(self) -> str:
         state = "open" if self._pool is not None else "closed"
@@ -174,7 +213,7 @@ class Queue:
 
     def connect_kwargs(self) -> dict[str, Any]:
         """Connection settings the queue uses (see `pooler`)."""
-        return pooler.connect_kwargs(self.options)
+        return self.connector.kwargs()
 
     async def open(self, dsn: str | None = None, *, setup: bool = True) -> Queue:
         """Connect, then set the tables up (`setup=True`) or only check them
@@ -191,12 +230,8 @@ class Queue:
         """
         if self._pool is not None:
             return self
-        self.dsn = dsn or self.dsn or dsn_from_environment()
-        if not self.dsn:
-            raise OptionsError(
-                "no database given: pass a DSN to Queue(...) or open(...), or set AXA_QUEUE_DSN"
-            )
-        async with await self._first_connection(self.dsn) as conn:
+        self.dsn = dsn or self.dsn
+        async with await self._first_connection(self.connector.resolve()) as conn:
             if setup:
                 await schema.allowed_setup(
                     conn,
@@ -213,15 +248,7 @@ class Queue:
                 "inserts do not notify (run setup to add the axa_queue_notify trigger); "
                 "workers find new jobs by polling only"
             )
-        pool = QuickPool(
-            self.dsn,
-            min_size=1,
-            max_size=self.options.connections,
-            kwargs={"autocommit": True, **self.connect_kwargs()},
-            configure=_configure if pooler.keeps_session_state(self.options) else None,
-            open=False,
-            name="axa-queue",
-        )
+        pool = self.connector.pool()
         await pool.open(wait=True, timeout=30)
         self._pool = pool
         return self
@@ -234,9 +261,7 @@ class Queue:
         pause = 0.25
         while True:
             try:
-                return await psycopg.AsyncConnection.connect(
-                    dsn, autocommit=True, **self.connect_kwargs()
-                )
+                return await self.connector.connect(session=False)
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
                 refused = (error.sqlstate or "")[:2] in ("28", "3D")  # login, database name
@@ -445,36 +470,12 @@ class Queue:
         aborts jobs in progress and leaves them for stale recovery."""
         if not self.handlers and not self.schedule_list:
             log.warning("run() has no handlers and no schedules: it only does housekeeping")
-        self.worker = Worker(self)
-        await self.worker.run(stop if stop is not None else asyncio.Event())
-
-
-RECONNECT_DELAYS = (0.05, 0.5)
-"""The pool's first wait between tries to connect again, and the longest: psycopg_pool's
-own (1, 2, 4, 8 s ...) would leave handlers and housekeeping waiting for seconds after
-the database is back."""
-
-
-class _QuickAttempt(AttemptWithBackoff):
-    """psycopg_pool's reconnect backoff, capped at `RECONNECT_DELAYS[1]`."""
-
-    INITIAL_DELAY = RECONNECT_DELAYS[0]
-
-    def update_delay(self, now: float) -> None:
-        super().update_delay(now)
-        self.delay = min(self.delay, RECONNECT_DELAYS[1])
-
-
-class QuickPool(AsyncConnectionPool):
-    """The queue's pool: reconnects within half a second of the database coming back."""
-
-    async def _add_connection(
-        self, attempt: AttemptWithBackoff | None, growing: bool = False
-    ) -> None:
-        await super()._add_connection(
-            attempt or _QuickAttempt(timeout=self.reconnect_timeout), growing
+        self.worker = Worker(
+            self.registry,
+            self.connector,
+            self.pool,
+            schema=self.schema,
+            notifies=self.notifies,
+            tick=self.tick_each,
         )
-
-
-async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
-    await conn.execute(sql.SESSION_SETTINGS)
+        await self.worker.run(stop if stop is not None else asyncio.Event())

@@ -46,10 +46,10 @@ EXCHANGE = """WITH RECURSIVE endings AS (
             AS r(id uuid, attempts int, status text, error text, delay float8)
     ), finished AS (
         UPDATE axa_queue q
-        SET status = r.status, error = r.error, updated_at = now(),
+        SET status = r.status, error = r.error, updated_at = COALESCE(%(now)s::timestamptz, now()),
             started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN r.status = 'queued'
-                          THEN now() + make_interval(secs => r.delay) ELSE q.run_at END
+                          THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => r.delay) ELSE q.run_at END
         FROM endings r
         WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
@@ -70,7 +70,7 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM axa_queue
             WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
-              AND run_at <= now() AND id <> ALL(ARRAY(SELECT id FROM endings))
+              AND run_at <= COALESCE(%(now)s::timestamptz, now()) AND id <> ALL(ARRAY(SELECT id FROM endings))
               AND id <> ALL(%(losing)s::uuid[])
             ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
         ) j WHERE levels.priority IS NOT NULL
@@ -82,13 +82,14 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         ) c WHERE n <= cap ORDER BY priority DESC, run_at LIMIT %(free)s
     ), claimed AS (
         UPDATE axa_queue q
-        SET status = 'running', started_at = clock_timestamp(), updated_at = clock_timestamp(),
+        SET status = 'running', started_at = COALESCE(%(now)s::timestamptz, clock_timestamp()), updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
             attempts = q.attempts + 1
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at
     )
-    SELECT id, attempts, NULL, NULL, NULL, NULL, NULL, NULL FROM finished
+    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
+           NULL AS priority, NULL AS run_at FROM finished
     UNION ALL
     SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
@@ -121,16 +122,17 @@ Fencing: the claim never takes a job whose ending is in this statement, nor one 
 written): an ending refused because recovery queued the job again is never followed
 by a new run of it here. The endings are written first (they may wait for a row lock)
 and the claims after, stamped with `clock_timestamp()`: a claim is stamped when its
-row is written, never with a time from before a wait, so it cannot land stale."""
+row is written, never with a time from before a wait, so it cannot land stale. `now`
+(NULL but in tests) stands for both clocks."""
 
 HEARTBEAT = """WITH beats AS (
-        SELECT * FROM unnest(%s::uuid[], %s::int[]) AS r(id, attempts)
+        SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
     )
-    UPDATE axa_queue q SET updated_at = clock_timestamp()
+    UPDATE axa_queue q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
     FROM beats r
     WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
       AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-    RETURNING q.id::text, q.attempts"""
+    RETURNING q.id::text AS id, q.attempts"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
 endings are, never by scanning every running job of every worker. Stamped with
@@ -152,13 +154,14 @@ MARK_LOST = """WITH found AS (
         FROM found
     ), changed AS (
         UPDATE axa_queue q
-        SET status = d.becomes, error = %(error)s, updated_at = clock_timestamp(),
+        SET status = d.becomes, error = %(error)s, updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
             started_at = CASE WHEN d.becomes = 'queued' THEN NULL ELSE q.started_at END,
-            run_at = CASE WHEN d.becomes = 'queued' THEN now() ELSE q.run_at END
+            run_at = CASE WHEN d.becomes = 'queued' THEN COALESCE(%(now)s::timestamptz, now()) ELSE q.run_at END
         FROM decided d WHERE q.id = d.id AND d.becomes IS NOT NULL
         RETURNING q.status
     )
-    SELECT d.status, d.attempts, (SELECT status FROM changed) FROM decided d"""
+    SELECT d.status, d.attempts, (SELECT status FROM changed) AS became
+    FROM decided d"""
 """A run of this process lost its claim or gave it up: decide on the row as it is now
 (locked) what becomes of the job, and return what was found (status, attempts) and
 what it was changed to (NULL: nothing).

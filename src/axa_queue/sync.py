@@ -25,9 +25,9 @@ import psycopg
 from psycopg_pool import ConnectionPool
 from typing_extensions import Unpack
 
-from . import pooler, sql
+from . import sql
 from .acts import Act, acts_call
-from .errors import OptionsError
+from .connector import Connector
 from .jobs import (
     Counts,
     JobInfo,
@@ -41,7 +41,7 @@ from .jobs import (
     job_call,
     jobs_call,
 )
-from .options import QueueOptions, dsn_from_environment
+from .options import QueueOptions
 from .statements import Call, run_sync
 
 __all__ = ["SyncQueue"]
@@ -53,10 +53,30 @@ class SyncQueue:
     """Queue and inspect jobs from synchronous code; the pool opens on first use."""
 
     def __init__(self, dsn: str | None = None, options: QueueOptions | None = None) -> None:
-        self.dsn = dsn
-        self.options = options if options is not None else QueueOptions()
+        self.connector = Connector(options if options is not None else QueueOptions(), dsn)
+        """How it connects: the same settings as `Queue`'s."""
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
+
+    @property
+    def dsn(self) -> str | None:
+        """The database, once given (see `Connector`)."""
+        return self.connector.dsn
+
+    @dsn.setter
+    def dsn(self, dsn: str | None) -> None:
+        """Give the database (before `open`)."""
+        self.connector.dsn = dsn
+
+    @property
+    def options(self) -> QueueOptions:
+        """The options (see `QueueOptions`)."""
+        return self.connector.options
+
+    @options.setter
+    def options(self, options: QueueOptions) -> None:
+        """Replace the options (before `open`)."""
+        self.connector.options = options
 
     def __repr__(self) -> str:
         return f"<SyncQueue {'open' if self._pool is not None else 'closed'}>"
@@ -66,20 +86,8 @@ class SyncQueue:
         """The pool of autocommit connections, opened on first use."""
         with self._lock:
             if self._pool is None:
-                dsn = self.dsn or dsn_from_environment()
-                if not dsn:
-                    raise OptionsError(
-                        "no database given: pass a DSN to SyncQueue(...) or set AXA_QUEUE_DSN"
-                    )
-                self.dsn = dsn
-                pool = ConnectionPool(
-                    dsn,
-                    min_size=1,
-                    max_size=self.options.connections,
-                    kwargs={"autocommit": True, **pooler.connect_kwargs(self.options, sync=True)},
-                    open=False,
-                    name="axa-queue-sync",
-                )
+                self.connector.resolve("SyncQueue")
+                pool = self.connector.sync_pool()
                 pool.open(wait=True, timeout=30)
                 self._pool = pool
             return self._pool

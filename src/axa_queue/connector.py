@@ -1,0 +1,138 @@
+"""Connector: how this process reaches the database, in one place.
+
+Every pool and connection of the queue (the async pool of `Queue`, the sync pool of
+`SyncQueue`, the worker's own exchange and side connections, the listener, the CLI's)
+is made here, with the same connect settings (`pooler.connect_kwargs`: prepared
+statements, the schema's cursor) and, unless behind a transaction pooler, the same
+session settings (`sql.SESSION_SETTINGS`).
+
+It also carries the clock tests may set (`clock`): `None` (the default) lets each
+statement take the database's own time; a datetime is passed as the statements'
+`now` parameter instead.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+from psycopg_pool.base import AttemptWithBackoff
+
+from . import pooler, sql
+from .errors import OptionsError
+from .options import QueueOptions, dsn_from_environment
+
+__all__ = ["RECONNECT_DELAYS", "Connector", "QuickPool"]
+
+RECONNECT_DELAYS = (0.05, 0.5)
+"""The pool's first wait between tries to connect again, and the longest: psycopg_pool's
+own (1, 2, 4, 8 s ...) would leave handlers and housekeeping waiting for seconds after
+the database is back."""
+
+
+class _QuickAttempt(AttemptWithBackoff):
+    """psycopg_pool's reconnect backoff, capped at `RECONNECT_DELAYS[1]`."""
+
+    INITIAL_DELAY = RECONNECT_DELAYS[0]
+
+    def update_delay(self, now: float) -> None:
+        super().update_delay(now)
+        self.delay = min(self.delay, RECONNECT_DELAYS[1])
+
+
+class QuickPool(AsyncConnectionPool):
+    """The queue's pool: reconnects within half a second of the database coming back."""
+
+    async def _add_connection(
+        self, attempt: AttemptWithBackoff | None, growing: bool = False
+    ) -> None:
+        await super()._add_connection(
+            attempt or _QuickAttempt(timeout=self.reconnect_timeout), growing
+        )
+
+
+async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute(sql.SESSION_SETTINGS)
+
+
+def _configure_sync(conn: psycopg.Connection[Any]) -> None:
+    conn.execute(sql.SESSION_SETTINGS)
+
+
+class Connector:
+    """The DSN, the options that say how to connect, and the clock tests may set."""
+
+    def __init__(self, options: QueueOptions, dsn: str | None = None) -> None:
+        self.options = options
+        self.dsn = dsn
+        self.clock: datetime | None = None
+        """The time statements take as `now`; `None`: the database's own clock."""
+
+    def resolve(self, who: str = "Queue") -> str:
+        """The DSN: given, else from the environment; remembered once found."""
+        dsn = self.dsn or dsn_from_environment()
+        if not dsn:
+            raise OptionsError(
+                f"no database given: pass a DSN to {who}(...) or open(...), or set AXA_QUEUE_DSN"
+                if who == "Queue"
+                else f"no database given: pass a DSN to {who}(...) or set AXA_QUEUE_DSN"
+            )
+        self.dsn = dsn
+        return dsn
+
+    def kwargs(self, *, sync: bool = False) -> dict[str, Any]:
+        """Connection settings (see `pooler.connect_kwargs`)."""
+        return pooler.connect_kwargs(self.options, sync=sync)
+
+    def keeps_session_state(self) -> bool:
+        """Whether connections may keep session settings (see `pooler`)."""
+        return pooler.keeps_session_state(self.options)
+
+    def listens(self) -> bool:
+        """Whether workers should LISTEN (see `pooler.listens`)."""
+        return pooler.listens(self.options)
+
+    async def connect(self, *, session: bool = True, **extra: Any) -> psycopg.AsyncConnection[Any]:
+        """One autocommit connection of the caller's own, with the queue's settings and,
+        unless behind a transaction pooler (or `session=False`), its session settings."""
+        conn = await psycopg.AsyncConnection.connect(
+            self.dsn or "", autocommit=True, **self.kwargs(), **extra
+        )
+        if session and self.keeps_session_state():
+            await conn.execute(sql.SESSION_SETTINGS)
+        return conn
+
+    def connect_sync(self, *, session: bool = True, **extra: Any) -> psycopg.Connection[Any]:
+        """`connect`, for synchronous code (the CLI's own connections)."""
+        conn = psycopg.Connection.connect(
+            self.dsn or "", autocommit=True, **self.kwargs(sync=True), **extra
+        )
+        if session and self.keeps_session_state():
+            conn.execute(sql.SESSION_SETTINGS)
+        return conn
+
+    def pool(self, name: str = "axa-queue") -> QuickPool:
+        """The async pool (not yet open) of `Queue`: autocommit connections."""
+        return QuickPool(
+            self.dsn or "",
+            min_size=1,
+            max_size=self.options.connections,
+            kwargs={"autocommit": True, **self.kwargs()},
+            configure=_configure if self.keeps_session_state() else None,
+            open=False,
+            name=name,
+        )
+
+    def sync_pool(self, name: str = "axa-queue-sync") -> ConnectionPool:
+        """The sync pool (not yet open) of `SyncQueue`, with the same settings."""
+        return ConnectionPool(
+            self.dsn or "",
+            min_size=1,
+            max_size=self.options.connections,
+            kwargs={"autocommit": True, **self.kwargs(sync=True)},
+            configure=_configure_sync if self.keeps_session_state() else None,
+            open=False,
+            name=name,
+        )

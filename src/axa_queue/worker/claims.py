@@ -1,0 +1,208 @@
+"""Claims: heartbeats, proofs before a run starts, and lost claims.
+
+The heartbeat reports in for every run of this process in one statement per interval,
+on the side connection; a run whose attempt no longer matches lost its claim, so its
+handler is stopped. A run whose claim may have expired proves it with a heartbeat
+before its handler starts.
+
+However a claim is found lost (by a heartbeat, a proof, a run giving up for want of
+contact, or an exchange refusing its ending), it takes one path, `Claims.lose`: the run
+keeps its place (and its job is never claimed here again) until `sql.MARK_LOST` has
+written its job's fate; only then is it counted and told to observers as `lost`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import psycopg
+
+from .. import sql
+from ..options import QueueOptions
+from ..registry import Registry
+from ..retries import cut_error, first_line
+from . import decisions
+from .connections import Connections
+from .state import Run, State
+
+__all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims"]
+
+log = logging.getLogger("axa_queue.worker")
+
+MIN_HEARTBEAT = 0.02
+"""The shortest gap between heartbeats, in seconds, so a tiny setting cannot spin."""
+
+RETRY_DATABASE = 0.5
+"""Seconds between tries when the database does not answer a write that must land."""
+
+GAVE_UP = "it could not report in"
+"""How the reason of a run stopped by its own worker for want of contact begins."""
+
+Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
+
+
+class Claims:
+    """Keeps this process's claims proved, and writes the fate of those it lost."""
+
+    def __init__(
+        self,
+        state: State,
+        connections: Connections,
+        registry: Registry,
+        options: QueueOptions,
+        spawn: Spawn,
+    ) -> None:
+        self.state = state
+        self.connections = connections
+        self.registry = registry
+        self.options = options
+        self.stale = options.seconds("stale_after")
+        self.spawn = spawn
+        self.tasks: set[asyncio.Task[Any]] = set()
+        """The fates of lost runs being written."""
+
+    # --- proofs and heartbeats -------------------------------------------------------
+
+    async def beat(self, runs: list[Run]) -> set[tuple[str, int]]:
+        """Report in for `runs`; returns the (id, attempt) of those still claimed."""
+        rows = await self.connections.on_side(
+            sql.HEARTBEAT,
+            {
+                "ids": "{" + ",".join(r.id for r in runs) + "}",
+                "attempts": "{" + ",".join(str(r.attempts) for r in runs) + "}",
+                "now": self.connections.now(),
+            },
+        )
+        return {(row.id, row.attempts) for row in rows}
+
+    def doubtful(self, one: Run) -> bool:
+        """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
+        return decisions.needs_proof(
+            now=time.monotonic(),
+            last_heard=one.last_heard,
+            stale=self.stale,
+            broken_at=self.connections.broken_at,
+        )
+
+    async def prove(self, one: Run) -> bool:
+        """Whether `one`'s handler may start, once a heartbeat for it proves its claim
+        (tried until the database answers). A claim found gone stops the run
+        (`one.stopped`) and this returns False: its handler never starts."""
+        while True:
+            sent = time.monotonic()
+            try:
+                alive = await self.beat([one])
+            except psycopg.Error as error:
+                log.warning(
+                    "could not check a claim before starting its run; trying again",
+                    extra={**one.fields(), "error": first_line(error)},
+                )
+                await asyncio.sleep(RETRY_DATABASE)
+                continue
+            if one.key in alive:
+                one.last_heard = sent
+                return True
+            one.stopped = ("lost", "its claim was gone before its handler started")
+            return False
+
+    async def heartbeat_loop(self) -> None:
+        every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
+        state = self.state
+        while True:
+            await asyncio.sleep(every)
+            runs = [r for r in state.runs.values() if not r.done]
+            # Endings not yet written keep their claims too: the run is still this
+            # process's until its ending lands.
+            ended = [*state.sending, *state.endings]
+            if not runs and not ended:
+                continue
+            sent = time.monotonic()
+            try:
+                alive = await self.beat(runs + ended)
+            except psycopg.Error as error:
+                log.warning(
+                    "heartbeat failed", extra={"error": first_line(error), "jobs": len(runs)}
+                )
+                now = time.monotonic()
+                for one in runs:
+                    if decisions.gives_up(
+                        started=one.started, now=now, last_heard=one.last_heard, stale=self.stale
+                    ):
+                        one.lose(f"{GAVE_UP} for {self.stale:g} s")
+                continue
+            for one in runs:
+                if one.key in alive:
+                    one.last_heard = max(one.last_heard, sent)
+                elif not one.done:
+                    one.lose("another worker or recovery took its claim")
+
+    # --- lost claims -----------------------------------------------------------------
+
+    def lose(self, one: Run, text: str) -> asyncio.Task[Any]:
+        """The one path of a run that lost its claim (or gave it up): it keeps its place
+        and its job is never claimed here again until `sql.MARK_LOST` has written the
+        job's fate; then it is counted and told as `lost` (if its handler started), and
+        what really became of its job is logged."""
+        state = self.state
+        state.losing[one.id] = one
+        if one.key not in state.runs:  # its loop let it go (an ending refused): hold again
+            state.in_use[one.name] += 1
+        task = self.spawn(self._write_fate(one, text), "lost")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    async def _write_fate(self, one: Run, text: str) -> None:
+        """Decide the job's fate with `sql.MARK_LOST` (review, back to the queue, or left
+        as another run left it), trying until the database answers, as the run must
+        not be taken for a crash and retried; then count it and log what happened."""
+        params = {
+            "id": one.id,
+            "attempts": one.attempts,
+            "started": one.started,
+            "gave_up": one.stopped is not None and one.stopped[1].startswith(GAVE_UP),
+            "ending": None if one.status == "running" else one.status,
+            "ending_error": one.error,
+            "error": cut_error(text),
+            "max": self.options.max_attempts,
+            "now": self.connections.now(),
+        }
+        rows: list[Any] = []
+        state = self.state
+        try:
+            while True:
+                try:
+                    rows = await self.connections.on_side(sql.MARK_LOST, params)
+                    break
+                except psycopg.Error as error:
+                    log.error(
+                        "could not write what became of a run that lost its claim; trying again",
+                        extra={**one.fields(), "error": first_line(error)},
+                    )
+                    await asyncio.sleep(RETRY_DATABASE)
+        finally:
+            if state.losing.get(one.id) is one:
+                del state.losing[one.id]
+            if one.key not in state.runs:  # the place it held comes free
+                state.in_use[one.name] -= 1
+                if one.name in self.registry.limits:
+                    state.wake()
+                else:
+                    state.poke()
+        if one.started:
+            state.stats["lost"] += 1
+            self.registry.tell(one.name, "lost", one.seconds, one.fields())
+        found = rows[0] if rows else None
+        level, message = decisions.fate(
+            started=one.started,
+            attempts=one.attempts,
+            ending=one.status,
+            status=None if found is None else found.status,
+            found_attempts=None if found is None else found.attempts,
+            became=None if found is None else found.became,
+        )
+        log.log(level, message, extra={**one.fields(), "reason": text})

@@ -1,0 +1,89 @@
+"""The worker's own connections: the exchange loop's, and the side one.
+
+The exchange loop sends one statement at a time on a connection of its own, so no pool
+checkout lies on the path from a wake-up to a claim. Heartbeats, claim proofs, lost
+runs and stale recovery share the side connection, made again at once when it breaks
+(a pool would wait out its reconnect backoff). Both come from the `Connector`, with
+the queue's connect and session settings.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+from psycopg.rows import namedtuple_row
+
+from ..connector import Connector
+
+__all__ = ["Connections"]
+
+
+class Connections:
+    """The exchange and side connections, and when one of them last broke."""
+
+    def __init__(self, connector: Connector, stale: float) -> None:
+        self.connector = connector
+        self.stale = stale
+        self.exchange: psycopg.AsyncConnection[Any] | None = None
+        """The exchange loop's connection, made on first use."""
+        self.side: psycopg.AsyncConnection[Any] | None = None
+        """Heartbeats, claim proofs, lost runs and stale recovery."""
+        self.connected_since: float | None = None
+        """When (monotonic) `side` was last connected; stale recovery waits `stale_after`."""
+        self.broken_at = -1.0
+        """When (monotonic) a connection of this worker last broke: runs heard of before
+        must prove their claim before their handler starts."""
+
+    def now(self) -> Any:
+        """The `now` parameter of the worker's statements: the test clock, else None
+        (the database's own clock)."""
+        return self.connector.clock
+
+    async def for_exchange(self) -> psycopg.AsyncConnection[Any]:
+        if self.exchange is None or self.exchange.closed:
+            self.exchange = await self.connector.connect()
+        return self.exchange
+
+    async def exchange_broke(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """The exchange's connection broke: the next exchange connects again."""
+        self.exchange = None
+        self.broken_at = time.monotonic()
+        await conn.close()
+
+    async def for_side(self) -> psycopg.AsyncConnection[Any]:
+        """The side connection, made again at once when it broke."""
+        if self.side is None or self.side.closed:
+            # A server that does not answer must not hold heartbeats (and so the
+            # runs' giving up) for the system's TCP timeout.
+            self.side = await self.connector.connect(connect_timeout=max(2, int(self.stale / 2)))
+            self.connected_since = time.monotonic()
+        return self.side
+
+    async def side_broke(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.broken_at = time.monotonic()
+        if self.side is conn:
+            self.side, self.connected_since = None, None
+        await conn.close()
+
+    async def on_side(self, statement: str, params: Any) -> list[Any]:
+        """Run one statement on the side connection and return its rows, read by name;
+        a broken connection is dropped (the next statement connects again) and noted."""
+        try:
+            conn = await self.for_side()
+        except psycopg.OperationalError:
+            self.broken_at = time.monotonic()
+            raise
+        try:
+            cursor = conn.cursor(row_factory=namedtuple_row)
+            await cursor.execute(statement, params)
+            return await cursor.fetchall() if cursor.description is not None else []
+        except psycopg.OperationalError:
+            await self.side_broke(conn)
+            raise
+
+    async def close(self) -> None:
+        for conn in (self.exchange, self.side):
+            if conn is not None:
+                await conn.close()

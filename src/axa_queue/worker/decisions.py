@@ -1,0 +1,167 @@
+"""The worker's decisions, as plain functions: what to send now, how long to wait.
+
+Nothing here does I/O or reads a clock: each takes what it decides from as arguments,
+so `tests/test_decisions.py` tests them without a database or an event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from ..retries import backoff
+
+__all__ = [
+    "HOLD_ENDINGS",
+    "SERVICE_RETRY_MAX",
+    "due",
+    "ending",
+    "fate",
+    "free_places",
+    "gives_up",
+    "holds",
+    "low_water",
+    "needs_proof",
+    "next_retry",
+    "room",
+    "wanted",
+]
+
+HOLD_ENDINGS = 0.020
+"""Seconds an ending may wait for others to share its statement, only while every loop
+is busy and enough claimed jobs wait for them (`prefetch`); else it is written at once."""
+
+SERVICE_RETRY_MAX = 60.0
+"""The longest wait before a failing background service (maintenance, the listener)
+tries again; it starts at the poll interval and doubles."""
+
+
+def room(workers: int, prefetch: int) -> int:
+    """Runs a process may hold: its loops, and the jobs claimed ahead for them."""
+    return workers + prefetch
+
+
+def low_water(workers: int, prefetch: int) -> int:
+    """With no more jobs claimed ahead than this waiting, claim more now (`due`): the
+    loops, or a quarter of `prefetch` if more (enough while a statement is in flight)."""
+    return max(workers, prefetch // 4)
+
+
+def free_places(stopping: bool, room: int, held: int) -> int:
+    """How many jobs the next exchange may claim: none once stopping."""
+    return 0 if stopping else room - held
+
+
+def due(
+    *,
+    stopping: bool,
+    active: int,
+    slots: int,
+    waiting: int,
+    low_water: int,
+    endings: int,
+    room: int,
+) -> bool:
+    """Whether the next exchange should go now rather than let endings gather.
+
+    Only with `prefetch` can it wait: while every loop is busy and more jobs claimed
+    ahead wait than `low_water`, nothing needs the database yet, so endings gather (for
+    up to `HOLD_ENDINGS`) and one statement records them all and claims as many. A loop
+    coming free, the waiting jobs running low, or stopping makes it due at once."""
+    return stopping or active < slots or waiting <= low_water or endings >= room
+
+
+def holds(*, due: bool, endings: int, now: float, since: float) -> bool:
+    """Whether the exchange loop waits rather than sends: not due, and the oldest ending
+    (gathered at `since`) has waited less than `HOLD_ENDINGS` (or there is none)."""
+    return not due and (not endings or now < since + HOLD_ENDINGS)
+
+
+def wanted(
+    names: Iterable[str], limits: Mapping[str, int], in_use: Mapping[str, int], free: int
+) -> list[dict[str, Any]]:
+    """The names to claim, each with how many it may take now (its free places under a
+    limit, else all free places), as `sql.EXCHANGE` reads them."""
+    found: list[dict[str, Any]] = []
+    for name in names:
+        limit = limits.get(name)
+        cap = free if limit is None else min(limit - in_use.get(name, 0), free)
+        if cap > 0:
+            found.append({"name": name, "cap": cap})
+    return found
+
+
+def ending(
+    error: str | None, attempts: int, limit: int, retry_backoff: timedelta
+) -> tuple[str, float]:
+    """How a run that ended with `error` (None: it did not fail) is recorded: its status
+    and, for `queued` again, the seconds before it may run."""
+    if error is None:
+        return "completed", 0.0
+    if attempts < limit:
+        return "queued", backoff(retry_backoff, attempts).total_seconds()
+    return "failed", 0.0
+
+
+def needs_proof(*, now: float, last_heard: float, stale: float, broken_at: float) -> bool:
+    """Whether a run's claim may have expired before its handler starts: proved
+    (claimed, or a heartbeat sent) half of `stale_after` ago or more, or a connection
+    broke since."""
+    return now - last_heard >= stale / 2 or last_heard <= broken_at
+
+
+def gives_up(*, started: bool, now: float, last_heard: float, stale: float) -> bool:
+    """Whether a run whose heartbeats fail stops: once started, when a replacement may
+    have started (its last report was sent `stale_after` ago). One not started waits,
+    and proves its claim before it starts."""
+    return started and now - last_heard >= stale
+
+
+def next_retry(retry: float, cap: float = SERVICE_RETRY_MAX) -> float:
+    """The wait before a failing service's next try: double the last, up to `cap`."""
+    return min(retry * 2, cap)
+
+
+FOUND = {
+    "completed": "which completed",
+    "running": "which is running",
+    "queued": "which is queued",
+    "failed": "which failed",
+    "cancelled": "which was cancelled",
+    "needs_review": "which waits for review",
+}
+"""How the log says what became of a job replaced by a later attempt."""
+
+
+def fate(
+    *,
+    started: bool,
+    attempts: int,
+    ending: str,
+    status: str | None,
+    found_attempts: int | None,
+    became: str | None,
+) -> tuple[int, str]:
+    """The level and message logging what became of the job of a run (of `attempts`,
+    ended as `ending`) that lost its claim, from what `sql.MARK_LOST` found (`status`,
+    `found_attempts`) and changed it to (`became`)."""
+    head = "job stopped" if started else "job not started"
+    if status is None or found_attempts is None:
+        return logging.WARNING, f"{head}: its claim was gone, and so is its job (deleted)"
+    if became == "needs_review":
+        return logging.ERROR, (
+            f"{head}: another worker or recovery took its claim while it ran (found it "
+            f"{status}, attempt {found_attempts}); it now waits for review"
+        )
+    if became is not None:
+        now = "queued again" if became == "queued" else "failed: no attempts left"
+        return logging.WARNING, f"{head}: no one had taken its claim, so it is {now}"
+    if found_attempts > attempts:
+        return logging.WARNING, f"{head}: replaced by attempt {found_attempts}, {FOUND[status]}"
+    if found_attempts == attempts and status == ending:
+        return logging.INFO, f"{head}: its ending had been recorded after all ({status})"
+    if status == "needs_review":
+        return logging.WARNING, f"{head}: its claim was gone; the job already waits for review"
+    return logging.WARNING, f"{head}: its claim was gone; the job is now {status}"

@@ -1,0 +1,250 @@
+"""The exchange: one statement (`sql.EXCHANGE`) records how finished runs ended, many
+rows at once, each fenced by its own attempt, and in the same commit claims as many
+ready jobs as there are free places, honouring priority order and per-name limits.
+
+The loop sends the next statement as soon as the last is answered and there is
+something to do: endings to record, or free places and a reason to look for work (a
+notification, a loop coming free, a retry's backoff ending, or the poll interval).
+While one statement is in flight the next batch gathers, so at low load an ending is
+written at once and at high load many share a statement (with `prefetch`, while every
+loop is busy, endings also wait up to `HOLD_ENDINGS` for others: `decisions.holds`).
+An ending is durable once its statement commits: a process killed in between leaves
+its job `running`, and stale recovery runs it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+import psycopg
+from psycopg.rows import RowMaker
+
+from .. import sql
+from ..options import QueueOptions
+from ..registry import Registry
+from ..retries import first_line
+from . import decisions
+from .claims import RETRY_DATABASE, Claims
+from .connections import Connections
+from .runs import Runner
+from .state import Phase, Run, State, order_of
+
+__all__ = ["OUTCOMES", "Exchange"]
+
+log = logging.getLogger("axa_queue.worker")
+
+OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
+"""The outcome an observer is told for each status an ending writes."""
+
+
+class Exchange:
+    """Records endings and claims jobs, one statement at a time."""
+
+    def __init__(
+        self,
+        state: State,
+        connections: Connections,
+        runner: Runner,
+        claims: Claims,
+        registry: Registry,
+        options: QueueOptions,
+    ) -> None:
+        self.state = state
+        self.connections = connections
+        self.runner = runner
+        self.claims = claims
+        self.registry = registry
+        self.options = options
+        self.flush_at: asyncio.TimerHandle | None = None
+        """Sends the endings gathered once the oldest has waited `HOLD_ENDINGS`."""
+        self.failing: tuple[float, str] | None = None
+        """Since when (monotonic) and why exchanges have failed, with none gone through
+        since (see `Worker.trouble`)."""
+
+    def _flush_due(self) -> None:
+        """The oldest ending gathered has waited `HOLD_ENDINGS`: send them now."""
+        self.flush_at = None
+        self.state.nudge.set()
+
+    def _poll_due(self) -> None:
+        """The poll interval passed with nothing said: look for work anyway."""
+        self.state.look = True
+        self.state.nudge.set()
+
+    async def loop(self) -> None:
+        poll = self.options.seconds("poll_interval")
+        loop = asyncio.get_running_loop()
+        state = self.state
+        while True:
+            free = state.free()
+            claim = free > 0 and state.look
+            if not state.endings and not claim:
+                if state.phase >= Phase.CLOSING:
+                    return
+                # A timer rather than wait_for: no task per wait on the path of a wake-up.
+                timer = None if free <= 0 else loop.call_later(poll, self._poll_due)
+                await state.nudge.wait()
+                if timer is not None:
+                    timer.cancel()
+                state.nudge.clear()
+                continue
+            if decisions.holds(
+                due=state.due(),
+                endings=len(state.endings),
+                now=loop.time(),
+                since=state.endings_since,
+            ):
+                # Busy loops and jobs waiting for them: let endings gather, so one
+                # statement records many and claims many (see `decisions.due`).
+                if state.endings and self.flush_at is None:
+                    self.flush_at = loop.call_at(
+                        state.endings_since + decisions.HOLD_ENDINGS, self._flush_due
+                    )
+                await state.nudge.wait()
+                state.nudge.clear()
+                continue
+            if self.flush_at is not None:
+                self.flush_at.cancel()
+                self.flush_at = None
+            batch, since, state.endings = state.endings, state.endings_since, []
+            wanted = (
+                decisions.wanted(self.registry.handlers, self.registry.limits, state.in_use, free)
+                if claim
+                else []
+            )
+            wakes = state.wakes
+            state.claiming = bool(wanted)
+            state.sending = batch
+            try:
+                claimed, kept = await self.send(batch, free if wanted else 0, wanted)
+            except psycopg.Error as error:
+                state.sending = []
+                state.claiming = False
+                since_failing = self.failing[0] if self.failing else time.monotonic()
+                self.failing = (since_failing, first_line(error))
+                log.error(
+                    "could not record finished jobs or claim new ones; trying again",
+                    extra={"error": first_line(error), "endings": len(batch)},
+                )
+                state.endings = batch + state.endings
+                if batch:
+                    state.endings_since = since
+                await asyncio.sleep(min(RETRY_DATABASE, poll))
+                continue
+            state.sending = []
+            state.claiming = False
+            self.failing = None
+            got = len(claimed)
+            self.runner.take(claimed)
+            if claim and got < free and state.wakes == wakes:
+                # Fewer than it could take, and nothing new since it asked: there is
+                # no work for us until a notification, a timer, a limited name's place
+                # coming free, or the poll interval says otherwise.
+                state.look = False
+            self._recorded(batch, kept)
+
+    async def send(
+        self, batch: list[Run], free: int, wanted: list[dict[str, Any]]
+    ) -> tuple[list[Run], set[tuple[str, int]] | None]:
+        """Record the endings of `batch` and claim up to `free` jobs of the `wanted`
+        names in one statement; returns the runs claimed, best first, and the (id,
+        attempt) of the endings recorded, or `None` when all of them were."""
+        conn = await self.connections.for_exchange()
+        ids: list[str] = []
+        attempts: list[str] = []
+        others: list[dict[str, Any]] = []
+        for one in batch:
+            if one.status == "completed":
+                ids.append(one.id)
+                attempts.append(str(one.attempts))
+            else:
+                others.append(
+                    {
+                        "id": one.id,
+                        "attempts": one.attempts,
+                        "status": one.status,
+                        "error": one.error,
+                        "delay": one.delay,
+                    }
+                )
+        sent = time.monotonic()
+        try:
+            cursor = conn.cursor(row_factory=_rows(self.options.max_attempts, sent))
+            await cursor.execute(
+                sql.EXCHANGE,
+                {
+                    # Array literals: ids are uuid text and attempts digits, nothing to quote.
+                    "completed": "{" + ",".join(ids) + "}",
+                    "completed_attempts": "{" + ",".join(attempts) + "}",
+                    "endings": json.dumps(others, ensure_ascii=False) if others else "[]",
+                    "free": free,
+                    "wanted": json.dumps(wanted, ensure_ascii=False),
+                    "losing": "{" + ",".join(self.state.losing) + "}",
+                    "now": self.connections.now(),
+                },
+            )
+            rows: list[Any] = await cursor.fetchall()
+        except psycopg.OperationalError:
+            await self.connections.exchange_broke(conn)
+            raise
+        claimed = [row for row in rows if type(row) is Run]
+        if len(claimed) > 1:
+            claimed.sort(key=order_of)
+        if len(rows) - len(claimed) == len(batch):
+            return claimed, None  # every ending recorded (the usual case)
+        return claimed, {row for row in rows if type(row) is not Run}
+
+    def _recorded(self, batch: list[Run], kept: set[tuple[str, int]] | None) -> None:
+        """Count the endings recorded (all of them when `kept` is None) and tell the
+        observers; the others lost their claim: to `Claims.lose`, like every loss."""
+        state = self.state
+        observers = self.registry.observers
+        for one in batch:
+            if kept is None or one.key in kept:
+                outcome = OUTCOMES[one.status]
+                state.stats[outcome] += 1
+                if observers:
+                    self.registry.tell(one.name, outcome, one.seconds, one.fields())
+            else:
+                self.claims.lose(
+                    one, "stopped: it finished after another worker or recovery took its claim"
+                )
+
+
+COLUMNS = ("id", "attempts", "name", "args", "max_attempts", "timeout_ms", "priority", "run_at")
+"""The columns `sql.EXCHANGE` returns, read by name."""
+
+
+def _rows(default_limit: int, sent: float) -> Any:
+    """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
+    becomes a `Run` and each ending recorded its (id, attempt). It finds every column
+    by its name once, then reads each row's values by those places: as cheap as reading
+    tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
+    the statement cannot shift the others."""
+
+    def factory(cursor: Any) -> RowMaker[Any]:
+        at = {column.name: i for i, column in enumerate(cursor.description or ())}
+        id_, attempts, name, args, limit, timeout, priority, run_at = (at[c] for c in COLUMNS)
+
+        def make(values: Any) -> Run | tuple[str, int]:
+            if values[name] is None:
+                return (values[id_], values[attempts])
+            ms = values[timeout]
+            return Run(
+                values[id_],
+                values[name],
+                values[attempts],
+                default_limit if values[limit] is None else values[limit],
+                None if ms is None else ms / 1000,
+                values[args],
+                sent,
+                order=(-values[priority], values[run_at]),
+            )
+
+        return make
+
+    return factory

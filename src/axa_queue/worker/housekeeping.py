@@ -1,0 +1,101 @@
+"""Housekeeping: the maintenance loop (`maintenance.run_once` every
+`maintenance_interval`), and the worker's own stale recovery.
+
+Stale recovery runs on the side connection, only once it has been connected for
+`stale_after` (every live worker has had that long to report in since the database
+came back), and never takes back a run this process holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from .. import maintenance
+from ..options import QueueOptions
+from ..registry import Registry
+from ..retries import first_line
+from . import decisions
+from .connections import Connections
+from .state import State
+from .tasks import Troubles, summary
+
+__all__ = ["Housekeeping"]
+
+log = logging.getLogger("axa_queue.worker")
+
+
+class Housekeeping:
+    """Housekeeping rounds, and stale recovery that spares this process's runs."""
+
+    def __init__(
+        self,
+        pool: AsyncConnectionPool,
+        registry: Registry,
+        options: QueueOptions,
+        state: State,
+        connections: Connections,
+        troubles: Troubles,
+    ) -> None:
+        self.pool = pool
+        self.registry = registry
+        self.options = options
+        self.state = state
+        self.connections = connections
+        self.troubles = troubles
+        self.stale = options.seconds("stale_after")
+
+    async def loop(self) -> None:
+        every = self.options.seconds("maintenance_interval")
+        retry = self.options.seconds("poll_interval")
+        while True:
+            failure: BaseException | None
+            try:
+                failure = await maintenance.run_once(
+                    self.pool, self.options, self.registry.schedules, recover=False
+                )
+                failure = await self.recover_stale() or failure
+            except Exception as error:  # a bug, or anything the database driver raised
+                failure = error
+                log.error(
+                    "housekeeping failed; trying again",
+                    extra={"error": summary(error), "retry_in": retry},
+                )
+            if failure is None:
+                self.troubles.cleared("maintenance")
+                retry = self.options.seconds("poll_interval")
+                await asyncio.sleep(every)
+            else:
+                self.troubles.failed("maintenance", failure)
+                await asyncio.sleep(min(retry, every))
+                retry = decisions.next_retry(retry)
+
+    async def recover_stale(self) -> psycopg.Error | None:
+        """Stale recovery, on the side connection, once it has been connected for
+        `stale_after`, never taking back a run this process holds. Returns the error
+        that stopped it, if any (for the health check)."""
+        connections = self.connections
+        try:
+            conn = await connections.for_side()
+        except psycopg.Error as error:
+            connections.broken_at = time.monotonic()
+            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            return error
+        since = connections.connected_since
+        if since is None or time.monotonic() - since < self.stale:
+            return None
+        try:
+            recovered = await maintenance.recover_stale(
+                conn, self.stale, self.options.max_attempts, held=self.state.held_literals()
+            )
+        except psycopg.Error as error:
+            if isinstance(error, psycopg.OperationalError):
+                await connections.side_broke(conn)
+            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            return error
+        maintenance.log_recovered(recovered)
+        return None

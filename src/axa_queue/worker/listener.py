@@ -1,0 +1,60 @@
+"""The listener: wakes the exchange loop on LISTEN/NOTIFY, reconnecting when it drops.
+
+A notification carries the schema of the job's table and, for a delayed job, the
+seconds until it is due; the exchange looks for work then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import psycopg
+
+from .. import sql
+from ..connector import Connector
+from ..options import QueueOptions
+from . import decisions
+from .state import State
+from .tasks import Troubles, summary
+
+__all__ = ["listen"]
+
+log = logging.getLogger("axa_queue.worker")
+
+
+async def listen(
+    connector: Connector, schema: str, state: State, troubles: Troubles, options: QueueOptions
+) -> None:
+    """Listen until cancelled; failures are logged and reported, and it tries again."""
+    pause = 0.1
+    while True:
+        try:
+            conn = await connector.connect(session=False)
+            async with conn:
+                await conn.execute(sql.LISTEN)
+                pause = 0.1
+                troubles.cleared("listener")
+                state.wake()  # anything queued while we were not listening
+                async for note in conn.notifies():
+                    there, _, delay = note.payload.rpartition(" ")
+                    if there != schema:
+                        continue
+                    try:
+                        state.wake_in(float(delay or 0))
+                    except ValueError:
+                        state.wake()
+        except psycopg.Error as error:
+            troubles.failed("listener", error)
+            log.warning(
+                "lost the notification connection; polling until it is back",
+                extra={"error": summary(error)},
+            )
+        except Exception as error:
+            troubles.failed("listener", error)
+            log.error(
+                "the listener failed; polling until it is back",
+                extra={"error": summary(error), "retry_in": pause},
+            )
+        await asyncio.sleep(pause)
+        pause = decisions.next_retry(pause, min(options.seconds("poll_interval"), 5.0))

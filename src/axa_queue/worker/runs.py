@@ -1,0 +1,207 @@
+"""Runs: starting claimed runs on the worker's loops, executing their handlers under
+their timeouts, and saying how each ended.
+
+At most `workers` loops run at once; a loop whose run ends goes on to the best run
+waiting (claimed ahead, `prefetch`) in the same step, with no new task. Async handlers
+are awaited on the event loop; sync ones run in `JobThreads`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+
+from ..options import QueueOptions, to_timedelta
+from ..registry import Registry
+from ..retries import cut_error, describe
+from . import decisions
+from .claims import Claims
+from .state import Run, State, order_of
+from .tasks import cancel_all, uncancel
+from .threads import JobThreads
+
+__all__ = ["Runner"]
+
+log = logging.getLogger("axa_queue.worker")
+
+
+class Runner:
+    """Runs the claimed runs of one worker on its loops."""
+
+    def __init__(
+        self, state: State, claims: Claims, registry: Registry, options: QueueOptions, identity: str
+    ) -> None:
+        self.state = state
+        self.claims = claims
+        self.registry = registry
+        self.options = options
+        self.identity = identity
+        self.executor = JobThreads(state.slots, "axa-queue-job")
+        self.aborting = False
+        """Whether this worker cancelled its runs' loops (an abort, or the grace period
+        over): a `CancelledError` in a handler is then ours, not the handler's own."""
+
+    def take(self, claimed: list[Run]) -> None:
+        """Hold newly claimed runs: start them while loops are free, keep the rest
+        waiting, best first, for the next loop to come free."""
+        state = self.state
+        for one in claimed:
+            state.runs[one.key] = one
+            state.in_use[one.name] += 1
+        if not state.waiting or not claimed or state.waiting[-1].order <= claimed[0].order:
+            state.waiting.extend(claimed)  # the usual case: later claims are no better
+        else:
+            state.waiting = sorted([*state.waiting, *claimed], key=order_of)
+        self._start_waiting()
+
+    def _start_waiting(self) -> None:
+        """Start waiting runs on idle loops."""
+        state = self.state
+        while state.waiting and state.active < state.slots:
+            one = state.waiting.pop(0)
+            self._begin(one)
+            one.task = asyncio.get_running_loop().create_task(self._loop(one))
+
+    async def _loop(self, one: Run) -> None:
+        """One loop: run `one`, then each run waiting when it ends, until none waits.
+        Going on to the next run in the same step costs no task and no turn of the
+        event loop."""
+        task = asyncio.current_task()
+        state = self.state
+        while True:
+            await self._execute(one)
+            if not state.waiting or state.active >= state.slots:
+                state.poke()
+                return
+            one = state.waiting.pop(0)
+            self._begin(one)
+            one.task = task
+            state.poke()
+
+    def _begin(self, one: Run) -> None:
+        self.state.active += 1
+        if one.timeout is not None:
+            one.timer = asyncio.get_running_loop().call_later(
+                one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
+            )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("job started", extra={**one.fields(), "worker": self.identity})
+
+    def _release(self, one: Run) -> None:
+        state = self.state
+        if one.timer is not None:
+            one.timer.cancel()
+        state.active -= 1
+        state.runs.pop(one.key, None)
+        state.in_use[one.name] -= 1
+        if one.name in self.registry.limits:
+            state.wake()  # a place under its limit came free: its jobs may be waiting
+
+    async def _execute(self, one: Run) -> None:
+        """Run the handler to its end, its time limit, or the loss of its claim, then
+        record the ending. Cancelled from outside (not by `Run.stop`), it aborts: the
+        job stays `running` for stale recovery. A `CancelledError` the handler raises of
+        its own is a failure of the attempt like any other."""
+        handler = self.registry.handlers.get(one.name)
+        error: str | None = None
+        started = time.monotonic()
+        try:
+            if handler is None:  # only handled names are claimed; kept for safety
+                error = f"no handler for job {one.name}"
+            elif one.stopped is not None or (
+                self.claims.doubtful(one) and not await self.claims.prove(one)
+            ):
+                pass  # lost while it waited for a loop: its handler never starts
+            elif handler.coroutine_function is not None:  # awaited here: a coroutine less
+                one.started = True
+                await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
+            else:
+                one.started = True
+                await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
+        except asyncio.CancelledError as failure:
+            if one.stopped is None:
+                if self._aborted():
+                    one.done = True
+                    self._release(one)
+                    raise
+                # The handler's own CancelledError, not a stop: a failure like any other.
+                error = f"{describe(failure)} raised by the handler"
+        except BaseException as failure:  # a job's failure, whatever it is
+            error = describe(failure)
+        if one.cancelled:  # stopped by us (also when the handler swallowed it): forget it
+            uncancel()
+        one.done = True
+        one.seconds = time.monotonic() - started
+        if one.stopped is not None and one.stopped[0] == "lost":
+            try:
+                await asyncio.shield(self.claims.lose(one, f"stopped: {one.stopped[1]}"))
+            finally:
+                self._release(one)
+            return
+        self._release(one)
+        if one.stopped is not None:  # timed out (also when a handler swallowed the cancellation)
+            error = one.stopped[1]
+        if error is not None:
+            error = cut_error(error)
+        status, delay = decisions.ending(
+            error, one.attempts, one.limit, to_timedelta(self.options.retry_backoff)
+        )
+        if status == "queued":
+            log.warning(
+                "job failed, will retry", extra={**one.fields(), "error": error, "retry_in": delay}
+            )
+        elif status == "failed":
+            log.error("job failed", extra={**one.fields(), "error": error})
+        self.state.end(one.end(status, error, delay))
+        if status == "queued":
+            self.state.wake_in(delay)
+
+    def _aborted(self) -> bool:
+        """Whether the `CancelledError` a run's handler just ended with is this worker
+        being aborted (its loop cancelled: `Queue.run` cancelled, or the grace period
+        over), rather than one the handler raised of its own. Python 3.11+ counts the
+        cancellations asked of the task; 3.10 relies on the worker's own flag."""
+        if self.aborting:
+            return True
+        task = asyncio.current_task()
+        cancelling = getattr(task, "cancelling", None)
+        return cancelling is not None and cancelling() > 0
+
+    async def finish(self, deadline: float | None) -> None:
+        """Wait for jobs in progress (also those a claim in flight brings), aborting any
+        still running at `deadline` (monotonic; the end of `shutdown_grace`)."""
+        state = self.state
+        told = False
+        while state.runs or state.claiming:
+            tasks = [r.task for r in state.runs.values() if r.task is not None]
+            if not tasks:
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._forget_waiting()  # a claim still in flight: its runs stay `running`
+                    return
+                await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
+                continue
+            if not told:
+                log.info("stopping: waiting for jobs in progress", extra={"running": len(tasks)})
+                told = True
+            timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
+            _, pending = await asyncio.wait(tasks, timeout=timeout)
+            if pending and deadline is not None and time.monotonic() >= deadline:
+                log.warning(
+                    "stopping: aborting jobs still running after the grace period; "
+                    "stale recovery will queue them again",
+                    extra={"aborted": len(pending)},
+                )
+                self.aborting = True
+                await cancel_all(pending)
+                self._forget_waiting()
+
+    def _forget_waiting(self) -> None:
+        """Let go of runs claimed ahead that never started: like the runs aborted, they
+        stay `running` for stale recovery."""
+        state = self.state
+        for one in state.waiting:
+            state.runs.pop(one.key, None)
+            state.in_use[one.name] -= 1
+        state.waiting = []

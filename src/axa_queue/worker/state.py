@@ -1,0 +1,211 @@
+"""What the worker's services share: its phase, and the runs it holds.
+
+A run goes through these states (docs/design.md draws them):
+
+    claimed, waiting -> running -> ended -> recorded
+           \\               \\         \\
+            +---------------+---------+--> lost (its fate written by `sql.MARK_LOST`)
+
+`State.runs` holds every run from its claim until its loop lets it go (its ending is
+then in `endings`, or `sending` while a statement carries it); `State.losing` holds
+every run that lost its claim until its fate is written, and keeps its place
+meanwhile, so this process never claims that job again before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from . import decisions
+
+__all__ = ["Phase", "Run", "State"]
+
+
+class Phase(enum.IntEnum):
+    """The worker's phase; it only ever moves forward."""
+
+    STARTING = 0
+    """Made, its services not yet started."""
+    WORKING = 1
+    """Claiming and running jobs."""
+    STOPPING = 2
+    """No more claims: jobs in progress finish, their endings are recorded."""
+    CLOSING = 3
+    """Every run has ended: the exchange loop returns once every ending is recorded."""
+    STOPPED = 4
+    """Its tasks are ended and its connections closed."""
+
+
+@dataclass(eq=False, slots=True)
+class Run:
+    """One claimed run of a job, identified by its id (as text) and attempt; once it
+    has ended, also how, waiting to be written (`status`, `error`, `delay`)."""
+
+    id: str
+    name: str
+    attempts: int
+    limit: int
+    timeout: float | None
+    args_text: str = field(repr=False)
+    last_heard: float
+    """When (monotonic) the last statement that proved its claim was sent."""
+    done: bool = False
+    stopped: tuple[str, str] | None = None
+    """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
+    order: tuple[int, float] = (0, 0.0)
+    """Claim order: (minus priority, run_at in epoch seconds)."""
+    task: asyncio.Task[None] | None = None
+    """The loop running it, once it runs; the same loop goes on to later runs."""
+    started: bool = False
+    """Whether its handler was called (a run stopped before that did no work)."""
+    timer: asyncio.TimerHandle | None = None
+    seconds: float = 0.0
+    """How long the handler ran, once it has ended."""
+    cancelled: bool = False
+    """Whether `stop` cancelled its loop's task (a cancellation to forget when handled)."""
+    status: str = "running"
+    """How it ended: `completed`, `failed`, or `queued` again after `delay` seconds."""
+    error: str | None = None
+    delay: float = 0.0
+
+    def stop(self, kind: str, reason: str) -> None:
+        """Stop this run's handler: its claim is gone, or its time is up."""
+        if self.done or self.stopped is not None:
+            return
+        self.stopped = (kind, reason)
+        if self.task is not None:
+            # Its loop is waiting inside this run's handler (nothing else of the run
+            # awaits before it is done), so the cancellation lands in this handler.
+            self.cancelled = True
+            self.task.cancel()
+
+    def lose(self, reason: str) -> None:
+        """Stop this run: its claim is gone."""
+        self.stop("lost", reason)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.id, self.attempts)
+
+    def fields(self) -> dict[str, Any]:
+        """The log fields that name this run (never its arguments)."""
+        return {"job_id": self.id, "job": self.name, "attempt": self.attempts}
+
+    def end(self, status: str, error: str | None = None, delay: float = 0.0) -> Run:
+        """Say how the run ended; it is then written with the next exchange."""
+        self.status = status
+        self.error = error
+        self.delay = delay
+        return self
+
+
+def order_of(one: Run) -> tuple[int, float]:
+    """The sort key of runs waiting for a loop: best first."""
+    return one.order
+
+
+class State:
+    """The worker's phase and the runs it holds, shared by its services; event loop only."""
+
+    def __init__(self, workers: int, prefetch: int) -> None:
+        self.phase = Phase.STARTING
+        self.slots = workers
+        self.room = decisions.room(workers, prefetch)
+        self.low_water = decisions.low_water(workers, prefetch)
+        self.runs: dict[tuple[str, int], Run] = {}
+        """Every run claimed and not yet let go by its loop."""
+        self.waiting: list[Run] = []
+        """Runs claimed ahead (`prefetch`), best first, waiting for a loop."""
+        self.active = 0
+        """Runs whose handler has started and not yet ended."""
+        self.in_use: Counter[str] = Counter()
+        """Places held per job name (for the limits)."""
+        self.endings: list[Run] = []
+        """Runs that ended, waiting to be written."""
+        self.endings_since = 0.0
+        """When the oldest ending not yet sent was made (event loop time)."""
+        self.sending: list[Run] = []
+        """The endings in the statement in flight."""
+        self.losing: dict[str, Run] = {}
+        """Runs that lost their claim, by job id, until their fate is written."""
+        self.nudge = asyncio.Event()
+        """Set when there may be something to do: an ending, a free loop, new work."""
+        self.look = True
+        """Whether there may be work not looked for yet (else exchanges only record)."""
+        self.wakes = 0
+        """How many times something said there may be new work."""
+        self.claiming = False
+        """Whether a statement in flight may bring new runs."""
+        self.wake_at: asyncio.TimerHandle | None = None
+        self.stats: Counter[str] = Counter()
+        """Outcomes, each counted once its write is confirmed."""
+
+    @property
+    def stopping(self) -> bool:
+        return self.phase >= Phase.STOPPING
+
+    def held(self) -> int:
+        """Places held: runs claimed, and runs lost whose fate is not yet written."""
+        extra = sum(1 for one in self.losing.values() if one.key not in self.runs)
+        return len(self.runs) + extra
+
+    def free(self) -> int:
+        return decisions.free_places(self.stopping, self.room, self.held())
+
+    def due(self) -> bool:
+        return decisions.due(
+            stopping=self.stopping,
+            active=self.active,
+            slots=self.slots,
+            waiting=len(self.waiting),
+            low_water=self.low_water,
+            endings=len(self.endings),
+            room=self.room,
+        )
+
+    def poke(self) -> None:
+        """Wake the exchange loop if it has something to send now; endings that may
+        wait are sent by the `HOLD_ENDINGS` timer (set by the loop) at the latest."""
+        if self.due():
+            self.nudge.set()
+
+    def wake(self) -> None:
+        """Look for work at the next exchange, now."""
+        self.wakes += 1
+        self.look = True
+        self.nudge.set()
+
+    def wake_in(self, delay: timedelta | float) -> None:
+        """Look for work again after `delay`, keeping only the earliest such timer."""
+        seconds = delay.total_seconds() if isinstance(delay, timedelta) else delay
+        if seconds <= 0:
+            self.wake()
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        if self.wake_at is not None and not self.wake_at.cancelled():
+            if self.wake_at.when() <= when and self.wake_at.when() > loop.time():
+                return
+            self.wake_at.cancel()
+        self.wake_at = loop.call_at(when, self.wake)
+
+    def end(self, ending: Run) -> None:
+        """Add an ending to be written by the next exchange."""
+        if not self.endings:
+            self.endings_since = asyncio.get_running_loop().time()
+            self.nudge.set()  # the exchange loop sends it, or sets the timer that will
+        self.endings.append(ending)
+
+    def held_literals(self) -> tuple[str, str]:
+        """The (ids, attempts) of every run this process holds, as array literals."""
+        every = [*self.runs.values(), *self.sending, *self.endings, *self.losing.values()]
+        held = list({one.key: one for one in every}.values())
+        return (
+            "{" + ",".join(r.id for r in held) + "}",
+            "{" + ",".join(str(r.attempts) for r in held) + "}",
+        )

@@ -1,0 +1,75 @@
+"""The threads sync handlers run in (`JobThreads`)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from queue import SimpleQueue
+from typing import Any
+
+__all__ = ["JobThreads"]
+
+
+class JobThreads(Executor):
+    """The threads sync handlers run in: like `ThreadPoolExecutor`, but its threads are
+    daemons, so a handler still running when the worker stops (a thread cannot be
+    stopped; its job is left to stale recovery) does not keep the process alive: the
+    standard pool's threads are joined at exit, which made a stop hang until the
+    handler returned."""
+
+    def __init__(self, max_workers: int, name: str) -> None:
+        self._max = max_workers
+        self._name = name
+        self._work: SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None]
+        self._work = SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._idle = threading.Semaphore(0)
+        self._lock = threading.Lock()
+        self._shut = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        with self._lock:
+            if self._shut:
+                raise RuntimeError("cannot run a sync handler: the worker has stopped")
+            future: Future[Any] = Future()
+            call = fn if not kwargs else (lambda *a: fn(*a, **kwargs))
+            self._work.put((future, call, args))
+            if not self._idle.acquire(blocking=False) and len(self._threads) < self._max:
+                thread = threading.Thread(
+                    target=self._serve, name=f"{self._name}-{len(self._threads)}", daemon=True
+                )
+                thread.start()
+                self._threads.append(thread)
+            return future
+
+    def _serve(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                self._work.put(None)  # for the next thread
+                return
+            future, fn, args = item
+            del item
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = fn(*args)
+                except BaseException as error:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+                del future, fn, args
+            self._idle.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            self._shut = True
+            if cancel_futures:
+                while not self._work.empty():
+                    item = self._work.get_nowait()
+                    if item is not None:
+                        item[0].cancel()
+            self._work.put(None)
+        if wait:
+            for thread in self._threads:
+                thread.join()

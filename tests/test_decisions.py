@@ -1,0 +1,105 @@
+"""The worker's decisions, as plain functions: no database, no event loop."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from axa_queue.worker import decisions
+from axa_queue.worker.decisions import HOLD_ENDINGS
+
+BUSY = {"stopping": False, "active": 4, "slots": 4, "waiting": 10, "low_water": 4, "room": 24}
+
+
+def test_a_worker_without_prefetch_sends_every_ending_at_once() -> None:
+    assert decisions.due(**{**BUSY, "waiting": 0, "room": 4}, endings=1)
+
+
+def test_endings_gather_while_every_loop_is_busy_and_enough_jobs_wait() -> None:
+    assert not decisions.due(**BUSY, endings=1)
+
+
+def test_a_free_loop_or_few_waiting_jobs_or_a_stop_or_a_full_batch_make_the_exchange_due() -> None:
+    assert decisions.due(**{**BUSY, "active": 3}, endings=1)
+    assert decisions.due(**{**BUSY, "waiting": 4}, endings=1)
+    assert decisions.due(**{**BUSY, "stopping": True}, endings=1)
+    assert decisions.due(**BUSY, endings=24)
+
+
+def test_gathered_endings_wait_at_most_the_hold() -> None:
+    assert decisions.holds(due=False, endings=3, now=10.0, since=10.0)
+    assert not decisions.holds(due=False, endings=3, now=10.0 + HOLD_ENDINGS, since=10.0)
+    assert not decisions.holds(due=True, endings=3, now=10.0, since=10.0)
+    assert decisions.holds(due=False, endings=0, now=99.0, since=0.0)
+
+
+def test_the_low_water_mark_is_the_loops_or_a_quarter_of_prefetch() -> None:
+    assert decisions.low_water(4, 0) == 4
+    assert decisions.low_water(4, 100) == 25
+    assert decisions.room(4, 100) == 104
+
+
+def test_a_stopping_worker_claims_nothing() -> None:
+    assert decisions.free_places(True, 10, 2) == 0
+    assert decisions.free_places(False, 10, 2) == 8
+
+
+def test_a_limited_name_is_wanted_only_up_to_its_free_places() -> None:
+    wanted = decisions.wanted(["A", "B", "C"], {"B": 2, "C": 1}, {"B": 1, "C": 1}, 5)
+    assert wanted == [{"name": "A", "cap": 5}, {"name": "B", "cap": 1}]
+
+
+def test_a_failed_run_is_queued_again_with_backoff_until_out_of_attempts() -> None:
+    base = timedelta(seconds=2)
+    assert decisions.ending(None, 1, 3, base) == ("completed", 0.0)
+    assert decisions.ending("boom", 1, 3, base) == ("queued", 2.0)
+    assert decisions.ending("boom", 2, 3, base) == ("queued", 4.0)
+    assert decisions.ending("boom", 3, 3, base) == ("failed", 0.0)
+
+
+def test_a_run_proves_its_claim_after_half_of_stale_after_or_a_broken_connection() -> None:
+    assert not decisions.needs_proof(now=10.0, last_heard=9.0, stale=4.0, broken_at=-1.0)
+    assert decisions.needs_proof(now=10.0, last_heard=8.0, stale=4.0, broken_at=-1.0)
+    assert decisions.needs_proof(now=10.0, last_heard=9.0, stale=4.0, broken_at=9.5)
+
+
+def test_only_a_started_run_gives_up_and_only_after_stale_after_without_contact() -> None:
+    assert decisions.gives_up(started=True, now=10.0, last_heard=6.0, stale=4.0)
+    assert not decisions.gives_up(started=True, now=10.0, last_heard=6.5, stale=4.0)
+    assert not decisions.gives_up(started=False, now=10.0, last_heard=0.0, stale=4.0)
+
+
+def test_a_failing_service_waits_twice_as_long_each_time_up_to_a_cap() -> None:
+    assert decisions.next_retry(0.5) == 1.0
+    assert decisions.next_retry(50.0) == decisions.SERVICE_RETRY_MAX
+
+
+def test_the_fate_of_a_lost_run_says_what_became_of_its_job() -> None:
+    base = {"started": True, "attempts": 1, "ending": "completed"}
+    level, text = decisions.fate(**base, status="queued", found_attempts=1, became="needs_review")
+    assert level == logging.ERROR and "waits for review" in text
+    level, text = decisions.fate(**base, status="completed", found_attempts=1, became=None)
+    assert level == logging.INFO and "recorded after all" in text
+    level, text = decisions.fate(**base, status=None, found_attempts=None, became=None)
+    assert "deleted" in text
+    level, text = decisions.fate(**base, status="running", found_attempts=2, became=None)
+    assert "replaced by attempt 2" in text
+    _, text = decisions.fate(
+        **{**base, "started": False}, status="running", found_attempts=1, became="queued"
+    )
+    assert text.startswith("job not started") and "queued again" in text
+
+
+def test_a_run_that_lost_its_claim_holds_its_place_until_its_fate_is_written() -> None:
+    from axa_queue.worker.state import Phase, Run, State
+
+    state = State(2, 0)
+    one = Run("3f2c0f4e-0000-0000-0000-000000000001", "Report", 1, 3, None, "{}", 0.0)
+    assert state.free() == 2
+    state.losing[one.id] = one  # refused by an exchange: its loop had let it go
+    assert state.free() == 1
+    state.runs[one.key] = one  # found by a heartbeat: its loop still holds it
+    assert state.free() == 1, "counted once"
+    assert state.held_literals() == ("{" + one.id + "}", "{1}")
+    state.phase = Phase.STOPPING
+    assert state.free() == 0

@@ -1,0 +1,99 @@
+"""The import graph of the package has no cycle: no module imports a module above it,
+not even for types (imports under `TYPE_CHECKING` count)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import axa_queue
+
+PACKAGE = Path(axa_queue.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The package's modules `path` imports, anywhere in it (functions and
+    `TYPE_CHECKING` blocks included)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                origin = ".".join(base + ([node.module] if node.module else []))
+            else:
+                origin = node.module or ""
+            # `from . import sql` imports the module sql (not the package's __init__,
+            # which importing any module of the package runs first anyway);
+            # `from .jobs import NewJob` imports jobs, and `from .worker import X` the
+            # worker package's __init__.
+            for alias in node.names:
+                inner = f"{origin}.{alias.name}"
+                if inner in modules:
+                    found.add(inner)
+                if node.module is not None or inner not in modules:
+                    found.add(origin)
+    return {one for one in found if one in modules and one != name}
+
+
+def import_graph() -> dict[str, set[str]]:
+    paths = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    return {name: _imports(path, name, modules) for name, path in paths.items()}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    done: set[str] = set()
+    stack: list[str] = []
+    on_stack: set[str] = set()
+
+    def visit(node: str) -> list[str] | None:
+        if node in on_stack:
+            return [*stack[stack.index(node) :], node]
+        if node in done:
+            return None
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            found = visit(nxt)
+            if found:
+                return found
+        stack.pop()
+        on_stack.discard(node)
+        done.add(node)
+        return None
+
+    for node in sorted(graph):
+        found = visit(node)
+        if found:
+            return found
+    return None
+
+
+def test_the_import_graph_of_the_package_has_no_cycle() -> None:
+    graph = import_graph()
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_worker_and_housekeeping_never_import_the_queue() -> None:
+    graph = import_graph()
+    for name in ("axa_queue.maintenance", "axa_queue.handlers", "axa_queue.registry"):
+        assert "axa_queue.queue" not in graph[name], name
+    for name in [n for n in graph if n.startswith("axa_queue.worker")]:
+        assert "axa_queue.queue" not in graph[name], name
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
