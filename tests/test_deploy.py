@@ -13,9 +13,11 @@ import textwrap
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
+from psycopg.conninfo import make_conninfo
 
 from axa_queue import SETUP_STATEMENTS, NewJob, Queue, QueueOptions, SchemaError, enqueue_on
 from conftest import status_of
@@ -224,6 +226,16 @@ async def test_open_waits_for_the_database_when_asked_and_says_so_each_try(caplo
     assert not queue.is_open
 
 
+async def test_open_does_not_wait_for_a_database_that_refuses_the_login(
+    database_url: str, caplog
+) -> None:
+    wrong = make_conninfo(database_url, dbname=f"no_such_db_{uuid.uuid4().hex[:8]}")
+    queue = Queue(wrong, QueueOptions(wait_for_database=120))
+    with pytest.raises(psycopg.OperationalError, match="does not exist"):
+        await asyncio.wait_for(queue.open(), 60)  # a liveness bound: it waits 120 s if wrong
+    assert not [r for r in caplog.records if r.getMessage().startswith("cannot reach")]
+
+
 # --- the supervisor's restart delay --------------------------------------------------------
 
 
@@ -304,3 +316,28 @@ async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
     assert code == 1  # the child's last exit was not 0
     assert [previous for previous, _ in asked[:3]] == [None, 0.0, 0.01]
     assert all(ran_for >= 0 for _, ran_for in asked)
+
+
+async def test_the_supervisor_sets_the_tables_up_with_the_queues_own_options(
+    dsn: str, monkeypatch
+) -> None:
+    from axa_queue import supervisor
+
+    seen: list[QueueOptions] = []
+
+    class Opened(Exception):
+        pass
+
+    class Spy(supervisor.Queue):
+        async def open(self, *args: Any, **kwargs: Any) -> supervisor.Queue:
+            seen.append(self.options)
+            raise Opened
+
+    monkeypatch.setattr(supervisor, "Queue", Spy)
+    settings = supervisor.Settings(target="unused:queue", workers=1, wait_for_database=0.0)
+    own = QueueOptions(setup_lock_timeout=17, prepare=False, stale_after=120)
+    with pytest.raises(Opened):
+        await supervisor.supervise(settings, 1, dsn, True, None, "127.0.0.1", options=own)
+    assert seen[0].setup_lock_timeout == own.setup_lock_timeout
+    assert seen[0].prepare is False and seen[0].stale_after == own.stale_after
+    assert seen[0].pool_size == 2

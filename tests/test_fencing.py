@@ -12,7 +12,9 @@ from uuid import UUID
 import psycopg
 import pytest
 
-from axa_queue import JobState, Recovered
+from axa_queue import JobState, QueueOptions, Recovered
+from axa_queue.connector import Connector
+from axa_queue.worker.connections import Connections
 from conftest import eventually, running, status_of
 
 # A heartbeat that never comes during a test, for runs that must finish unobserved.
@@ -522,3 +524,23 @@ async def test_stale_recovery_never_takes_back_a_run_the_recovering_process_hold
         assert await maintenance.recover_stale(conn, 0.5, 3, held=older) == [
             Recovered(job_id, "Lost", 2, JobState.QUEUED)
         ]
+
+
+async def test_a_side_statement_the_database_never_answers_is_given_up_and_its_connection_dropped(
+    dsn: str,
+) -> None:
+    # A connection cut without a word (a network partition) leaves a statement waiting
+    # for hours: heartbeats must fail within stale_after, so a run that cannot report in
+    # stops before a peer recovers its job. The server's pg_sleep stands in for silence.
+    connections = Connections(Connector(QueueOptions(), dsn), stale=2.0)
+    try:
+        assert (await connections.on_side("SELECT 1 AS one", None))[0].one == 1
+        first = connections.side
+        assert first is not None
+        with pytest.raises(psycopg.OperationalError, match="did not answer within 1 s"):
+            await connections.on_side("SELECT pg_sleep(60)", None)
+        assert connections.side is None and first.closed
+        assert connections.broken_at > 0
+        assert (await connections.on_side("SELECT 1 AS one", None))[0].one == 1
+    finally:
+        await connections.close()

@@ -27,7 +27,7 @@ import pytest
 from click.testing import CliRunner
 
 import pgbouncer
-from axa_queue import NewJob, Queue, QueueOptions, Schedule, sql
+from axa_queue import JobState, NewJob, Queue, QueueOptions, Schedule, sql
 from axa_queue import schema as axa_schema
 from axa_queue.acts import cancel
 from axa_queue.cli import main
@@ -254,6 +254,30 @@ async def test_a_queue_given_a_schema_works_through_pgbouncer(
         (schema, "axa_schedule"),
         (schema, "axa_schema_version"),
     ]
+
+
+async def test_a_queue_given_a_schema_sends_the_callers_own_statements_as_written(
+    database_url: str, schema: str
+) -> None:
+    # queue.connection() is the caller's: its text (here a literal naming a table) must
+    # reach the server unchanged; the schema comes from the transaction's search_path.
+    dsn = psycopg.conninfo.make_conninfo(
+        database_url, options="-c search_path=", application_name=schema
+    )
+    note = "moved rows out of axa_queue today"
+    queue = Queue(dsn, QueueOptions(**{**FAST, "schema": schema}))
+    async with queue:
+        job_id = await queue.enqueue("noted", {})
+        async with queue.connection() as conn:
+            cursor = await conn.execute("SELECT %s::text || ' axa_queue' AS said", (note,))
+            assert (await cursor.fetchone()) == (f"{note} axa_queue",)
+            cursor = await conn.execute("SELECT 'axa_queue'::text, current_setting('search_path')")
+            assert (await cursor.fetchone()) == ("axa_queue", schema)
+            await cancel(conn, job_id, by="ops", reason="not needed")
+        assert (await queue.job(job_id)).state == JobState.CANCELLED  # type: ignore[union-attr]
+        with queue.sync() as sync, sync.connection() as conn:
+            row = conn.execute("SELECT 'axa_queue'::text, current_setting('search_path')")
+            assert row.fetchone() == ("axa_queue", schema)
 
 
 async def test_every_statement_of_a_queue_given_a_schema_names_it(

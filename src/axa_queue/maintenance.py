@@ -1,9 +1,9 @@
 """Housekeeping: stale recovery, retention, and archiving schedules no longer in code.
 
-`Queue.run` does a round at once (to recover whatever a previous process left) and
-then every `maintenance_interval`. Any number of processes may do it at once: each
-statement decides its rows in the database. A failed round is logged; the next one
-tries again.
+A worker does a round at once and then every `maintenance_interval`; its stale
+recovery waits until the worker has been connected for `stale_after` (see
+`worker.housekeeping`). Any number of processes may do it at once: each statement
+decides its rows in the database. A failed round is logged; the next one tries again.
 """
 
 from __future__ import annotations

@@ -17,9 +17,12 @@
 through a cursor class that rewrites each statement once, since a pooler refuses the
 `options=-c search_path=...` startup parameter. After the first time, a statement
 costs one cache lookup (about 0.3 µs); without a schema the cursor is psycopg's own.
-Statements on the queue's connections (`queue.connection()` included) are rewritten;
-those on the caller's own connection (`enqueue_on`, `cancel`...) are not, and follow
-that connection's `search_path`.
+The queue's own statements are rewritten (they carry every value as a parameter, so
+only names change). The caller's statements never are: on `queue.connection()` (and
+`SyncQueue.connection()`) they are sent as written, in a transaction whose
+`search_path` is set to the schema (`SET LOCAL`, which a transaction pooler carries);
+on the caller's own connection (`enqueue_on`, `cancel`...) they follow that
+connection's `search_path`.
 """
 
 from __future__ import annotations

@@ -63,6 +63,24 @@ SEEN_EVERY = 30.0
 """Seconds between notes that this process still has its schedules in code."""
 
 
+TRANSIENT_REFUSALS = (
+    "starting up",
+    "shutting down",
+    "in recovery",
+    "too many clients",
+    "connection slots are reserved",
+)
+"""What a server that is there but not ready says when it refuses a connection."""
+
+
+def refused(error: psycopg.OperationalError) -> bool:
+    """Whether the server answered and refused this login for good (a wrong role,
+    password or database name), so waiting for it would not help. psycopg gives no
+    SQLSTATE for a failed connection: the server's answer is a `FATAL:` in its text."""
+    text = str(error)
+    return "FATAL:" in text and not any(word in text for word in TRANSIENT_REFUSALS)
+
+
 class Queue:
     """A PostgreSQL job queue: register handlers, open, then enqueue, inspect and run.
 
@@ -264,8 +282,7 @@ class Queue:
                 return await self.connector.connect(session=False)
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
-                refused = (error.sqlstate or "")[:2] in ("28", "3D")  # login, database name
-                if left <= 0 or refused:
+                if left <= 0 or refused(error):
                     raise
                 log.warning(
                     "cannot reach the database; trying again",
@@ -300,9 +317,21 @@ class Queue:
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection from the queue's pool, in a transaction that commits when the
-        block ends (and rolls back on an error): for acts and the caller's own writes."""
+        block ends (and rolls back on an error): for acts and the caller's own writes.
+        With `QueueOptions.schema`, the transaction's `search_path` is that schema and the
+        caller's statements are sent as written."""
         async with self.pool.connection() as conn, conn.transaction():
-            yield conn
+            schema = self.options.resolved_schema()
+            if schema is None:
+                yield conn
+                return
+            factory = conn.cursor_factory
+            conn.cursor_factory = psycopg.AsyncCursor
+            try:
+                await conn.execute(sql.LOCAL_SEARCH_PATH, (schema,))
+                yield conn
+            finally:
+                conn.cursor_factory = factory
 
     async def _run(self, call: Call[T]) -> T:
         async with self.pool.connection() as conn:

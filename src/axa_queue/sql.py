@@ -306,6 +306,12 @@ FINISHED_COUNTS_BY_NAME = """SELECT name,
 """The counts of finished jobs, for each job name: a scan of every finished row kept
 by retention (metrics count them far less often than the live ones)."""
 
+LOCAL_SEARCH_PATH = "SELECT set_config('search_path', %s, true)"
+"""Point this transaction's unqualified names at the queue's schema (`QueueOptions.schema`)
+for the caller's own statements on `queue.connection()`: a transaction-local setting,
+which a transaction pooler carries, where rewriting the caller's SQL could change the
+text of its literals."""
+
 PING = "SELECT 1"
 """Whether the database answers."""
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import shutil
@@ -310,14 +311,18 @@ async def supervise(
     metrics_port: int | None,
     metrics_host: str,
     stuck_after: float = STUCK_AFTER,
+    options: QueueOptions | None = None,
 ) -> int:
     """Keep `processes` worker processes running `settings` (`child_command`, run with
     the supervisor's environment) until signalled; 0 when all stopped gracefully.
-    `stuck_after`: as for `work`, of any of the processes."""
+    `stuck_after`: as for `work`, of any of the processes. `options`: the queue's own,
+    which the supervisor's setup (or check) and counts honour (its lock timeout, its
+    prepared statements...) on a pool of its own size."""
     command = child_command(settings)
     control = Queue(
         dsn,
-        QueueOptions(
+        dataclasses.replace(
+            options if options is not None else QueueOptions(),
             pool_size=2,
             wait_for_database=settings.wait_for_database,
             pooler=settings.pooler,

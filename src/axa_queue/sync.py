@@ -112,9 +112,21 @@ class SyncQueue:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        """A pooled connection in a transaction that commits when the block ends."""
+        """A pooled connection in a transaction that commits when the block ends. With
+        `QueueOptions.schema`, the transaction's `search_path` is that schema and the
+        caller's statements are sent as written."""
         with self.pool.connection() as conn, conn.transaction():
-            yield conn
+            schema = self.options.resolved_schema()
+            if schema is None:
+                yield conn
+                return
+            factory = conn.cursor_factory
+            conn.cursor_factory = psycopg.Cursor
+            try:
+                conn.execute(sql.LOCAL_SEARCH_PATH, (schema,))
+                yield conn
+            finally:
+                conn.cursor_factory = factory
 
     def _run(self, call: Call[T]) -> T:
         with self.pool.connection() as conn:

@@ -205,7 +205,14 @@ def worker(
             )
             code = asyncio.run(
                 supervisor.supervise(
-                    settings, processes, target_dsn, setup, metrics_port, metrics_host, stuck_after
+                    settings,
+                    processes,
+                    target_dsn,
+                    setup,
+                    metrics_port,
+                    metrics_host,
+                    stuck_after,
+                    options=queue.options,
                 )
             )
     if code:

@@ -5,10 +5,17 @@ checkout lies on the path from a wake-up to a claim. Heartbeats, claim proofs, l
 runs and stale recovery share the side connection, made again at once when it breaks
 (a pool would wait out its reconnect backoff). Both come from the `Connector`, with
 the queue's connect and session settings.
+
+A statement on the side connection that has no answer within half of `stale_after` (a
+connection cut without a word: a network partition leaves TCP waiting for hours) is
+given up and its connection dropped, as if it broke: the heartbeat then counts the
+silence, and a run that cannot report in for `stale_after` stops before a peer's
+recovery could take its job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -57,7 +64,9 @@ class Connections:
         if self.side is None or self.side.closed:
             # A server that does not answer must not hold heartbeats (and so the
             # runs' giving up) for the system's TCP timeout.
-            self.side = await self.connector.connect(connect_timeout=max(2, int(self.stale / 2)))
+            self.side = await self.connector.connect(
+                connect_timeout=max(2, int(self.answer_within()))
+            )
             self.connected_since = time.monotonic()
         return self.side
 
@@ -75,13 +84,27 @@ class Connections:
         except psycopg.OperationalError:
             self.broken_at = time.monotonic()
             raise
-        try:
+
+        async def send() -> list[Any]:
             cursor = conn.cursor(row_factory=namedtuple_row)
             await cursor.execute(statement, params)
             return await cursor.fetchall() if cursor.description is not None else []
+
+        try:
+            return await asyncio.wait_for(send(), self.answer_within())
+        except asyncio.TimeoutError:
+            await self.side_broke(conn)
+            raise psycopg.OperationalError(
+                f"the database did not answer within {self.answer_within():g} s"
+            ) from None
         except psycopg.OperationalError:
             await self.side_broke(conn)
             raise
+
+    def answer_within(self) -> float:
+        """Seconds a statement on the side connection may wait for its answer (also
+        for a lock): half of `stale_after`, at least one."""
+        return max(1.0, self.stale / 2)
 
     async def close(self) -> None:
         for conn in (self.exchange, self.side):

@@ -159,7 +159,10 @@ def fate(
         now = "queued again" if became == "queued" else "failed: no attempts left"
         return logging.WARNING, f"{head}: no one had taken its claim, so it is {now}"
     if found_attempts > attempts:
-        return logging.WARNING, f"{head}: replaced by attempt {found_attempts}, {FOUND[status]}"
+        return (
+            logging.WARNING,
+            f"{head}: replaced by attempt {found_attempts}, {FOUND.get(status, f'which is {status}')}",
+        )
     if found_attempts == attempts and status == ending:
         return logging.INFO, f"{head}: its ending had been recorded after all ({status})"
     if status == "needs_review":
