@@ -11,7 +11,15 @@ from datetime import timedelta
 
 import psycopg
 
-__all__ = ["MAX_BACKOFF", "MAX_ERROR_BYTES", "backoff", "cut_error", "describe", "first_line"]
+__all__ = [
+    "MAX_BACKOFF",
+    "MAX_ERROR_BYTES",
+    "backoff",
+    "cut_error",
+    "describe",
+    "first_line",
+    "summary",
+]
 
 MAX_BACKOFF = timedelta(hours=1)
 """The longest wait between attempts."""
@@ -69,3 +77,11 @@ def first_line(error: BaseException) -> str:
     (its DETAIL, CONTEXT and HINT, which may quote data, are left out)."""
     lines = _text(error).strip().splitlines()
     return lines[0] if lines else type(error).__name__
+
+
+def summary(error: BaseException, limit: int = 500) -> str:
+    """What a log line says of a failure: the error's type and the first line of its
+    message (of a database error, its primary message), at most `limit` characters."""
+    lines = _text(error).strip().splitlines()
+    kind = type(error).__qualname__
+    return cut_error(f"{kind}: {lines[0]}" if lines else kind)[:limit]

@@ -7,9 +7,7 @@ import logging
 import time
 from typing import Any
 
-import psycopg
-
-from ..retries import cut_error, first_line
+from ..retries import summary
 
 __all__ = ["CANCEL_AGAIN", "CANCEL_GIVE_UP", "Troubles", "cancel_all", "summary", "uncancel"]
 
@@ -52,17 +50,6 @@ async def cancel_all(tasks: list[asyncio.Task[Any]] | set[asyncio.Task[Any]]) ->
             task.exception()  # retrieved: what a cancelled loop raised is no news now
     if interrupted:
         raise asyncio.CancelledError
-
-
-def summary(error: BaseException) -> str:
-    """What to log of a background service's failure: the error's type and its first
-    line, never more (a database error's DETAIL and CONTEXT can quote a job's arguments)."""
-    if isinstance(error, psycopg.Error) and error.diag.message_primary:
-        line = error.diag.message_primary
-    else:
-        line = first_line(error) if str(error).strip() else ""
-    kind = type(error).__qualname__
-    return cut_error(f"{kind}: {line}" if line else kind)[:500]
 
 
 def uncancel() -> None:
