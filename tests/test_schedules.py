@@ -312,6 +312,7 @@ async def test_the_advance_statement_moves_past_a_due_time_the_tick_lands_on_exa
                 "max_attempts": None,
                 "priority": 0,
                 "timeout_ms": None,
+                "now": None,
             },
         )
         row = admin.execute("SELECT due_at - now() FROM axa_schedule").fetchone()

@@ -31,10 +31,12 @@ def fail_one_schedule(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     naming the job, never the value), whatever validation registration does."""
     real = schedules.tick_one
 
-    async def tick_one(conn: psycopg.AsyncConnection[Any], schedule: Schedule) -> Any:
+    async def tick_one(
+        conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: Any = None
+    ) -> Any:
         if schedule.name == name:
             raise TypeError(f"the arguments of job {schedule.job.name!r} cannot be queued")
-        return await real(conn, schedule)
+        return await real(conn, schedule, now)
 
     monkeypatch.setattr(schedules, "tick_one", tick_one)
 
@@ -213,7 +215,7 @@ queue = Queue(options=QueueOptions(
     maintenance_interval=0.05,
 ))
 
-async def broken(conn, schedule):
+async def broken(conn, schedule, now=None):
     raise TypeError("the arguments of job 'Quick' cannot be queued")
 
 schedules.tick_one = broken
