@@ -13,6 +13,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -199,6 +200,17 @@ class Running:
 def running(queue: Queue) -> Running:
     """`async with running(queue):` runs the queue for the block."""
     return Running(queue)
+
+
+def later(admin: psycopg.Connection[Any], seconds: float) -> datetime:
+    """The database's clock `seconds` from now: passed as `now=`, it lets that much time
+    pass for the statements that take it, without waiting."""
+    row = admin.execute(
+        "SELECT clock_timestamp() + make_interval(secs => %s)", (seconds,)
+    ).fetchone()
+    assert row is not None
+    moved: datetime = row[0]
+    return moved
 
 
 def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, str | None, int]:
