@@ -202,6 +202,17 @@ def running(queue: Queue) -> Running:
     return Running(queue)
 
 
+def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:
+    """How many sessions wait for a lock on a statement containing `like`."""
+    row = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE %s AND pid <> pg_backend_pid()",
+        (f"%{like}%",),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def later(admin: psycopg.Connection[Any], seconds: float) -> datetime:
     """The database's clock `seconds` from now: passed as `now=`, it lets that much time
     pass for the statements that take it, without waiting."""

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from axa_queue import JobState, Recovered
-from conftest import eventually, later, running, status_of
+from conftest import eventually, later, lock_waits, running, status_of
 
 # A heartbeat that never comes during a test, for runs that must finish unobserved.
 SLOW_BEAT = dict(heartbeat_interval=30, stale_after=60)
@@ -399,17 +399,6 @@ async def test_endings_gathered_in_one_statement_are_each_fenced_by_their_own_at
 
 
 # --- stalls: a claim held up, a loop blocked, a claim gone before its run starts ------------
-
-
-def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:
-    """How many sessions wait for a lock on a statement containing `like`."""
-    row = admin.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND pid <> pg_backend_pid()",
-        (f"%{like}%",),
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stale_when_it_lands(
