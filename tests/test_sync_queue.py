@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from axa_queue import JobState, NewJob, OptionsError, Queue, QueueOptions, SyncQueue, cancel
@@ -26,6 +28,9 @@ def test_sync_code_queues_inspects_and_acts_on_jobs_without_an_event_loop(dsn, a
             assert cancel(conn, job_id, "ops:alice", "customer_asked")
         assert jobs.job(job_id).state is JobState.CANCELLED  # type: ignore[union-attr]
         assert [a.by for a in jobs.acts(job_id)] == ["ops:alice"]
+        assert [a.by for a in jobs.acts(str(job_id))] == ["ops:alice"]
+        assert jobs.job(str(job_id)) == jobs.job(job_id)
+        assert jobs.counts_by_name()["Report"].ready == 3
         jobs.ping()
 
 
@@ -34,3 +39,47 @@ def test_a_sync_queue_with_no_database_says_how_to_give_one(monkeypatch) -> None
     monkeypatch.delenv("DATABASE_URL", raising=False)
     with pytest.raises(OptionsError, match="AXA_QUEUE_DSN"):
         SyncQueue(options=QueueOptions()).counts()
+
+
+# What only the async `Queue` offers: defining and running workers (handlers, limits,
+# schedules, observers, run), setting up and checking the tables, housekeeping, and the
+# schedules' table. A sync web request queues and inspects jobs; it runs none of these.
+ONLY_ASYNC = {
+    "archive_schedules",
+    "check",
+    "connect_kwargs",
+    "handle",
+    "handler",
+    "is_open",
+    "limit",
+    "observe",
+    "open",
+    "purge",
+    "recover_stale",
+    "run",
+    "schedule",
+    "schedules",
+    "setup",
+    "start_background",
+    "sync",
+    "tick_each",
+    "tick_schedules",
+}
+
+
+def public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_the_sync_queue_offers_what_the_queue_offers_with_the_same_parameters() -> None:
+    assert public(Queue) - public(SyncQueue) == ONLY_ASYNC
+    assert public(SyncQueue) - public(Queue) == set()
+    for name in sorted(public(Queue) & public(SyncQueue)):
+        mine, twin = getattr(Queue, name), getattr(SyncQueue, name)
+        assert callable(mine) == callable(twin), name
+        if callable(mine):
+            # Parameters, names, kinds, defaults and annotations alike; only the
+            # return differs (an awaitable of it).
+            assert list(inspect.signature(twin).parameters.values()) == list(
+                inspect.signature(mine).parameters.values()
+            ), name

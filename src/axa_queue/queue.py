@@ -163,10 +163,6 @@ class Queue:
         self.observers.append(observer)
         return observer
 
-    def handled(self) -> set[str]:
-        """The job names this queue has handlers for."""
-        return set(self.handlers)
-
     # --- connection --------------------------------------------------------------------
 
     @property
