@@ -14,7 +14,7 @@ import pytest
 
 from axa_queue import JobState, NewJob, Queue, QueueOptions, Recovered
 from axa_queue.embedded import EmbeddedPostgres, is_available
-from conftest import eventually, running
+from conftest import eventually, later, running
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="the embedded server is not installed")
 
@@ -153,11 +153,16 @@ async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
         await asyncio.to_thread(server.stop, "immediate")
         await asyncio.to_thread(server.start)
         await queue.open()
-        await asyncio.sleep(1.1)  # silent for more than stale_after, the outage included
-        # Every worker was cut off by the restart: the silence since says nothing yet.
-        assert await queue.recover_stale() == []
-        await asyncio.sleep(1.0)
-        assert await queue.recover_stale() == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            # Silent for more than stale_after, the outage included (the clock moved on
+            # by 1.1 s)...
+            assert await queue.recover_stale(dry_run=True, now=later(conn, 1.1)) == []
+            # ...but every worker was cut off by the restart: the silence since says
+            # nothing yet, until stale_after has passed since it (moved on by 2.1 s).
+            assert await queue.recover_stale(now=later(conn, 1.1)) == []
+            assert await queue.recover_stale(now=later(conn, 2.1)) == [
+                Recovered(job_id, "Lost", 1, JobState.QUEUED)
+            ]
     finally:
         await queue.close()
 
