@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -64,6 +65,28 @@ def database_url() -> Iterator[str]:
         print(f"\nno PostgreSQL answered; using an embedded server at {server.dsn}")
         os.environ["AXA_TEST_DATABASE_URL"] = server.dsn  # for subprocesses
         yield server.dsn
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under pytest-xdist (`-n 2`), a test marked `alone` runs while no other does: it
+    waits on something the whole server shares (the setup's advisory lock) with a short
+    timeout. Every other test holds a shared lock on one file, the `alone` one an
+    exclusive lock. Without xdist this does nothing."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    import fcntl  # xdist runs are on Linux or macOS (CI: Linux)
+
+    exclusive = request.node.get_closest_marker("alone") is not None
+    path = os.path.join(tempfile.gettempdir(), f"axa-queue-tests-{run}.lock")
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture
@@ -203,10 +226,12 @@ def running(queue: Queue) -> Running:
 
 
 def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:
-    """How many sessions wait for a lock on a statement containing `like`."""
+    """How many of this test's sessions (its schema's `application_name`) wait for a lock
+    on a statement containing `like`."""
     row = admin.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND pid <> pg_backend_pid()",
+        "AND query LIKE %s AND pid <> pg_backend_pid() "
+        "AND application_name = current_setting('application_name')",  # this test's own
         (f"%{like}%",),
     ).fetchone()
     assert row is not None
