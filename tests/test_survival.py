@@ -96,11 +96,11 @@ async def test_housekeeping_that_raises_anything_is_reported_and_tried_again(
     passes: list[int] = []
     real = maintenance.run_once
 
-    async def run_once(q: Any) -> Any:
+    async def run_once(q: Any, **options: Any) -> Any:
         passes.append(1)
         if len(passes) < 4:
             raise RuntimeError("housekeeping broke")
-        return await real(q)
+        return await real(q, **options)
 
     monkeypatch.setattr(maintenance, "run_once", run_once)
     queue.handle("Report", lambda args: None)
@@ -142,7 +142,7 @@ async def test_a_stop_ends_a_background_task_that_lost_its_first_cancellation(
     queue = await make_queue(shutdown_grace=1)
     inside = asyncio.Event()
 
-    async def run_once(q: Any) -> None:
+    async def run_once(q: Any, **options: Any) -> None:
         try:
             inside.set()
             await asyncio.sleep(600)
