@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -63,6 +65,28 @@ def database_url() -> Iterator[str]:
         print(f"\nno PostgreSQL answered; using an embedded server at {server.dsn}")
         os.environ["AXA_TEST_DATABASE_URL"] = server.dsn  # for subprocesses
         yield server.dsn
+
+
+@pytest.fixture(autouse=True)
+def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Under pytest-xdist (`-n 2`), a test marked `alone` runs while no other does: it
+    waits on something the whole server shares (the setup's advisory lock) with a short
+    timeout. Every other test holds a shared lock on one file, the `alone` one an
+    exclusive lock. Without xdist this does nothing."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    import fcntl  # xdist runs are on Linux or macOS (CI: Linux)
+
+    exclusive = request.node.get_closest_marker("alone") is not None
+    path = os.path.join(tempfile.gettempdir(), f"axa-queue-tests-{run}.lock")
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @pytest.fixture
@@ -199,6 +223,30 @@ class Running:
 def running(queue: Queue) -> Running:
     """`async with running(queue):` runs the queue for the block."""
     return Running(queue)
+
+
+def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:
+    """How many of this test's sessions (its schema's `application_name`) wait for a lock
+    on a statement containing `like`."""
+    row = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+        "AND query LIKE %s AND pid <> pg_backend_pid() "
+        "AND application_name = current_setting('application_name')",  # this test's own
+        (f"%{like}%",),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def later(admin: psycopg.Connection[Any], seconds: float) -> datetime:
+    """The database's clock `seconds` from now: passed as `now=`, it lets that much time
+    pass for the statements that take it, without waiting."""
+    row = admin.execute(
+        "SELECT clock_timestamp() + make_interval(secs => %s)", (seconds,)
+    ).fetchone()
+    assert row is not None
+    moved: datetime = row[0]
+    return moved
 
 
 def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, str | None, int]:

@@ -309,6 +309,15 @@ def test_check_says_so_when_an_acts_trigger_is_turned_off(ready: str, admin) -> 
     assert "axa_job_acts_refuse" in one_line_error(result)
 
 
+def exists(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> bool:
+    return admin.execute("SELECT 1 FROM axa_queue WHERE id = %s", (job_id,)).fetchone() is not None
+
+
+def jobs_named(admin: psycopg.Connection[Any], name: str) -> int:
+    row = admin.execute("SELECT count(*) FROM axa_queue WHERE name = %s", (name,)).fetchone()
+    return 0 if row is None else int(row[0])
+
+
 # The grants docs/production.md gives a worker's role: no DDL, acts only inserted.
 WORKER_GRANTS = """
 GRANT USAGE ON SCHEMA {schema} TO {role};
@@ -338,6 +347,13 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
         other = enqueue(limited, "Report")
         assert cli("cancel", str(other), "--by", "a", "--reason", "b", dsn=limited).exit_code == 0
         assert cli("purge", "--older-than", "0", dsn=limited).exit_code == 0
+        row = admin.execute(
+            "INSERT INTO axa_queue (id, name, args, status, updated_at) VALUES "
+            "(gen_random_uuid(), 'Old', '{}', 'completed', now() - interval '1000 days') "
+            "RETURNING id"
+        ).fetchone()
+        assert row is not None
+        old = row[0]
 
         async def work() -> None:  # claim, finish, heartbeat, schedules, housekeeping
             queue = Queue(limited, QueueOptions(poll_interval=0.05, maintenance_interval=0.1))
@@ -348,7 +364,10 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
             task = asyncio.create_task(queue.run(stop))
             try:
                 await eventually(lambda: status_of(admin, job_id)[0] == "completed")
-                await asyncio.sleep(0.3)  # a few rounds of heartbeats and housekeeping
+                # Housekeeping and the schedule ran as this role: the old row is purged,
+                # the schedule's job queued.
+                await eventually(lambda: not exists(admin, old))
+                await eventually(lambda: jobs_named(admin, "Tick") == 1)
             finally:
                 stop.set()
                 await task

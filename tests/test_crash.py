@@ -4,6 +4,7 @@ several processes draining one queue, each job exactly once."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import sys
@@ -14,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from axa_queue import JobState, NewJob
-from conftest import eventually, running, status_of
+from axa_queue import JobState, NewJob, Recovered
+from conftest import eventually, later, lock_waits, running, status_of
 
 WORKER_SCRIPT = '''
 """A worker process for the tests: python worker.py DSN WORKERS PREFETCH STALE_AFTER."""
@@ -223,9 +224,11 @@ async def test_cancelling_run_aborts_jobs_in_progress_and_leaves_them_for_stale_
     assert status_of(admin, job_id) == ("running", None, 1)
 
     # Not heard from any more: after the stale period, recovery queues it again.
-    await asyncio.sleep(0.6)
-    assert status_of(admin, job_id)[0] == "running", "nothing reports in, nothing recovers"
     again = await make_queue(stale_after=0.5, maintenance_interval=0.1)
+    assert await again.recover_stale(dry_run=True, now=later(admin, 0.6)) == [
+        Recovered(job_id, "Long", 1, JobState.QUEUED)
+    ]
+    assert status_of(admin, job_id)[0] == "running", "nothing reports in, nothing recovers"
     ran: list[Any] = []
     again.handle("Long", ran.append)
     async with running(again):
@@ -235,8 +238,9 @@ async def test_cancelling_run_aborts_jobs_in_progress_and_leaves_them_for_stale_
 
 
 async def test_setting_the_stop_event_lets_jobs_in_progress_finish_and_records_them(
-    make_queue, admin
+    make_queue, admin, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="axa_queue")
     queue = await make_queue(workers=1)
     handler, events = blocking_handler()
     queue.handle("Long", handler)
@@ -246,7 +250,12 @@ async def test_setting_the_stop_event_lets_jobs_in_progress_finish_and_records_t
     await asyncio.wait_for(events["started"].wait(), 15)
     later = await queue.enqueue("Long", {})
     stop.set()
-    await asyncio.sleep(0.2)  # give run() time to (wrongly) return or abort the job
+    # run() has seen the stop (it says it waits), and has not returned or aborted the job.
+    await eventually(
+        lambda: any(
+            "stopping: waiting for jobs in progress" in r.getMessage() for r in caplog.records
+        )
+    )
     assert not task.done(), "run() returned while a job was in progress"
     assert not events["cancelled"].is_set()
     events["release"].set()
@@ -272,7 +281,7 @@ async def test_a_stop_waits_for_a_result_write_the_database_holds_up(
         locker.execute("SELECT 1 FROM axa_queue WHERE id = %s FOR UPDATE", (job_id,))
         stop.set()
         events["release"].set()
-        await asyncio.sleep(0.3)  # the result's write is now waiting on the lock
+        await eventually(lambda: lock_waits(admin, "WITH RECURSIVE endings") > 0)
         assert status_of(admin, job_id)[0] == "running"
         locker.rollback()
     await asyncio.wait_for(task, 15)
@@ -280,8 +289,9 @@ async def test_a_stop_waits_for_a_result_write_the_database_holds_up(
 
 
 async def test_a_job_claimed_as_the_stop_comes_is_run_to_its_end_too(
-    make_queue, admin, dsn
+    make_queue, admin, dsn, caplog
 ) -> None:
+    caplog.set_level(logging.INFO, logger="axa_queue")
     queue = await make_queue(workers=2)
     first, first_events = blocking_handler()
     second, second_events = blocking_handler()
@@ -298,12 +308,19 @@ async def test_a_job_claimed_as_the_stop_comes_is_run_to_its_end_too(
         locker.execute(
             "INSERT INTO axa_queue (id, name, args) VALUES (gen_random_uuid(), 'Second', '{}')"
         )
-        await asyncio.sleep(0.3)  # a poll or two: the claim now waits on the lock
+        # The claim now waits on the lock.
+        await eventually(lambda: lock_waits(admin, "WITH RECURSIVE endings") > 0)
         stop.set()
-        await asyncio.sleep(0.1)
+        await eventually(
+            lambda: any(
+                "stopping: waiting for jobs in progress" in r.getMessage() for r in caplog.records
+            )
+        )
     await asyncio.wait_for(second_events["started"].wait(), 15)
     first_events["release"].set()
-    await asyncio.sleep(0.2)  # run() must still wait for the second job
+    # The first job's result is written; run() must still wait for the second job.
+    await eventually(lambda: status_of(admin, first_id)[0] == "completed")
+    assert not task.done()
     second_events["release"].set()
     await asyncio.wait_for(task, 15)
     rows = admin.execute("SELECT name, status, attempts FROM axa_queue ORDER BY name").fetchall()

@@ -56,6 +56,7 @@ async def test_a_setup_with_nothing_to_change_takes_no_lock_behind_an_open_appli
         await app.close()
 
 
+@pytest.mark.alone  # a setup elsewhere holding the shared setup lock would time it out
 async def test_a_setup_that_must_alter_a_table_gives_up_after_its_lock_timeout_with_a_clear_error(
     dsn: str, make_queue, admin
 ) -> None:

@@ -15,7 +15,7 @@ import pytest
 from axa_queue import JobState, QueueOptions, Recovered
 from axa_queue.connector import Connector
 from axa_queue.worker.connections import Connections
-from conftest import eventually, running, status_of
+from conftest import eventually, later, lock_waits, running, status_of
 
 # A heartbeat that never comes during a test, for runs that must finish unobserved.
 SLOW_BEAT = dict(heartbeat_interval=30, stale_after=60)
@@ -91,8 +91,13 @@ async def test_a_running_job_reports_in_every_heartbeat_interval(make_queue, adm
             return len(seen) >= 4
 
         await eventually(moved, timeout=5)
-        # Reporting in keeps it alive well past the stale period.
-        await asyncio.sleep(0.7)
+        # Reporting in keeps it alive well past the stale period: wait until it has
+        # reported in for longer than that since it started (seen in its row).
+        started = admin.execute(
+            "SELECT started_at FROM axa_queue WHERE id = %s", (job_id,)
+        ).fetchone()
+        assert started is not None
+        await eventually(lambda: (updated_at(admin, job_id) - started[0]).total_seconds() > 0.7)
         assert await queue.recover_stale() == []
         assert status_of(admin, job_id) == ("running", None, 1)
         handler.release.set()
@@ -111,14 +116,14 @@ async def test_a_job_not_heard_from_for_stale_after_is_queued_again_when_it_has_
     job_id = await queue.enqueue("Lost", {}, max_attempts=2)
     claim_by_hand(admin, job_id)
     assert await queue.recover_stale() == [], "not stale yet"
-    await asyncio.sleep(0.6)  # let the stale period pass
-    recovered = await queue.recover_stale()
+    after = later(admin, 0.6)  # let the stale period pass
+    recovered = await queue.recover_stale(now=after)
     assert recovered == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
     row = admin.execute(
         "SELECT status, error, attempts, started_at FROM axa_queue WHERE id = %s", (job_id,)
     ).fetchone()
     assert row == ("queued", None, 1, None)
-    assert await queue.recover_stale() == [], "recovered once"
+    assert await queue.recover_stale(now=after) == [], "recovered once"
 
 
 async def test_a_job_not_heard_from_for_stale_after_with_no_attempts_left_fails(
@@ -129,8 +134,7 @@ async def test_a_job_not_heard_from_for_stale_after_with_no_attempts_left_fails(
     default_limit = await queue.enqueue("Lost", {})  # the queue's max_attempts, one
     claim_by_hand(admin, own_limit, attempts=2)
     claim_by_hand(admin, default_limit, attempts=1)
-    await asyncio.sleep(0.6)
-    recovered = await queue.recover_stale()
+    recovered = await queue.recover_stale(now=later(admin, 0.6))
     assert sorted(recovered, key=lambda r: r.id) == sorted(
         [
             Recovered(own_limit, "Lost", 2, JobState.FAILED),
@@ -148,8 +152,8 @@ async def test_stale_recovery_counts_attempts_against_the_recovering_queues_defa
     queue = await make_queue(stale_after=0.5, max_attempts=3)
     job_id = await queue.enqueue("Lost", {})
     claim_by_hand(admin, job_id, attempts=2)
-    await asyncio.sleep(0.6)
-    assert await queue.recover_stale() == [Recovered(job_id, "Lost", 2, JobState.QUEUED)]
+    after = later(admin, 0.6)
+    assert await queue.recover_stale(now=after) == [Recovered(job_id, "Lost", 2, JobState.QUEUED)]
     assert status_of(admin, job_id) == ("queued", None, 2)
 
 
@@ -161,16 +165,17 @@ async def test_a_dry_run_of_stale_recovery_says_what_it_would_do_and_changes_not
     out = await queue.enqueue("Lost", {})
     claim_by_hand(admin, again)
     claim_by_hand(admin, out)
-    await asyncio.sleep(0.6)
+    after = later(admin, 0.6)
     before = admin.execute("SELECT * FROM axa_queue ORDER BY id").fetchall()
-    planned = await queue.recover_stale(dry_run=True)
+    assert await queue.recover_stale(dry_run=True) == [], "not stale yet"
+    planned = await queue.recover_stale(dry_run=True, now=after)
     assert {(r.id, r.state) for r in planned} == {
         (again, JobState.QUEUED),
         (out, JobState.FAILED),
     }
     assert admin.execute("SELECT * FROM axa_queue ORDER BY id").fetchall() == before
-    assert await queue.recover_stale(dry_run=True) == planned
-    done = await queue.recover_stale()
+    assert await queue.recover_stale(dry_run=True, now=after) == planned
+    done = await queue.recover_stale(now=after)
     assert {(r.id, r.state) for r in done} == {(r.id, r.state) for r in planned}
     assert status_of(admin, again)[0] == "queued"
     assert status_of(admin, out)[0] == "failed"
@@ -250,11 +255,29 @@ async def test_a_job_in_review_is_never_retried_by_itself(make_queue, admin) -> 
         take_claim(admin, job_id, "reclaimed")
         await eventually(lambda: status_of(admin, job_id)[0] == "needs_review")
         in_review = status_of(admin, job_id)
-        # Let several stale periods and housekeeping rounds pass.
-        await asyncio.sleep(1.5)
+        # Housekeeping rounds run: proven by canaries they act on, a run left stale
+        # (queued again) and a job finished long ago (purged).
+        stale = await queue.enqueue("Canary", {}, max_attempts=2)
+        claim_by_hand(admin, stale)
+        admin.execute(
+            "UPDATE axa_queue SET updated_at = now() - interval '1 hour' WHERE id = %s", (stale,)
+        )
+        old = await queue.enqueue("Canary", {})
+        admin.execute(
+            "UPDATE axa_queue SET status = 'completed', updated_at = now() - interval '1000 days' "
+            "WHERE id = %s",
+            (old,),
+        )
+        await eventually(lambda: status_of(admin, stale)[0] == "queued")
+        await eventually(
+            lambda: (
+                admin.execute("SELECT 1 FROM axa_queue WHERE id = %s", (old,)).fetchone() is None
+            )
+        )
+        admin.execute("DELETE FROM axa_queue WHERE id = %s", (stale,))
         assert status_of(admin, job_id) == in_review
-        assert await queue.recover_stale() == []
-    assert await queue.purge(older_than=0) == 0
+        assert await queue.recover_stale(now=later(admin, 3600)) == []
+    assert await queue.purge(older_than=0, now=later(admin, 3600)) == 0
     assert status_of(admin, job_id) == in_review
     assert handler.calls == 1
     counts = await queue.counts()
@@ -378,17 +401,6 @@ async def test_endings_gathered_in_one_statement_are_each_fenced_by_their_own_at
 
 
 # --- stalls: a claim held up, a loop blocked, a claim gone before its run starts ------------
-
-
-def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:
-    """How many sessions wait for a lock on a statement containing `like`."""
-    row = admin.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-        "AND query LIKE %s AND pid <> pg_backend_pid()",
-        (f"%{like}%",),
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stale_when_it_lands(

@@ -14,7 +14,7 @@ import pytest
 
 from axa_queue import JobState, NewJob, Queue, QueueOptions, Recovered
 from axa_queue.embedded import EmbeddedPostgres, is_available
-from conftest import eventually, running
+from conftest import eventually, later, running
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="the embedded server is not installed")
 
@@ -103,7 +103,11 @@ async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_
 ) -> None:
     # The owner's job runs on; the server is down for less than stale_after from the
     # owner's view, but its last report is older than that when a peer reconnects.
-    owner = Queue(server.dsn, QueueOptions(**{**OPTIONS, "stale_after": 3.0}))
+    # The owner does no housekeeping after its start: only the peer recovers.
+    owner = Queue(
+        server.dsn,
+        QueueOptions(**{**OPTIONS, "stale_after": 3.0, "maintenance_interval": 3600}),
+    )
     peer = Queue(server.dsn, QueueOptions(**{**OPTIONS, "stale_after": 3.0}))
     release = asyncio.Event()
     started = asyncio.Event()
@@ -124,7 +128,23 @@ async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_
                 await asyncio.to_thread(server.stop, "immediate")
                 await asyncio.sleep(1.5)
                 await asyncio.to_thread(server.start)
-                await asyncio.sleep(3.5)  # the peer has been back longer than stale_after
+                # A run silent since long before the restart: the peer recovers it once
+                # it has been back for stale_after, which shows its recovery ran.
+                with psycopg.connect(server.dsn, autocommit=True) as conn:
+                    row = conn.execute(
+                        "INSERT INTO axa_queue (id, name, args, status, attempts, started_at, "
+                        "updated_at) VALUES (gen_random_uuid(), 'Canary', '{}', 'running', 1, "
+                        "now() - interval '1 hour', now() - interval '1 hour') RETURNING id"
+                    ).fetchone()
+                    assert row is not None
+
+                    def recovered() -> bool:
+                        found = conn.execute(
+                            "SELECT status FROM axa_queue WHERE id = %s", (row[0],)
+                        ).fetchone()
+                        return found == ("queued",)
+
+                    await eventually(recovered, timeout=30)
                 info = await peer.job(job_id)
                 assert info is not None and (info.state.value, info.attempts) == ("running", 1)
                 release.set()
@@ -153,11 +173,16 @@ async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
         await asyncio.to_thread(server.stop, "immediate")
         await asyncio.to_thread(server.start)
         await queue.open()
-        await asyncio.sleep(1.1)  # silent for more than stale_after, the outage included
-        # Every worker was cut off by the restart: the silence since says nothing yet.
-        assert await queue.recover_stale() == []
-        await asyncio.sleep(1.0)
-        assert await queue.recover_stale() == [Recovered(job_id, "Lost", 1, JobState.QUEUED)]
+        with psycopg.connect(server.dsn, autocommit=True) as conn:
+            # Silent for more than stale_after, the outage included (the clock moved on
+            # by 1.1 s)...
+            assert await queue.recover_stale(dry_run=True, now=later(conn, 1.1)) == []
+            # ...but every worker was cut off by the restart: the silence since says
+            # nothing yet, until stale_after has passed since it (moved on by 2.1 s).
+            assert await queue.recover_stale(now=later(conn, 1.1)) == []
+            assert await queue.recover_stale(now=later(conn, 2.1)) == [
+                Recovered(job_id, "Lost", 1, JobState.QUEUED)
+            ]
     finally:
         await queue.close()
 

@@ -481,7 +481,9 @@ async def test_behind_a_session_pooler_a_notification_naming_the_schema_wakes_th
 ) -> None:
     bouncer = start_bouncer("session")
     # Polls an hour apart: only a notification can start the second job in time.
-    queue = Queue(bouncer.dsn(), through(bouncer, schema, poll_interval=3600))
+    queue = Queue(
+        bouncer.dsn(application_name=schema), through(bouncer, schema, poll_interval=3600)
+    )
     ran: list[int] = []
 
     @queue.handler("noted")
@@ -490,8 +492,9 @@ async def test_behind_a_session_pooler_a_notification_naming_the_schema_wakes_th
 
     def listening() -> bool:
         row = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND state = 'idle'",
-            (sql.LISTEN,),
+            "SELECT count(*) FROM pg_stat_activity WHERE query = %s AND state = 'idle' "
+            "AND application_name = %s",
+            (sql.LISTEN, schema),
         ).fetchone()
         return row is not None and row[0] > 0
 

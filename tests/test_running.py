@@ -90,7 +90,10 @@ async def test_a_delayed_job_waits_for_its_time_on_the_database_clock(make_queue
     soon = await queue.enqueue("Later", {}, run_in=0.5)
     far = await queue.enqueue("Later", {}, run_at=datetime.now(timezone.utc) + timedelta(hours=1))
     async with running(queue):
-        await asyncio.sleep(0.2)
+        # A job queued after it, with no delay, has been claimed and run: the worker
+        # has looked for work since, and left the delayed one.
+        now = await queue.enqueue("Later", {})
+        await eventually(lambda: status_of(admin, now)[0] == "completed")
         assert status_of(admin, soon)[0] == "queued"
         await eventually(lambda: status_of(admin, soon)[0] == "completed")
     assert status_of(admin, far)[0] == "queued"
@@ -108,7 +111,13 @@ async def test_many_loops_run_each_of_many_jobs_exactly_once(make_queue, admin) 
     await queue.enqueue_all(NewJob("Count", {"n": n}) for n in range(500))
     async with running(queue):
         await eventually(lambda: len(seen) >= 500)
-        await asyncio.sleep(0.2)
+
+        async def all_recorded() -> bool:
+            return (await queue.counts()).completed == 500
+
+        # Every ending is written: a completed job is never claimed again, so no run
+        # can come after this.
+        await eventually(all_recorded)
     assert sorted(seen) == list(range(500))
     counts = await queue.counts()
     assert counts.completed == 500 and counts.ready == 0 and counts.running == 0

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from axa_queue import JobState, NewJob, Queue, Schedule, ScheduleError, sql
 from axa_queue.retries import MAX_BACKOFF, MAX_ERROR_BYTES, backoff, cut_error
 from axa_queue.schedules import next_due
-from conftest import eventually, running
+from conftest import eventually, later, running
 
 SECOND = timedelta(seconds=1)
 
@@ -134,6 +134,21 @@ async def test_missed_due_times_are_queued_once_and_the_schedule_keeps_its_place
     assert utcnow() < due_at <= utcnow() + timedelta(seconds=60)
     assert await queue.tick_schedules() == 0
     assert len(jobs_of(admin, "J")) == 1
+
+
+async def test_a_schedule_ticks_on_the_clock_it_is_given_when_a_test_moves_it(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.every("s", 60, NewJob("J")))
+    assert await queue.tick_schedules() == 1
+    assert await queue.tick_schedules() == 0, "not due again yet"
+    admin.execute("UPDATE axa_queue SET status = 'completed' WHERE name = 'J'")
+    assert await queue.tick_schedules(now=later(admin, 59)) == 0
+    assert await queue.tick_schedules(now=later(admin, 61)) == 1
+    assert len(jobs_of(admin, "J")) == 2
+    due_at = schedule_row(admin, "s")[0]
+    assert utcnow() + timedelta(seconds=61) < due_at <= utcnow() + timedelta(seconds=121)
 
 
 async def test_a_due_time_is_skipped_while_the_last_job_is_queued_or_running(
@@ -312,6 +327,7 @@ async def test_the_advance_statement_moves_past_a_due_time_the_tick_lands_on_exa
                 "max_attempts": None,
                 "priority": 0,
                 "timeout_ms": None,
+                "now": None,
             },
         )
         row = admin.execute("SELECT due_at - now() FROM axa_schedule").fetchone()

@@ -11,8 +11,10 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +33,12 @@ def fail_one_schedule(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     naming the job, never the value), whatever validation registration does."""
     real = schedules.tick_one
 
-    async def tick_one(conn: psycopg.AsyncConnection[Any], schedule: Schedule) -> Any:
+    async def tick_one(
+        conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: Any = None
+    ) -> Any:
         if schedule.name == name:
             raise TypeError(f"the arguments of job {schedule.job.name!r} cannot be queued")
-        return await real(conn, schedule)
+        return await real(conn, schedule, now)
 
     monkeypatch.setattr(schedules, "tick_one", tick_one)
 
@@ -213,7 +217,7 @@ queue = Queue(options=QueueOptions(
     maintenance_interval=0.05,
 ))
 
-async def broken(conn, schedule):
+async def broken(conn, schedule, now=None):
     raise TypeError("the arguments of job 'Quick' cannot be queued")
 
 schedules.tick_one = broken
@@ -251,6 +255,11 @@ def test_one_sigterm_stops_a_worker_within_its_grace_whatever_its_jobs_and_sched
         admin.execute(
             "INSERT INTO axa_queue (id, name, args) VALUES (gen_random_uuid(), %s, '{}')", (name,)
         )
+    # A row past retention: its going shows a housekeeping pass ran.
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, status, updated_at) VALUES "
+        "(gen_random_uuid(), 'Old', '{}', 'completed', now() - interval '1000 days')"
+    )
     process = subprocess.Popen(
         [
             sys.executable,
@@ -266,23 +275,43 @@ def test_one_sigterm_stops_a_worker_within_its_grace_whatever_its_jobs_and_sched
         stderr=subprocess.PIPE,
         text=True,
     )
-    try:
+    assert process.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stderr or ()), daemon=True)
+    reader.start()
+
+    def wait_for(what: str, done: Callable[[], bool]) -> None:
         deadline = time.monotonic() + 30
-        while admin.execute(
-            "SELECT count(*) FROM axa_queue WHERE status = 'running'"
-        ).fetchone() != (2,):
+        while not done():
             assert process.poll() is None, "the worker exited before it was told to stop"
-            assert time.monotonic() < deadline, "the jobs never started"
+            assert time.monotonic() < deadline, what
             time.sleep(0.05)
-        time.sleep(0.3)  # a few failing ticks and housekeeping passes
+
+    try:
+        wait_for(
+            "the jobs never started",
+            lambda: (
+                admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'running'").fetchone()
+                == (2,)
+            ),
+        )
+        # The failing schedule has ticked (and said so), and housekeeping has run.
+        wait_for(
+            "the schedule never failed",
+            lambda: any("could not queue its job" in line for line in list(lines)),
+        )
+        wait_for(
+            "housekeeping never ran",
+            lambda: admin.execute("SELECT 1 FROM axa_queue WHERE name = 'Old'").fetchone() is None,
+        )
         assert process.poll() is None, "a failing schedule brought the worker down"
         process.send_signal(signal.SIGTERM)
         try:
             code = process.wait(30)  # a liveness bound: the grace is 2 s
         except subprocess.TimeoutExpired:
             raise AssertionError("one SIGTERM did not stop the worker") from None
-        assert process.stderr is not None
-        events = [json.loads(line) for line in process.stderr if line.startswith("{")]
+        reader.join(30)
+        events = [json.loads(line) for line in lines if line.startswith("{")]
         assert code == 0, events
         assert any(e["message"] == "worker stopped" for e in events)
         # The jobs still running were aborted: left `running`, for stale recovery.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from axa_queue import JobState, NewJob, OptionsError, Queue, QueueOptions, SyncQueue, cancel
@@ -26,6 +28,9 @@ def test_sync_code_queues_inspects_and_acts_on_jobs_without_an_event_loop(dsn, a
             assert cancel(conn, job_id, "ops:alice", "customer_asked")
         assert jobs.job(job_id).state is JobState.CANCELLED  # type: ignore[union-attr]
         assert [a.by for a in jobs.acts(job_id)] == ["ops:alice"]
+        assert [a.by for a in jobs.acts(str(job_id))] == ["ops:alice"]
+        assert jobs.job(str(job_id)) == jobs.job(job_id)
+        assert jobs.counts_by_name()["Report"].ready == 3
         jobs.ping()
 
 
@@ -51,3 +56,50 @@ async def test_the_sync_pool_and_the_async_pool_have_the_same_session_settings(d
     behind = QueueOptions(pooler="transaction")
     with SyncQueue(dsn, behind) as jobs, jobs.pool.connection() as sync_conn:
         assert sync_conn.execute(settings).fetchone() != ("off", "force_generic_plan")
+
+
+# What only the async `Queue` offers: defining and running workers (handlers, limits,
+# schedules, observers, run), setting up and checking the tables, housekeeping, and the
+# schedules' table. A sync web request queues and inspects jobs; it runs none of these.
+ONLY_ASYNC = {
+    "archive_schedules",
+    "check",
+    "handle",
+    "handler",
+    "handlers",
+    "is_open",
+    "limit",
+    "limits",
+    "observe",
+    "observers",
+    "open",
+    "purge",
+    "recover_stale",
+    "run",
+    "schedule",
+    "schedule_list",
+    "schedules",
+    "setup",
+    "start_background",
+    "sync",
+    "tick_each",
+    "tick_schedules",
+}
+
+
+def public(cls: type) -> set[str]:
+    return {name for name in dir(cls) if not name.startswith("_")}
+
+
+def test_the_sync_queue_offers_what_the_queue_offers_with_the_same_parameters() -> None:
+    assert public(Queue) - public(SyncQueue) == ONLY_ASYNC
+    assert public(SyncQueue) - public(Queue) == set()
+    for name in sorted(public(Queue) & public(SyncQueue)):
+        mine, twin = getattr(Queue, name), getattr(SyncQueue, name)
+        assert callable(mine) == callable(twin), name
+        if callable(mine):
+            # Parameters, names, kinds, defaults and annotations alike; only the
+            # return differs (an awaitable of it).
+            assert list(inspect.signature(twin).parameters.values()) == list(
+                inspect.signature(mine).parameters.values()
+            ), name

@@ -124,7 +124,7 @@ def check_code(text: object, what: str) -> str:
 
 
 def _read_result(rows: list[Row], _count: int) -> ActResult:
-    kind, found = rows[0]
+    kind, found = rows[0].act, rows[0].found
     return ActResult(
         applied=kind is not None,
         kind=None if kind is None else ActKind(kind),
@@ -132,11 +132,14 @@ def _read_result(rows: list[Row], _count: int) -> ActResult:
     )
 
 
-def _act_call(statement: str, job_id: UUID, by: str, reason: str) -> Call[ActResult]:
+def _act_call(
+    statement: str, job_id: UUID, by: str, reason: str, now: datetime | None = None
+) -> Call[ActResult]:
     params = {
         "id": job_id_of(job_id),
         "by": check_code(by, "by"),
         "reason": check_code(reason, "reason"),
+        "now": now,
     }
     return Call(statement, params, _read_result)
 
@@ -188,15 +191,15 @@ def acts_call(job_id: UUID) -> Call[list[Act]]:
         (job_id_of(job_id),),
         lambda rows, _n: [
             Act(
-                id=r[0],
-                job_id=r[1],
-                job_name=r[2],
-                kind=ActKind(r[3]),
-                attempts=r[4],
-                by=r[5],
-                reason=r[6],
-                at=moment(r[7]),
-                role=r[8],
+                id=r.id,
+                job_id=r.job_id,
+                job_name=r.job_name,
+                kind=ActKind(r.act),
+                attempts=r.attempts,
+                by=r.by,
+                reason=r.reason,
+                at=moment(r.at),
+                role=r.db_role,
             )
             for r in rows
         ],

@@ -310,40 +310,43 @@ def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions
     return NewJob(job, {} if args is None else args, **options)
 
 
-def enqueue_call(job: NewJob) -> Call[UUID]:
-    """The call that queues one job; the id is made here, so it is known before it runs."""
+def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
+    """The call that queues one job; the id is made here, so it is known before it runs.
+    A delay counts from `now` (default: the database's clock)."""
     job_id = uuid4()
     return Call(
         sql.ENQUEUE,
-        (
-            job_id,
-            job.name,
-            job.encoded_args(),
-            job.max_attempts,
-            job.priority,
-            job.run_at,
-            job.delay_seconds(),
-            job.timeout_ms(),
-        ),
+        {
+            "id": job_id,
+            "name": job.name,
+            "args": job.encoded_args(),
+            "max_attempts": job.max_attempts,
+            "priority": job.priority,
+            "at": job.run_at,
+            "delay": job.delay_seconds(),
+            "timeout_ms": job.timeout_ms(),
+            "now": now,
+        },
         lambda _rows, _count: job_id,
     )
 
 
-def enqueue_many_call(jobs: Sequence[NewJob]) -> Call[list[UUID]]:
-    """The call that queues many jobs in one statement."""
+def enqueue_many_call(jobs: Sequence[NewJob], now: datetime | None = None) -> Call[list[UUID]]:
+    """The call that queues many jobs in one statement; delays count from `now`."""
     ids = [uuid4() for _ in jobs]
     return Call(
         sql.ENQUEUE_MANY,
-        (
-            ids,
-            [job.name for job in jobs],
-            [job.encoded_args() for job in jobs],
-            [job.max_attempts for job in jobs],
-            [job.priority for job in jobs],
-            [job.run_at for job in jobs],
-            [job.delay_seconds() for job in jobs],
-            [job.timeout_ms() for job in jobs],
-        ),
+        {
+            "id": ids,
+            "name": [job.name for job in jobs],
+            "args": [job.encoded_args() for job in jobs],
+            "max_attempts": [job.max_attempts for job in jobs],
+            "priority": [job.priority for job in jobs],
+            "at": [job.run_at for job in jobs],
+            "delay": [job.delay_seconds() for job in jobs],
+            "timeout_ms": [job.timeout_ms() for job in jobs],
+            "now": now,
+        },
         lambda _rows, _count: ids,
     )
 
@@ -351,18 +354,18 @@ def enqueue_many_call(jobs: Sequence[NewJob]) -> Call[list[UUID]]:
 def job_info(row: Row) -> JobInfo:
     """Read a row of `sql.JOB` or `sql.JOBS`."""
     return JobInfo(
-        id=row[0],
-        name=row[1],
-        state=JobState(row[2]),
-        attempts=row[3],
-        max_attempts=row[4],
-        priority=row[5],
-        error=row[6],
-        timeout=None if row[7] is None else timedelta(milliseconds=row[7]),
-        run_at=moment(row[8]),
-        started_at=optional_moment(row[9]),
-        created_at=moment(row[10]),
-        updated_at=moment(row[11]),
+        id=row.id,
+        name=row.name,
+        state=JobState(row.status),
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        priority=row.priority,
+        error=row.error,
+        timeout=None if row.timeout_ms is None else timedelta(milliseconds=row.timeout_ms),
+        run_at=moment(row.run_at),
+        started_at=optional_moment(row.started_at),
+        created_at=moment(row.created_at),
+        updated_at=moment(row.updated_at),
     )
 
 
@@ -387,28 +390,30 @@ def jobs_call(
 
 
 def counts_from(row: Row) -> Counts:
-    """Read the counts columns of `sql.COUNTS` (or of `sql.COUNTS_BY_NAME` after its name)."""
+    """Read the counts columns of a row of `sql.COUNTS` or `sql.COUNTS_BY_NAME`, by name."""
     return Counts(
-        ready=row[0],
-        waiting=row[1],
-        running=row[2],
-        completed=row[3],
-        failed=row[4],
-        cancelled=row[5],
-        needs_review=row[6],
-        oldest_ready_seconds=row[7] or 0.0,
+        ready=row.ready,
+        waiting=row.waiting,
+        running=row.running,
+        completed=row.completed,
+        failed=row.failed,
+        cancelled=row.cancelled,
+        needs_review=row.needs_review,
+        oldest_ready_seconds=row.oldest or 0.0,
     )
 
 
-def counts_call() -> Call[Counts]:
+def counts_call(now: datetime | None = None) -> Call[Counts]:
     """The call that counts jobs in each state."""
-    return Call(sql.COUNTS, (), lambda rows, _n: counts_from(rows[0]))
+    return Call(sql.COUNTS, {"now": now}, lambda rows, _n: counts_from(rows[0]))
 
 
 def counts_by_name_call() -> Call[dict[str, Counts]]:
     """The call that counts jobs in each state for each job name."""
     return Call(
-        sql.COUNTS_BY_NAME, (), lambda rows, _n: {row[0]: counts_from(row[1:]) for row in rows}
+        sql.COUNTS_BY_NAME,
+        {"now": None},
+        lambda rows, _n: {row.name: counts_from(row) for row in rows},
     )
 
 
@@ -422,8 +427,11 @@ def live_counts_by_name_call() -> Call[dict[str, LiveCounts]]:
     """The call that counts the jobs not finished of each name, reading none that are."""
     return Call(
         sql.LIVE_COUNTS_BY_NAME,
-        (),
-        lambda rows, _n: {row[0]: (row[1], row[2], row[3], row[4], row[5] or 0.0) for row in rows},
+        {"now": None},
+        lambda rows, _n: {
+            row.name: (row.ready, row.waiting, row.running, row.needs_review, row.oldest or 0.0)
+            for row in rows
+        },
     )
 
 
@@ -432,7 +440,7 @@ def finished_counts_by_name_call() -> Call[dict[str, FinishedCounts]]:
     return Call(
         sql.FINISHED_COUNTS_BY_NAME,
         (),
-        lambda rows, _n: {row[0]: (row[1], row[2], row[3]) for row in rows},
+        lambda rows, _n: {row.name: (row.completed, row.failed, row.cancelled) for row in rows},
     )
 
 

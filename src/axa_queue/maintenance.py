@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
@@ -22,6 +23,7 @@ from .jobs import JobState
 from .options import QueueOptions
 from .retries import first_line
 from .schedules import Schedule
+from .statements import by_name
 
 __all__ = [
     "PURGE_BATCH",
@@ -57,45 +59,66 @@ async def recover_stale(
     *,
     dry_run: bool = False,
     held: tuple[str, str] = ("{}", "{}"),
+    now: datetime | None = None,
 ) -> list[Recovered]:
     """Recover runs not heard from for `stale_seconds`: queued again with attempts left
     (by the job's own limit, else `max_attempts`), else failed. Nothing is recovered
     within `stale_seconds` of the server's start, nor a run in `held` (array literals
     of ids and attempts: the runs the caller holds; see `sql.RECOVER_STALE`). With
-    `dry_run`, only say what would be done."""
+    `dry_run`, only say what would be done. `now` is the time to judge by (default: the
+    database's clock; tests pass a later one to let the stale period pass)."""
     params = {
         "stale": stale_seconds,
         "max": max_attempts,
         "held": held[0],
         "held_attempts": held[1],
+        "now": now,
     }
-    cursor = await conn.execute(sql.STALE if dry_run else sql.RECOVER_STALE, params)
-    return [Recovered(r[0], r[1], r[2], JobState(r[3])) for r in await cursor.fetchall()]
+    async with conn.cursor(row_factory=by_name) as cursor:
+        await cursor.execute(sql.STALE if dry_run else sql.RECOVER_STALE, params)
+        return [
+            Recovered(r.id, r.name, r.attempts, JobState(r.status)) for r in await cursor.fetchall()
+        ]
 
 
 async def purge(
-    conn: psycopg.AsyncConnection[Any], older_than_seconds: float, *, dry_run: bool = False
+    conn: psycopg.AsyncConnection[Any],
+    older_than_seconds: float,
+    *,
+    dry_run: bool = False,
+    now: datetime | None = None,
 ) -> int:
     """Delete completed, failed and cancelled rows last changed more than
-    `older_than_seconds` ago, in bounded batches; never a job waiting for review.
-    Returns how many went (or, with `dry_run`, would go)."""
+    `older_than_seconds` before `now` (default: the database's clock), in bounded
+    batches; never a job waiting for review. Returns how many went (or, with `dry_run`,
+    would go)."""
+    params = {"older_than": older_than_seconds, "batch": PURGE_BATCH, "now": now}
     if dry_run:
-        row = await (await conn.execute(sql.PURGEABLE, (older_than_seconds,))).fetchone()
-        return int(row[0]) if row else 0
+        async with conn.cursor(row_factory=by_name) as counting:
+            await counting.execute(sql.PURGEABLE, params)
+            row = await counting.fetchone()
+            return int(row.purgeable) if row else 0
     total = 0
     while True:
-        cursor = await conn.execute(sql.PURGE, (older_than_seconds, PURGE_BATCH))
+        cursor = await conn.execute(sql.PURGE, params)
         total += cursor.rowcount
         if cursor.rowcount < PURGE_BATCH:
             return total
 
 
 async def archive_schedules(
-    conn: psycopg.AsyncConnection[Any], in_code: list[str], stale_seconds: float
+    conn: psycopg.AsyncConnection[Any],
+    in_code: list[str],
+    stale_seconds: float,
+    *,
+    now: datetime | None = None,
 ) -> int:
     """Archive schedules that no live process has in code (unseen for `stale_seconds`
-    and not in `in_code`); returns how many. Rows are kept, for audit."""
-    cursor = await conn.execute(sql.SCHEDULE_ARCHIVE, (in_code, stale_seconds))
+    before `now`, default the database's clock, and not in `in_code`); returns how many.
+    Rows are kept, for audit."""
+    cursor = await conn.execute(
+        sql.SCHEDULE_ARCHIVE, {"in_code": in_code, "stale": stale_seconds, "now": now}
+    )
     return cursor.rowcount
 
 

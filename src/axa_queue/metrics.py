@@ -62,7 +62,6 @@ from .jobs import (
     Counts,
     FinishedCounts,
     LiveCounts,
-    counts_from,
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
@@ -221,9 +220,16 @@ class QueueCollector(Collector):
 
     def _merged(self, name: str) -> Counts:
         ready, waiting, running, review, oldest = self.live.get(name, (0, 0, 0, 0, 0.0))
-        # In the column order of `sql.COUNTS`, which `counts_from` reads.
-        return counts_from(
-            (ready, waiting, running, *self.finished.get(name, (0, 0, 0)), review, oldest)
+        completed, failed, cancelled = self.finished.get(name, (0, 0, 0))
+        return Counts(
+            ready=ready,
+            waiting=waiting,
+            running=running,
+            completed=completed,
+            failed=failed,
+            cancelled=cancelled,
+            needs_review=review,
+            oldest_ready_seconds=oldest,
         )
 
     async def refresh_every(

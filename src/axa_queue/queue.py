@@ -13,6 +13,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
 from uuid import UUID
@@ -47,7 +48,7 @@ from .options import DSN_VARIABLES, Duration, QueueOptions, to_seconds
 from .registry import Registry, RunObserver
 from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
-from .statements import Call, run_async
+from .statements import Call, by_name, run_async
 from .sync import SyncQueue
 from .worker import Worker
 
@@ -211,10 +212,6 @@ class Queue:
         self.observers.append(observer)
         return observer
 
-    def handled(self) -> set[str]:
-        """The job names this queue has handlers for."""
-        return set(self.handlers)
-
     # --- connection --------------------------------------------------------------------
 
     @property
@@ -228,10 +225,6 @@ class Queue:
     def is_open(self) -> bool:
         """Whether `open()` has connected."""
         return self._pool is not None
-
-    def connect_kwargs(self) -> dict[str, Any]:
-        """Connection settings the queue uses (see `pooler`)."""
-        return self.connector.kwargs()
 
     async def open(self, dsn: str | None = None, *, setup: bool = True) -> Queue:
         """Connect, then set the tables up (`setup=True`) or only check them
@@ -420,52 +413,68 @@ class Queue:
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule in the table, archived or not, with its last job's state."""
-        async with self.pool.connection() as conn:
-            cursor = await conn.execute(sql.SCHEDULES)
-            return [schedule_info(row) for row in await cursor.fetchall()]
+        async with self.pool.connection() as conn, conn.cursor(row_factory=by_name) as cur:
+            await cur.execute(sql.SCHEDULES)
+            return [schedule_info(row) for row in await cur.fetchall()]
 
     # --- housekeeping ------------------------------------------------------------------
 
-    async def recover_stale(self, *, dry_run: bool = False) -> list[Recovered]:
+    async def recover_stale(
+        self, *, dry_run: bool = False, now: datetime | None = None
+    ) -> list[Recovered]:
         """Queue again (or fail, when out of attempts) runs not heard from for
-        `stale_after`; with `dry_run`, only say which."""
+        `stale_after` before `now` (default: the database's clock); with `dry_run`, only
+        say which."""
         async with self.pool.connection() as conn:
             return await maintenance.recover_stale(
                 conn,
                 self.options.seconds("stale_after"),
                 self.options.max_attempts,
                 dry_run=dry_run,
+                now=now,
             )
 
-    async def purge(self, older_than: Duration | None = None, *, dry_run: bool = False) -> int:
-        """Delete finished rows older than `older_than` (default: the retention period);
-        returns how many went (or would go, with `dry_run`)."""
+    async def purge(
+        self,
+        older_than: Duration | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete finished rows older than `older_than` (default: the retention period)
+        at `now` (default: the database's clock); returns how many went (or would go,
+        with `dry_run`)."""
         seconds = (
             self.options.seconds("retention")
             if older_than is None
             else to_seconds(older_than, "older_than")
         )
         async with self.pool.connection() as conn:
-            return await maintenance.purge(conn, seconds, dry_run=dry_run)
+            return await maintenance.purge(conn, seconds, dry_run=dry_run, now=now)
 
-    async def archive_schedules(self) -> int:
-        """Archive schedules no live process has in code; returns how many."""
+    async def archive_schedules(self, *, now: datetime | None = None) -> int:
+        """Archive schedules no live process has in code (as of `now`, default the
+        database's clock); returns how many."""
         async with self.pool.connection() as conn:
             return await maintenance.archive_schedules(
-                conn, [s.name for s in self.schedule_list], self.options.seconds("stale_after")
+                conn,
+                [s.name for s in self.schedule_list],
+                self.options.seconds("stale_after"),
+                now=now,
             )
 
-    async def tick_schedules(self) -> int:
+    async def tick_schedules(self, *, now: datetime | None = None) -> int:
         """Queue a job for each due schedule; returns how many were queued. `run()` calls
         this every poll; any number of processes may call it at once. A schedule that
         fails does not keep the others from queuing their jobs: its error is raised
-        once they all have had their turn."""
-        queued, failures = await self.tick_each()
+        once they all have had their turn. `now` is the time to tick at (default: the
+        database's clock; tests pass a later one to let intervals pass)."""
+        queued, failures = await self.tick_each(now=now)
         for error in failures.values():
             raise error
         return queued
 
-    async def tick_each(self) -> tuple[int, dict[str, Exception]]:
+    async def tick_each(self, *, now: datetime | None = None) -> tuple[int, dict[str, Exception]]:
         """Queue a job for each due schedule, each on its own; returns how many were
         queued and what each schedule that failed raised, by name."""
         if not self.schedule_list:
@@ -475,15 +484,15 @@ class Queue:
         async with self.pool.connection() as conn:
             every = min(SEEN_EVERY, self.options.seconds("stale_after") / 4)
             if loop.time() - self._seen_at >= every or self._seen_at == 0.0:
-                await schedules.mark_seen(conn, self.schedule_list)
+                await schedules.mark_seen(conn, self.schedule_list, now)
                 self._seen_at = loop.time()
-            due = set(await schedules.due(conn, self.schedule_list))
+            due = set(await schedules.due(conn, self.schedule_list, now))
             queued = 0
             for schedule in self.schedule_list:
                 if schedule.name not in due:
                     continue
                 try:
-                    if await schedules.tick_one(conn, schedule) is not None:
+                    if await schedules.tick_one(conn, schedule, now) is not None:
                         queued += 1
                 except psycopg.OperationalError:
                     raise  # the connection, not the schedule: the next tick tries again

@@ -38,6 +38,7 @@ from .jobs import (
     optional_moment,
 )
 from .options import Duration, to_timedelta
+from .statements import by_name
 
 __all__ = ["MAX_SCHEDULE_NAME", "Schedule", "ScheduleInfo", "next_due"]
 
@@ -137,67 +138,83 @@ def next_due(due_at: datetime, interval: timedelta, now: datetime) -> datetime:
     return due_at + interval * ((now - due_at) // interval + 1)
 
 
-def schedule_info(row: tuple[Any, ...]) -> ScheduleInfo:
-    """Read a row of `sql.SCHEDULES`."""
+def schedule_info(row: Any) -> ScheduleInfo:
+    """Read a row of `sql.SCHEDULES`, by name (`namedtuple_row`)."""
     return ScheduleInfo(
-        name=row[0],
-        interval=None if row[1] is None else timedelta(milliseconds=row[1]),
-        due_at=moment(row[2]),
-        last_job=row[3],
-        seen_at=moment(row[4]),
-        archived_at=optional_moment(row[5]),
-        created_at=moment(row[6]),
-        last_state=None if row[7] is None else JobState(row[7]),
-        last_error=row[8],
+        name=row.name,
+        interval=None if row.interval_ms is None else timedelta(milliseconds=row.interval_ms),
+        due_at=moment(row.due_at),
+        last_job=row.last_job,
+        seen_at=moment(row.seen_at),
+        archived_at=optional_moment(row.archived_at),
+        created_at=moment(row.created_at),
+        last_state=None if row.last_status is None else JobState(row.last_status),
+        last_error=row.last_error,
     )
 
 
-async def mark_seen(conn: psycopg.AsyncConnection[Any], schedules: Sequence[Schedule]) -> None:
-    """Make the rows of `schedules`, or note they are still in code (restoring archived ones)."""
+async def mark_seen(
+    conn: psycopg.AsyncConnection[Any],
+    schedules: Sequence[Schedule],
+    now: datetime | None = None,
+) -> None:
+    """Make the rows of `schedules`, or note they are still in code (restoring archived
+    ones), as of `now` (default: the database's clock)."""
     async with conn.cursor() as cursor:
         await cursor.execute(
             sql.SCHEDULES_SEEN,
-            (
-                [s.name for s in schedules],
-                [s.first_at for s in schedules],
-                [round(s.interval.total_seconds() * 1000) for s in schedules],
-            ),
+            {
+                "names": [s.name for s in schedules],
+                "first_at": [s.first_at for s in schedules],
+                "interval_ms": [round(s.interval.total_seconds() * 1000) for s in schedules],
+                "now": now,
+            },
         )
 
 
-async def due(conn: psycopg.AsyncConnection[Any], schedules: Sequence[Schedule]) -> list[str]:
-    """The names of `schedules` that are due now (read without locking)."""
-    async with conn.cursor() as cursor:
-        await cursor.execute(sql.SCHEDULES_DUE, ([s.name for s in schedules],))
-        return [row[0] for row in await cursor.fetchall()]
+async def due(
+    conn: psycopg.AsyncConnection[Any],
+    schedules: Sequence[Schedule],
+    now: datetime | None = None,
+) -> list[str]:
+    """The names of `schedules` that are due at `now` (default: the database's clock),
+    read without locking."""
+    async with conn.cursor(row_factory=by_name) as cursor:
+        await cursor.execute(sql.SCHEDULES_DUE, {"names": [s.name for s in schedules], "now": now})
+        return [row.name for row in await cursor.fetchall()]
 
 
-async def tick_one(conn: psycopg.AsyncConnection[Any], schedule: Schedule) -> UUID | None:
-    """Queue `schedule`'s job if it is due and no other process is queuing it, and move its
-    due time on; returns the job queued, if any. One statement (`sql.SCHEDULE_TICK`) on an
-    autocommit `conn`: no transaction is ever left open between awaits."""
+async def tick_one(
+    conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: datetime | None = None
+) -> UUID | None:
+    """Queue `schedule`'s job if it is due at `now` (default: the database's clock) and no
+    other process is queuing it, and move its due time on; returns the job queued, if
+    any. One statement (`sql.SCHEDULE_TICK`) on an autocommit `conn`: no transaction is
+    ever left open between awaits."""
     job = schedule.job
-    cursor = await conn.execute(
-        sql.SCHEDULE_TICK,
-        {
-            "name": schedule.name,
-            "interval": schedule.interval.total_seconds(),
-            "id": uuid4(),
-            "job": job.name,
-            "args": job.encoded_args(),
-            "max_attempts": job.max_attempts,
-            "priority": job.priority,
-            "timeout_ms": job.timeout_ms(),
-        },
-    )
-    row = await cursor.fetchone()
+    async with conn.cursor(row_factory=by_name) as cursor:
+        await cursor.execute(
+            sql.SCHEDULE_TICK,
+            {
+                "name": schedule.name,
+                "interval": schedule.interval.total_seconds(),
+                "id": uuid4(),
+                "job": job.name,
+                "args": job.encoded_args(),
+                "max_attempts": job.max_attempts,
+                "priority": job.priority,
+                "timeout_ms": job.timeout_ms(),
+                "now": now,
+            },
+        )
+        row = await cursor.fetchone()
     if row is None:
         return None  # another process holds it, or it is no longer due
-    job_id: UUID | None = row[0]
+    job_id: UUID | None = row.queued
     if job_id is None:
         log.info(
             "schedule skipped: its last job has not finished",
-            extra={"schedule": schedule.name, "job_id": str(row[1])},
+            extra={"schedule": schedule.name, "job_id": str(row.last_job)},
         )
     else:
         log.debug(

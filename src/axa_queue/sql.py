@@ -4,6 +4,11 @@ what it does. The statements that make the tables are in the `schema` package.
 Nothing here is built from values: parameters go in as `%s` placeholders. Names are
 unqualified, so the connection's `search_path` decides the schema, unless the queue is
 given one (`QueueOptions.schema`): then `in_schema` names it in each statement.
+
+Statements that read or stamp the time take it as `%(now)s`, read as
+`COALESCE(%(now)s::timestamptz, now())` (or `clock_timestamp()` where that is the
+statement's clock): NULL, what the package always sends, is the database's clock; a
+test passes a later time to let time pass without waiting for it.
 """
 
 from __future__ import annotations
@@ -25,14 +30,18 @@ given its schema)."""
 # --- Enqueue ---------------------------------------------------------------------------
 
 ENQUEUE = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
-    VALUES (%s, %s, %s::jsonb, %s, %s, COALESCE(%s, now() + make_interval(secs => %s)), %s)"""
+    VALUES (%(id)s, %(name)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s,
+            COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+            %(timeout_ms)s)"""
 """Queue one job; run_at is the given time, or now plus a delay on the database's clock."""
 
 ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
     SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
-           COALESCE(j.at, now() + make_interval(secs => j.delay)), j.timeout_ms
-    FROM unnest(%s::uuid[], %s::text[], %s::text[], %s::int[], %s::smallint[],
-                %s::timestamptz[], %s::float8[], %s::bigint[])
+           COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
+           j.timeout_ms
+    FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[], %(max_attempts)s::int[],
+                %(priority)s::smallint[], %(at)s::timestamptz[], %(delay)s::float8[],
+                %(timeout_ms)s::bigint[])
          AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms)"""
 """Queue many jobs in one statement (one notification, one round trip)."""
 
@@ -189,9 +198,9 @@ RECOVER_STALE = """UPDATE axa_queue
                      ELSE 'abandoned by its worker' END,
         started_at = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN NULL
                           ELSE started_at END,
-        updated_at = now()
-    WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
-      AND (pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+        updated_at = COALESCE(%(now)s::timestamptz, now())
+    WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
            OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
       AND (id, attempts) NOT IN (
           SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
@@ -208,9 +217,10 @@ write)."""
 
 STALE = """SELECT id, name, attempts,
         CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
+            AS status
     FROM axa_queue
-    WHERE status = 'running' AND updated_at < now() - make_interval(secs => %(stale)s)
-      AND (pg_postmaster_start_time() < now() - make_interval(secs => %(stale)s)
+    WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
            OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
     ORDER BY updated_at"""
 """What stale recovery would do now, changing nothing (for a dry run)."""
@@ -218,23 +228,23 @@ STALE = """SELECT id, name, attempts,
 PURGE = """WITH doomed AS (
         SELECT id FROM axa_queue
         WHERE status IN ('completed', 'failed', 'cancelled')
-          AND updated_at < now() - make_interval(secs => %s)
-        LIMIT %s FOR UPDATE SKIP LOCKED
+          AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED
     )
     DELETE FROM axa_queue q USING doomed WHERE q.id = doomed.id"""
 """Delete one bounded batch of finished rows older than the retention period (never a
 job in review); repeated until a batch comes back short."""
 
-PURGEABLE = """SELECT count(*) FROM axa_queue
+PURGEABLE = """SELECT count(*) AS purgeable FROM axa_queue
     WHERE status IN ('completed', 'failed', 'cancelled')
-      AND updated_at < now() - make_interval(secs => %s)"""
+      AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)"""
 """How many rows retention would delete now (for a dry run)."""
 
 # --- Inspection ------------------------------------------------------------------------
 
 JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    EXTRACT(EPOCH FROM run_at), EXTRACT(EPOCH FROM started_at),
-    EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM updated_at)
+    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue WHERE id = %s"""
 """One job, without its arguments. Times come as epoch seconds (exact numeric), which
 any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime` cannot
@@ -242,8 +252,8 @@ any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime`
 written by another client, would otherwise fail the read (`jobs.moment` clamps it)."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    EXTRACT(EPOCH FROM run_at), EXTRACT(EPOCH FROM started_at),
-    EXTRACT(EPOCH FROM created_at), EXTRACT(EPOCH FROM updated_at)
+    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue
     WHERE (%(state)s::text IS NULL OR status = %(state)s)
       AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -252,40 +262,40 @@ JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, time
 as epoch seconds, as `JOB` reads them, so one odd row never breaks the listing."""
 
 COUNTS = """SELECT
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
-    count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'completed') AS completed,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
     FROM axa_queue"""
 """How many jobs are in each state, and how long the oldest ready job has waited (the
 difference of epoch seconds, which `-infinity`, written by another client, cannot
 fail before PostgreSQL 17; it reads as infinity)."""
 
 COUNTS_BY_NAME = """SELECT name,
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
-    count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'completed') AS completed,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
     FROM axa_queue GROUP BY name ORDER BY name"""
 """The same counts for each job name."""
 
 LIVE_COUNTS_BY_NAME = """SELECT name,
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= now()) AS ready,
-    count(*) FILTER (WHERE status = 'queued' AND run_at > now()) AS waiting,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    (EXTRACT(EPOCH FROM now()) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= now())))::float8 AS oldest
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
     FROM (
         SELECT name, status, run_at FROM axa_queue WHERE status = 'queued'
         UNION ALL
@@ -318,7 +328,7 @@ PING = "SELECT 1"
 # --- Acts ------------------------------------------------------------------------------
 
 CANCEL = """WITH changed AS (
-        UPDATE axa_queue SET status = 'cancelled', updated_at = now()
+        UPDATE axa_queue SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
         WHERE id = %(id)s AND status = 'queued'
         RETURNING id, name, attempts
     ), kept AS (
@@ -326,7 +336,8 @@ CANCEL = """WITH changed AS (
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
         RETURNING act
     )
-    SELECT (SELECT act FROM kept), (SELECT status FROM axa_queue WHERE id = %(id)s)"""
+    SELECT (SELECT act FROM kept) AS act,
+        (SELECT status FROM axa_queue WHERE id = %(id)s) AS found"""
 """Cancel a queued job and keep the act, in one statement; any other state changes
 nothing and writes no act. Returns the act kept (or NULL) and the state it found."""
 
@@ -336,7 +347,8 @@ RETRY = """WITH target AS (
         FOR UPDATE
     ), changed AS (
         UPDATE axa_queue q
-        SET status = 'queued', run_at = now(), started_at = NULL, updated_at = now(),
+        SET status = 'queued', run_at = COALESCE(%(now)s::timestamptz, now()), started_at = NULL,
+            updated_at = COALESCE(%(now)s::timestamptz, now()),
             max_attempts = q.attempts + 1
         FROM target WHERE q.id = target.id
         RETURNING q.id, q.name, q.attempts, target.status AS was
@@ -347,55 +359,60 @@ RETRY = """WITH target AS (
         FROM changed
         RETURNING act
     )
-    SELECT (SELECT act FROM kept), (SELECT status FROM axa_queue WHERE id = %(id)s)"""
+    SELECT (SELECT act FROM kept) AS act,
+        (SELECT status FROM axa_queue WHERE id = %(id)s) AS found"""
 """Queue a failed job (act `retried`) or one in review (act `released`) for one more try,
 and keep the act, in one statement. Attempts keep rising, so an old run stays fenced.
 Returns the act kept (or NULL) and the state it found."""
 
-ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at),
+ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at) AS at,
     db_role FROM axa_job_acts WHERE job_id = %s ORDER BY id"""
 """Every act done to one job, oldest first; its time as epoch seconds, as `JOB` reads
 times."""
 
 # --- Schedules -------------------------------------------------------------------------
 
-SCHEDULES_SEEN = """INSERT INTO axa_schedule (name, due_at, interval_ms)
-    SELECT s.name, COALESCE(s.first_at, now()), s.interval_ms
-    FROM unnest(%s::text[], %s::timestamptz[], %s::bigint[]) AS s(name, first_at, interval_ms)
+SCHEDULES_SEEN = """INSERT INTO axa_schedule (name, due_at, interval_ms, seen_at)
+    SELECT s.name, COALESCE(s.first_at, COALESCE(%(now)s::timestamptz, now())), s.interval_ms,
+           COALESCE(%(now)s::timestamptz, now())
+    FROM unnest(%(names)s::text[], %(first_at)s::timestamptz[], %(interval_ms)s::bigint[])
+         AS s(name, first_at, interval_ms)
     ON CONFLICT (name) DO UPDATE
-    SET seen_at = now(), archived_at = NULL, interval_ms = EXCLUDED.interval_ms
+    SET seen_at = COALESCE(%(now)s::timestamptz, now()), archived_at = NULL, interval_ms = EXCLUDED.interval_ms
     WHERE axa_schedule.archived_at IS NOT NULL
        OR axa_schedule.interval_ms IS DISTINCT FROM EXCLUDED.interval_ms
-       OR axa_schedule.seen_at < now() - interval '1 minute'"""
+       OR axa_schedule.seen_at < COALESCE(%(now)s::timestamptz, now()) - interval '1 minute'"""
 """Make each schedule's row, or say it is still in code: restore it if archived, and note
 its interval. `seen_at` moves at most once a minute, so a tick rarely writes."""
 
 SCHEDULES_DUE = """SELECT name FROM axa_schedule
-    WHERE name = ANY(%s::text[]) AND archived_at IS NULL AND due_at <= now()"""
+    WHERE name = ANY(%(names)s::text[]) AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())"""
 """Which schedules are due, without locking: most ticks stop here."""
 
 SCHEDULE_TICK = """WITH due AS (
         SELECT name, last_job FROM axa_schedule
-        WHERE name = %(name)s AND archived_at IS NULL AND due_at <= now()
+        WHERE name = %(name)s AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())
         FOR UPDATE SKIP LOCKED
     ), busy AS (
         SELECT EXISTS (SELECT 1 FROM axa_queue q JOIN due ON q.id = due.last_job
                        WHERE q.status IN ('queued', 'running')) AS busy
     ), queued AS (
         INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
-        SELECT %(id)s, %(job)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s, now(),
+        SELECT %(id)s, %(job)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s, COALESCE(%(now)s::timestamptz, now()),
                %(timeout_ms)s
         FROM due WHERE NOT (SELECT busy FROM busy)
         RETURNING id
     ), advanced AS (
         UPDATE axa_schedule s
         SET due_at = s.due_at + make_interval(secs => %(interval)s)
-                * (floor(EXTRACT(EPOCH FROM now() - s.due_at) / %(interval)s::numeric) + 1),
-            last_job = COALESCE((SELECT id FROM queued), s.last_job), updated_at = now()
+                * (floor(EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - s.due_at) / %(interval)s::numeric) + 1),
+            last_job = COALESCE((SELECT id FROM queued), s.last_job), updated_at = COALESCE(%(now)s::timestamptz, now())
         FROM due WHERE s.name = due.name
         RETURNING s.name
     )
-    SELECT (SELECT id FROM queued), due.last_job, (SELECT count(*) FROM advanced) FROM due"""
+    SELECT (SELECT id FROM queued) AS queued, due.last_job,
+        (SELECT count(*) FROM advanced) AS advanced
+    FROM due"""
 """Queue a due schedule's job and move its due time on, in one statement (autocommit: no
 transaction stays open while the event loop may be blocked). The row is taken with
 `FOR UPDATE SKIP LOCKED`: a process finding it held skips it, the holder is queuing this
@@ -408,14 +425,14 @@ can leave `due_at` at now when a tick lands exactly on a due time).
 Returns no row when the schedule was not due or another process held it; else the job
 queued (NULL when skipped) and the last job before it."""
 
-SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = now(), updated_at = now()
-    WHERE archived_at IS NULL AND name <> ALL(%s::text[])
-      AND seen_at < now() - make_interval(secs => %s)"""
+SCHEDULE_ARCHIVE = """UPDATE axa_schedule SET archived_at = COALESCE(%(now)s::timestamptz, now()), updated_at = COALESCE(%(now)s::timestamptz, now())
+    WHERE archived_at IS NULL AND name <> ALL(%(in_code)s::text[])
+      AND seen_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)"""
 """Archive schedules no live process has in code (unseen for the stale period)."""
 
-SCHEDULES = """SELECT s.name, s.interval_ms, EXTRACT(EPOCH FROM s.due_at), s.last_job,
-    EXTRACT(EPOCH FROM s.seen_at), EXTRACT(EPOCH FROM s.archived_at),
-    EXTRACT(EPOCH FROM s.created_at), q.status AS last_status, q.error AS last_error
+SCHEDULES = """SELECT s.name, s.interval_ms, EXTRACT(EPOCH FROM s.due_at) AS due_at, s.last_job,
+    EXTRACT(EPOCH FROM s.seen_at) AS seen_at, EXTRACT(EPOCH FROM s.archived_at) AS archived_at,
+    EXTRACT(EPOCH FROM s.created_at) AS created_at, q.status AS last_status, q.error AS last_error
     FROM axa_schedule s LEFT JOIN axa_queue q ON q.id = s.last_job ORDER BY s.name"""
 """Every schedule, archived or not, with its last job's state; times as epoch seconds,
 as `JOB` reads them."""

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, Union, overload
+from typing import Any, Generic, TypeVar, Union, cast, overload
 
 import psycopg
-from psycopg.rows import tuple_row
+from psycopg.rows import RowFactory, namedtuple_row
 
-__all__ = ["Call", "Connection", "Row", "run", "run_async", "run_sync"]
+__all__ = ["Call", "Connection", "Row", "by_name", "run", "run_async", "run_sync"]
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
+Row = Any
+"""A row read by name: a named tuple whose fields are the statement's column names."""
+
+by_name = cast("RowFactory[Any]", namedtuple_row)
+"""psycopg's `namedtuple_row`, its rows typed `Any` so their fields can be read by name:
+every statement's rows are read this way, so a column added to a statement cannot shift
+the others (a computed column is named with `AS`)."""
 Connection = Union["psycopg.Connection[Any]", "psycopg.AsyncConnection[Any]"]
 """A psycopg connection, sync or async, with any row factory."""
 
@@ -28,7 +34,9 @@ Connection = Union["psycopg.Connection[Any]", "psycopg.AsyncConnection[Any]"]
 class Call(Generic[T]):
     """A statement with its parameters and the function that reads its result.
 
-    `read` gets the rows (empty when the statement returns none) and the row count.
+    `read` gets the rows (empty when the statement returns none), each a named tuple
+    read by column name (so a column added to a statement cannot shift the others), and
+    the row count.
     """
 
     query: str
@@ -42,7 +50,7 @@ class Call(Generic[T]):
 
 def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     """Send `call` on a sync connection and read its result."""
-    with conn.cursor(row_factory=tuple_row) as cursor:
+    with conn.cursor(row_factory=by_name) as cursor:
         cursor.execute(call.query, call.params)
         rows = cursor.fetchall() if cursor.description is not None else []
         return call.read(rows, cursor.rowcount)
@@ -50,7 +58,7 @@ def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
 
 async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     """Send `call` on an async connection and read its result."""
-    async with conn.cursor(row_factory=tuple_row) as cursor:
+    async with conn.cursor(row_factory=by_name) as cursor:
         await cursor.execute(call.query, call.params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return call.read(rows, cursor.rowcount)
@@ -70,18 +78,3 @@ def run(conn: Connection, call: Call[T]) -> T | Awaitable[T]:
         f"expected a psycopg Connection or AsyncConnection, got {type(conn).__name__}; "
         "with a pool, use `with pool.connection() as conn:`"
     )
-
-
-def rowcount(_rows: list[Row], count: int) -> int:
-    """Read a statement's row count."""
-    return count
-
-
-def first_column(rows: list[Row], _count: int) -> list[Any]:
-    """Read the first column of every row."""
-    return [row[0] for row in rows]
-
-
-def nothing(_rows: list[Row], _count: int) -> None:
-    """Read nothing."""
-    return None

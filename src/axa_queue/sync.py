@@ -35,10 +35,12 @@ from .jobs import (
     JobState,
     NewJob,
     as_new_job,
+    counts_by_name_call,
     counts_call,
     enqueue_call,
     enqueue_many_call,
     job_call,
+    job_id_of,
     jobs_call,
 )
 from .options import QueueOptions
@@ -146,9 +148,9 @@ class SyncQueue:
         """Queue every job in one statement: all or none. Ids in order."""
         return self._run(enqueue_many_call(list(jobs)))
 
-    def job(self, job_id: UUID) -> JobInfo | None:
+    def job(self, job_id: UUID | str) -> JobInfo | None:
         """What the queue knows of one job (never its arguments), or `None`."""
-        return self._run(job_call(job_id))
+        return self._run(job_call(job_id_of(job_id)))
 
     def jobs(
         self, state: JobState | str | None = None, name: str | None = None, limit: int = 50
@@ -160,9 +162,13 @@ class SyncQueue:
         """How many jobs are in each state."""
         return self._run(counts_call())
 
-    def acts(self, job_id: UUID) -> list[Act]:
-        """Every act a person did to the job, oldest first."""
-        return self._run(acts_call(job_id))
+    def counts_by_name(self) -> dict[str, Counts]:
+        """How many jobs of each name are in each state."""
+        return self._run(counts_by_name_call())
+
+    def acts(self, job_id: UUID | str) -> list[Act]:
+        """Every act a person did to the job, oldest first; kept after its row is purged."""
+        return self._run(acts_call(job_id_of(job_id)))
 
     def ping(self) -> None:
         """Raise unless the database answers."""
