@@ -398,7 +398,7 @@ def test_a_queue_reads_its_pooler_from_the_environment(
     monkeypatch.setattr(pooler, "_told", set())
     monkeypatch.setenv("AXA_QUEUE_POOLER", "transaction")
     queue = Queue("postgresql://nowhere/db")
-    assert queue.connect_kwargs()["prepare_threshold"] is None
+    assert queue.connector.kwargs()["prepare_threshold"] is None
     with caplog.at_level(logging.WARNING, logger="axa_queue"):
         assert not pooler.listens(queue.options)
         assert not pooler.listens(queue.options)

@@ -60,10 +60,6 @@ A = TypeVar("A")
 T = TypeVar("T")
 
 
-SEEN_EVERY = 30.0
-"""Seconds between notes that this process still has its schedules in code."""
-
-
 TRANSIENT_REFUSALS = (
     "starting up",
     "shutting down",
@@ -98,7 +94,7 @@ class Queue:
         self.notifies = False
         self._pool: AsyncConnectionPool | None = None
         self._background: set[asyncio.Task[Any]] = set()
-        self._seen_at = 0.0
+        self.ticker = schedules.Ticker(self.registry.schedules)
         self.worker: Worker | None = None
 
     @property
@@ -476,29 +472,13 @@ class Queue:
 
     async def tick_each(self, *, now: datetime | None = None) -> tuple[int, dict[str, Exception]]:
         """Queue a job for each due schedule, each on its own; returns how many were
-        queued and what each schedule that failed raised, by name."""
+        queued and what each schedule that failed raised, by name (`schedules.Ticker`)."""
         if not self.schedule_list:
             return 0, {}
-        loop = asyncio.get_running_loop()
-        failures: dict[str, Exception] = {}
         async with self.pool.connection() as conn:
-            every = min(SEEN_EVERY, self.options.seconds("stale_after") / 4)
-            if loop.time() - self._seen_at >= every or self._seen_at == 0.0:
-                await schedules.mark_seen(conn, self.schedule_list, now)
-                self._seen_at = loop.time()
-            due = set(await schedules.due(conn, self.schedule_list, now))
-            queued = 0
-            for schedule in self.schedule_list:
-                if schedule.name not in due:
-                    continue
-                try:
-                    if await schedules.tick_one(conn, schedule, now) is not None:
-                        queued += 1
-                except psycopg.OperationalError:
-                    raise  # the connection, not the schedule: the next tick tries again
-                except Exception as error:
-                    failures[schedule.name] = error
-            return queued, failures
+            return await self.ticker.tick(
+                conn, stale_after=self.options.seconds("stale_after"), now=now
+            )
 
     # --- running -----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ processes each due time is queued once, and no transaction stays open between aw
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 from collections.abc import Sequence
@@ -40,7 +41,7 @@ from .jobs import (
 from .options import Duration, to_timedelta
 from .statements import by_name
 
-__all__ = ["MAX_SCHEDULE_NAME", "Schedule", "ScheduleInfo", "next_due"]
+__all__ = ["MAX_SCHEDULE_NAME", "SEEN_EVERY", "Schedule", "ScheduleInfo", "Ticker", "next_due"]
 
 log = logging.getLogger("axa_queue.schedules")
 
@@ -222,3 +223,52 @@ async def tick_one(
             extra={"schedule": schedule.name, "job_id": str(job_id), "job": job.name},
         )
     return job_id
+
+
+SEEN_EVERY = 30.0
+"""Seconds between notes that this process still has its schedules in code (at most a
+quarter of `stale_after`), by which housekeeping tells the schedules no live process
+has any more."""
+
+
+class Ticker:
+    """Queues the jobs of this process's schedules when they are due, each schedule on
+    its own (one failing keeps no other from queuing), and notes now and then that this
+    process still has them in code. Any number of processes may tick at once."""
+
+    def __init__(self, schedules: Sequence[Schedule]) -> None:
+        self.schedules = schedules
+        """The schedules in code (the registry's list, read at each tick)."""
+        self.seen_at: float | None = None
+        """When (event loop time) the schedules were last noted as in code."""
+
+    async def tick(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        *,
+        stale_after: float,
+        now: datetime | None = None,
+    ) -> tuple[int, dict[str, Exception]]:
+        """Queue a job for each due schedule on `conn`; returns how many were queued and
+        what each schedule that failed raised, by name. A broken connection is raised:
+        the next tick tries again. `now`: the time to tick at (default: the database's
+        clock; tests pass a later one to let intervals pass)."""
+        loop = asyncio.get_running_loop()
+        every = min(SEEN_EVERY, stale_after / 4)
+        if self.seen_at is None or loop.time() - self.seen_at >= every:
+            await mark_seen(conn, self.schedules, now)
+            self.seen_at = loop.time()
+        due_now = set(await due(conn, self.schedules, now))
+        queued = 0
+        failures: dict[str, Exception] = {}
+        for schedule in self.schedules:
+            if schedule.name not in due_now:
+                continue
+            try:
+                if await tick_one(conn, schedule, now) is not None:
+                    queued += 1
+            except psycopg.OperationalError:
+                raise  # the connection, not the schedule: the next tick tries again
+            except Exception as error:
+                failures[schedule.name] = error
+        return queued, failures

@@ -1,6 +1,6 @@
 """The schedule loop: ticks the schedules every poll interval (the tick itself is
-`Queue.tick_each`, over `axa_queue.schedules`), waking the exchange when it queued a
-job, and reporting schedules that keep failing."""
+`axa_queue.schedules.Ticker`, on a connection of the queue's pool), waking the exchange
+when it queued a job, and reporting schedules that keep failing."""
 
 from __future__ import annotations
 
