@@ -26,9 +26,9 @@ from uuid import UUID
 import psycopg
 
 from . import sql
+from .calls import Call, Connection, Row, run
 from .errors import NotACodeError
 from .jobs import JobState, job_id_of, moment
-from .statements import Call, Connection, Row, run
 
 __all__ = [
     "MAX_REASON_CHARS",

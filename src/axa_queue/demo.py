@@ -30,12 +30,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from . import sql, wording
+from . import readable
 from .errors import AxaQueueError
 from .jobs import Counts, NewJob
 from .options import QueueOptions
 from .queue import Queue
 from .schedules import Schedule
+from .schema import SANDBOX_CREATE, SANDBOX_DROP
 
 __all__ = ["DemoError", "embedded_server", "run", "sandbox"]
 
@@ -67,12 +68,12 @@ def sandbox(dsn: str) -> Iterator[tuple[str, str]]:
     search_path, and the schema's name; drop the schema afterwards, whatever happened."""
     schema = f"axa_queue_demo_{uuid4().hex[:8]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(pgsql.SQL(sql.DEMO_SCHEMA_CREATE).format(pgsql.Identifier(schema)))
+        conn.execute(pgsql.SQL(SANDBOX_CREATE).format(pgsql.Identifier(schema)))
     try:
         yield _sandbox_dsn(dsn, schema), schema
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(pgsql.SQL(sql.DEMO_SCHEMA_DROP).format(pgsql.Identifier(schema)))
+            conn.execute(pgsql.SQL(SANDBOX_DROP).format(pgsql.Identifier(schema)))
 
 
 @contextlib.contextmanager
@@ -275,7 +276,7 @@ def _demo_summary(
             str(counts.completed),
             str(counts.failed),
             str(tally.outcomes[name]["retried"]),
-            wording.seconds(statistics.median(runs)) if runs else "-",
+            readable.seconds(statistics.median(runs)) if runs else "-",
         )
     console.print(table)
     settled = sum(
@@ -285,17 +286,17 @@ def _demo_summary(
     charge = final.get("demo.charge", Counts())
     report = final.get("demo.report", Counts())
     ticks = final.get(DEMO_TICK, Counts()).completed
-    reports = wording.plural(report.failed, "report")
+    reports = readable.plural(report.failed, "report")
     lines = [
         f"{settled} jobs settled in {took:.1f} s (the last were reminders queued to wait); "
         "urgent emails (priority 10) went first",
-        f"{wording.plural(retries, 'failed run')} of payments were retried with backoff; "
-        f"{wording.plural(charge.failed, 'declined card')} failed for good after 3 tries",
+        f"{readable.plural(retries, 'failed run')} of payments were retried with backoff; "
+        f"{readable.plural(charge.failed, 'declined card')} failed for good after 3 tries",
         f"{reports} ran past its 0.3 s timeout and was stopped"
         if report.failed == 1
         else f"{reports} ran past their 0.3 s timeout and were stopped",
         "reminders waited 1 to 3 s, as they were queued to",
-        f"the schedule demo-cleanup queued {wording.plural(ticks, 'job')}, one a second",
+        f"the schedule demo-cleanup queued {readable.plural(ticks, 'job')}, one a second",
     ]
     for line in lines:
         console.print(f"  - {line}")

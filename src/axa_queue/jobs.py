@@ -20,9 +20,9 @@ from typing_extensions import Unpack
 
 from . import sql
 from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
+from .calls import Call, Connection, Row, run
 from .errors import OptionsError
 from .options import Duration, to_seconds
-from .statements import Call, Connection, Row, run
 
 __all__ = [
     "EARLIEST_RUN_AT",

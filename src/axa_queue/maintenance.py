@@ -19,11 +19,11 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from . import sql
+from .calls import by_name
 from .jobs import JobState
 from .options import QueueOptions
 from .retries import first_line
 from .schedules import Schedule
-from .statements import by_name
 
 __all__ = [
     "PURGE_BATCH",

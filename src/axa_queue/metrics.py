@@ -57,6 +57,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from .calls import run_async
 from .errors import AxaQueueError
 from .jobs import (
     Counts,
@@ -66,7 +67,6 @@ from .jobs import (
     live_counts_by_name_call,
 )
 from .retries import first_line
-from .statements import run_async
 from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:

@@ -24,6 +24,7 @@ from typing_extensions import Unpack
 
 from . import maintenance, schedules, schema, sql
 from .acts import Act, acts_call
+from .calls import Call, by_name, run_async
 from .connector import Connector
 from .errors import NotOpenError, OptionsError, ScheduleError
 from .handlers import HandlerFunction, JobHandler
@@ -48,7 +49,6 @@ from .options import DSN_VARIABLES, Duration, QueueOptions, to_seconds
 from .registry import Registry, RunObserver
 from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
-from .statements import Call, by_name, run_async
 from .sync import SyncQueue
 from .worker import Worker
 

@@ -28,6 +28,7 @@ from uuid import UUID, uuid4
 import psycopg
 
 from . import sql
+from .calls import by_name
 from .errors import OptionsError, ScheduleError
 from .jobs import (
     EARLIEST_RUN_AT,
@@ -39,7 +40,6 @@ from .jobs import (
     optional_moment,
 )
 from .options import Duration, to_timedelta
-from .statements import by_name
 
 __all__ = ["MAX_SCHEDULE_NAME", "SEEN_EVERY", "Schedule", "ScheduleInfo", "Ticker", "next_due"]
 

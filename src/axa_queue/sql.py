@@ -478,14 +478,3 @@ def in_schema(statement: str, schema: str) -> str:
     statement = _TABLE.sub(lambda m: f"{quoted}.{m[1]}", statement)
     statement = _TABLE_LITERAL.sub(lambda m: f"{quoted}.{m[0]}", statement)
     return _FUNCTION.sub(lambda m: f"{quoted}.{m[1]}", statement)
-
-
-# --- The demo's sandbox (`axa-queue demo --dsn`) ----------------------------------------
-# Templates for `psycopg.sql.SQL(...).format(psycopg.sql.Identifier(name))`: the schema
-# name goes in only as an identifier.
-
-DEMO_SCHEMA_CREATE = "CREATE SCHEMA {}"
-"""Make the schema the demo runs in, on a database the user gave, so their queue is untouched."""
-
-DEMO_SCHEMA_DROP = "DROP SCHEMA IF EXISTS {} CASCADE"
-"""Remove the demo's schema and everything in it when the demo ends."""

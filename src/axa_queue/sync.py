@@ -27,6 +27,7 @@ from typing_extensions import Unpack
 
 from . import sql
 from .acts import Act, acts_call
+from .calls import Call, run_sync
 from .connector import Connector
 from .jobs import (
     Counts,
@@ -44,7 +45,6 @@ from .jobs import (
     jobs_call,
 )
 from .options import QueueOptions
-from .statements import Call, run_sync
 
 __all__ = ["SyncQueue"]
 

@@ -7,7 +7,7 @@ import dataclasses
 import click
 from rich.table import Table
 
-from .. import wording
+from .. import readable
 from ..errors import OptionsError
 from ..maintenance import Recovered
 from ..options import QueueOptions
@@ -72,7 +72,7 @@ def recover(
             for one in found:
                 table.add_row(str(one.id), shown(one.name), str(one.attempts), one.state.value)
             printed.append(table)
-        jobs_text = wording.plural(len(found), "stale job")
+        jobs_text = readable.plural(len(found), "stale job")
         given = (
             f"{options.max_attempts} (--max-attempts)"
             if max_attempts is not None
@@ -116,7 +116,7 @@ def purge(older_than: float | None, dry_run: bool, dsn: str | None) -> None:
 
     def show(gone: int) -> str:
         age = f"{older_than:g} days" if older_than is not None else "the retention period (7 days)"
-        jobs_text = wording.plural(gone, "finished job")
+        jobs_text = readable.plural(gone, "finished job")
         return (
             f"{jobs_text} older than {age} would be purged (dry run: nothing changed)"
             if dry_run

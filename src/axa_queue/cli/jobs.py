@@ -11,7 +11,7 @@ from uuid import UUID
 import click
 from rich.table import Table
 
-from .. import wording
+from .. import readable
 from ..errors import JobNotFoundError
 from ..jobs import MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
 from ..queue import Queue
@@ -193,7 +193,7 @@ def _job_table(info: JobInfo) -> Printed:
         ("state", info.state.value),
         ("tries", tries(info)),
         ("priority", str(info.priority)),
-        ("timeout", wording.seconds(info.timeout)),
+        ("timeout", readable.seconds(info.timeout)),
         ("run at", when(info.run_at)),
         ("started at", when(info.started_at)),
         ("created at", when(info.created_at)),
@@ -225,7 +225,10 @@ def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
         table.add_column("JOBS", justify="right")
         for state in states:
             table.add_row(state, str(getattr(found, state)))
-        return [table, f"oldest ready job has waited {wording.seconds(found.oldest_ready_seconds)}"]
+        return [
+            table,
+            f"oldest ready job has waited {readable.seconds(found.oldest_ready_seconds)}",
+        ]
     if not found:
         return "no jobs"
     table = Table(box=None, header_style="bold")
@@ -237,7 +240,7 @@ def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
         table.add_row(
             shown(name),
             *(str(getattr(one, state)) for state in states),
-            wording.seconds(one.oldest_ready_seconds),
+            readable.seconds(one.oldest_ready_seconds),
         )
     return table
 
@@ -263,7 +266,7 @@ def _schedules_table(found: list[ScheduleInfo]) -> Printed:
     for one in found:
         table.add_row(
             shown(one.name),
-            wording.seconds(one.interval),
+            readable.seconds(one.interval),
             when(one.due_at),
             str(one.last_job) if one.last_job else "-",
             one.last_state.value if one.last_state else "-",

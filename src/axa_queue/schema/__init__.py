@@ -287,3 +287,14 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
             "on axa_job_acts, so acts could be changed or not record their role: run the setup "
             "statements (`axa-queue setup`, or `axa-queue sql` in a migration)"
         )
+
+
+# --- The demo's sandbox (`axa-queue demo --dsn`) ----------------------------------------
+# Templates for `psycopg.sql.SQL(...).format(psycopg.sql.Identifier(name))`: the schema
+# name goes in only as an identifier.
+
+SANDBOX_CREATE = "CREATE SCHEMA {}"
+"""Make the schema the demo runs in, on a database the user gave, so their queue is untouched."""
+
+SANDBOX_DROP = "DROP SCHEMA IF EXISTS {} CASCADE"
+"""Remove the demo's schema and everything in it when the demo ends."""

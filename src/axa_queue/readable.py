@@ -1,4 +1,5 @@
-"""How the command line words numbers for people: lengths of time and counts of things.
+"""Readable numbers: how the command line and the demo write lengths of time and counts
+of things for people.
 
 Shared by the commands (`cli`) and the demo (`demo`), which print them in tables and
 summaries.

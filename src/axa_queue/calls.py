@@ -1,4 +1,5 @@
-"""One statement, run on a sync or an async psycopg connection, written once.
+"""Calls: one statement with its parameters and how to read its rows, run on a sync
+or an async psycopg connection, written once.
 
 Each operation callers can do on their own connection (enqueue, acts, job info,
 counts) is a `Call`: the SQL, its parameters, and how to read the rows back. `run`
