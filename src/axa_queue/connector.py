@@ -1,8 +1,8 @@
 """Connector: how this process reaches the database, in one place.
 
 Every pool and connection of the queue (the async pool of `Queue`, the sync pool of
-`SyncQueue`, the worker's own exchange and side connections, the listener, the CLI's)
-is made here, with the same connect settings (`pooler.connect_kwargs`: prepared
+`SyncQueue`, the worker's own exchange and side connections, the listener, and so
+the CLI's, which go through a `Queue`) is made here, with the same connect settings (`pooler.connect_kwargs`: prepared
 statements, the schema's cursor) and, unless behind a transaction pooler, the same
 session settings (`sql.SESSION_SETTINGS`).
 
@@ -102,15 +102,6 @@ class Connector:
         )
         if session and self.keeps_session_state():
             await conn.execute(sql.SESSION_SETTINGS)
-        return conn
-
-    def connect_sync(self, *, session: bool = True, **extra: Any) -> psycopg.Connection[Any]:
-        """`connect`, for synchronous code (the CLI's own connections)."""
-        conn = psycopg.Connection.connect(
-            self.dsn or "", autocommit=True, **self.kwargs(sync=True), **extra
-        )
-        if session and self.keeps_session_state():
-            conn.execute(sql.SESSION_SETTINGS)
         return conn
 
     def pool(self, name: str = "axa-queue") -> QuickPool:

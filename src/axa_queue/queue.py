@@ -460,8 +460,8 @@ class Queue:
             )
 
     async def tick_schedules(self, *, now: datetime | None = None) -> int:
-        """Queue a job for each due schedule; returns how many were queued. `run()` calls
-        this every poll; any number of processes may call it at once. A schedule that
+        """Queue a job for each due schedule; returns how many were queued. A worker
+        ticks every poll (`tick_each`); any number of processes may tick at once. A schedule that
         fails does not keep the others from queuing their jobs: its error is raised
         once they all have had their turn. `now` is the time to tick at (default: the
         database's clock; tests pass a later one to let intervals pass)."""

@@ -24,8 +24,9 @@ async def _schema(queue: Queue) -> str:
 def setup(dsn: str | None) -> None:
     """Create or update the queue's tables, indexes and triggers.
 
-    Runs the setup statements in one transaction under the setup lock, so any number
-    of processes may run it at once; running it again changes nothing.
+    Applies the migrations the database lacks, in one transaction under the setup
+    lock, so any number of processes may run it at once; with nothing to change it
+    changes nothing and takes no lock.
     """
     answer(
         dsn,
