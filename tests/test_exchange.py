@@ -184,6 +184,27 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
         assert "axa_queue_running" not in finished, plan
 
 
+async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_order(
+    make_queue, admin
+) -> None:
+    # With a backlog of due jobs at a few priorities, the generic plan must read the
+    # name's jobs in order from axa_queue_pick and stop at the cap, never filter the
+    # backlog through the run_at index (it did when the due check took a parameter).
+    queue = await make_queue()
+    await queue.enqueue_all(NewJob("Backlog", {"n": n}, priority=n % 3) for n in range(30_000))
+    admin.execute("ANALYZE axa_queue")
+    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
+    types = "uuid[], int[], json, int, json, uuid[], timestamptz"
+    claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL").format(
+        pgsql.Literal(json.dumps([{"name": "Backlog", "cap": 10}]))
+    )
+    plan = _generic_plan(admin, numbered, types, claim)
+    candidates = plan.split("CTE candidates")[1].split("CTE picked")[0]
+    assert "axa_queue_pick" in candidates, plan
+    assert "axa_queue_ready" not in candidates, plan
+
+
 async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(
     make_queue, admin
 ) -> None:

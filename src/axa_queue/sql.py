@@ -79,7 +79,7 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
             SELECT id, priority, run_at FROM axa_queue
             WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
-              AND run_at <= COALESCE(%(now)s::timestamptz, now()) AND id <> ALL(ARRAY(SELECT id FROM endings))
+              AND run_at <= now() AND id <> ALL(ARRAY(SELECT id FROM endings))
               AND id <> ALL(%(losing)s::uuid[])
             ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
         ) j WHERE levels.priority IS NOT NULL
@@ -132,7 +132,11 @@ written): an ending refused because recovery queued the job again is never follo
 by a new run of it here. The endings are written first (they may wait for a row lock)
 and the claims after, stamped with `clock_timestamp()`: a claim is stamped when its
 row is written, never with a time from before a wait, so it cannot land stale. `now`
-(NULL but in tests) stands for both clocks."""
+(NULL but in tests) stands for both clocks in what is written. Which jobs are due is
+always judged by `now()` itself: the planner evaluates it when it estimates a generic
+plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick` in
+order; compared with a parameter it cannot estimate, it took the `run_at` index and
+filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms)."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
