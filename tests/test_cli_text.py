@@ -12,6 +12,7 @@ from typing import Any
 
 import psycopg
 from click.testing import CliRunner, Result
+from psycopg import sql as pgsql
 
 from axa_queue.cli import main
 from axa_queue.schema import SETUP_STATEMENTS
@@ -95,7 +96,11 @@ def test_acts_escape_by_and_reason_written_by_others(admin, dsn: str) -> None:
         "SELECT conname FROM pg_constraint WHERE conrelid = 'axa_job_acts'::regclass "
         "AND contype = 'c'"
     ).fetchall():
-        admin.execute(f'ALTER TABLE axa_job_acts DROP CONSTRAINT "{constraint[0]}"')
+        admin.execute(
+            pgsql.SQL("ALTER TABLE axa_job_acts DROP CONSTRAINT {}").format(
+                pgsql.Identifier(constraint[0])
+            )
+        )
     admin.execute(
         "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason) "
         "VALUES (%s, %s, 'cancelled', 0, %s, %s)",

@@ -38,6 +38,10 @@ from conftest import FAST, eventually, running, status_of
 LISTEN_WARNING = "LISTEN cannot pass a transaction pooler"
 
 
+SETTINGS_NOW = "SELECT current_setting('jit'), current_setting('plan_cache_mode')"
+"""The two session settings the queue may set, as a connection sees them now."""
+
+
 def through(bouncer: pgbouncer.PgBouncer, schema: str, **options: Any) -> QueueOptions:
     """Fast options for a queue behind `bouncer`, on the test's schema."""
     return QueueOptions(**{**FAST, "pooler": bouncer.mode, "schema": schema, **options})
@@ -185,13 +189,11 @@ async def test_behind_a_transaction_pooler_the_queue_leaves_no_session_settings_
 ) -> None:
     bouncer = start_bouncer("transaction", pool_size=1)  # one server connection for all
     with psycopg.connect(database_url) as direct:
-        defaults = [
-            direct.execute(f"SHOW {name}").fetchone() for name in ("jit", "plan_cache_mode")
-        ]
+        defaults = [direct.execute(SETTINGS_NOW).fetchone()]
 
     def shown() -> list[Any]:
         with psycopg.connect(bouncer.dsn(), autocommit=True) as other:
-            return [other.execute(f"SHOW {name}").fetchone() for name in ("jit", "plan_cache_mode")]
+            return [other.execute(SETTINGS_NOW).fetchone()]
 
     queue = Queue(bouncer.dsn(), through(bouncer, schema))
     ran = asyncio.Event()

@@ -24,7 +24,7 @@ from . import pooler, sql
 from .errors import OptionsError
 from .options import QueueOptions, dsn_from_environment
 
-__all__ = ["RECONNECT_DELAYS", "Connector", "QuickPool"]
+__all__ = ["RECONNECT_DELAYS", "Connected", "Connector", "QuickPool"]
 
 RECONNECT_DELAYS = (0.05, 0.5)
 """The pool's first wait between tries to connect again, and the longest: psycopg_pool's
@@ -127,3 +127,30 @@ class Connector:
             open=False,
             name=name,
         )
+
+
+class Connected:
+    """What `Queue` and `SyncQueue` share: a `Connector`, and its DSN and options read
+    and given through the handle (before it opens)."""
+
+    connector: Connector
+
+    @property
+    def dsn(self) -> str | None:
+        """The database, once given (see `Connector`)."""
+        return self.connector.dsn
+
+    @dsn.setter
+    def dsn(self, dsn: str | None) -> None:
+        """Give the database (before `open`)."""
+        self.connector.dsn = dsn
+
+    @property
+    def options(self) -> QueueOptions:
+        """The options (see `QueueOptions`)."""
+        return self.connector.options
+
+    @options.setter
+    def options(self, options: QueueOptions) -> None:
+        """Replace the options (before `open`)."""
+        self.connector.options = options

@@ -25,7 +25,7 @@ from typing_extensions import Unpack
 from . import maintenance, schedules, schema, sql
 from .acts import Act, acts_call
 from .calls import Call, by_name, run_async
-from .connector import Connector
+from .connector import Connected, Connector
 from .errors import NotOpenError, OptionsError, ScheduleError
 from .handlers import HandlerFunction, JobHandler
 from .jobs import (
@@ -78,7 +78,7 @@ def refused(error: psycopg.OperationalError) -> bool:
     return "FATAL:" in text and not any(word in text for word in TRANSIENT_REFUSALS)
 
 
-class Queue:
+class Queue(Connected):
     """A PostgreSQL job queue: register handlers, open, then enqueue, inspect and run.
 
     Making one does no I/O. Use `async with queue:` or `await queue.open()` /
@@ -96,26 +96,6 @@ class Queue:
         self._background: set[asyncio.Task[Any]] = set()
         self.ticker = schedules.Ticker(self.registry.schedules)
         self.worker: Worker | None = None
-
-    @property
-    def dsn(self) -> str | None:
-        """The database, once given (see `Connector`)."""
-        return self.connector.dsn
-
-    @dsn.setter
-    def dsn(self, dsn: str | None) -> None:
-        """Give the database (before `open`)."""
-        self.connector.dsn = dsn
-
-    @property
-    def options(self) -> QueueOptions:
-        """The queue's options (see `QueueOptions`)."""
-        return self.connector.options
-
-    @options.setter
-    def options(self, options: QueueOptions) -> None:
-        """Replace the options (before `open`)."""
-        self.connector.options = options
 
     @property
     def handlers(self) -> dict[str, JobHandler[Any]]:

@@ -28,7 +28,7 @@ from typing_extensions import Unpack
 from . import sql
 from .acts import Act, acts_call
 from .calls import Call, run_sync
-from .connector import Connector
+from .connector import Connected, Connector
 from .jobs import (
     Counts,
     JobInfo,
@@ -51,7 +51,7 @@ __all__ = ["SyncQueue"]
 T = TypeVar("T")
 
 
-class SyncQueue:
+class SyncQueue(Connected):
     """Queue and inspect jobs from synchronous code; the pool opens on first use."""
 
     def __init__(self, dsn: str | None = None, options: QueueOptions | None = None) -> None:
@@ -59,26 +59,6 @@ class SyncQueue:
         """How it connects: the same settings as `Queue`'s."""
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
-
-    @property
-    def dsn(self) -> str | None:
-        """The database, once given (see `Connector`)."""
-        return self.connector.dsn
-
-    @dsn.setter
-    def dsn(self, dsn: str | None) -> None:
-        """Give the database (before `open`)."""
-        self.connector.dsn = dsn
-
-    @property
-    def options(self) -> QueueOptions:
-        """The options (see `QueueOptions`)."""
-        return self.connector.options
-
-    @options.setter
-    def options(self, options: QueueOptions) -> None:
-        """Replace the options (before `open`)."""
-        self.connector.options = options
 
     def __repr__(self) -> str:
         return f"<SyncQueue {'open' if self._pool is not None else 'closed'}>"
