@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbouncer
 from axa_queue import Queue, QueueOptions
@@ -259,6 +259,38 @@ def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, s
 
 
 # Hypothesis: no per-example deadline, so a loaded CI machine cannot fail a property.
+WORKER_GRANTS = """
+GRANT USAGE ON SCHEMA {schema} TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue TO {role};
+GRANT SELECT, INSERT, UPDATE ON axa_schedule TO {role};
+GRANT SELECT, INSERT ON axa_job_acts TO {role};
+"""
+"""The worker role's grants, word for word as docs/production.md gives them."""
+
+
+@contextlib.contextmanager
+def acting_role(
+    admin: psycopg.Connection[Any], dsn: str, worker_of: str | None = None
+) -> Iterator[tuple[str, str]]:
+    """A throwaway role the test user may act as, and a DSN acting as it (`-c role=`);
+    with `worker_of`, the role has `WORKER_GRANTS` on that schema. Skips when the test
+    user may not create roles; drops the role and what it owns afterwards."""
+    role = f"axa_worker_{uuid.uuid4().hex[:8]}"
+    try:
+        admin.execute(sql.SQL("CREATE ROLE {} NOLOGIN").format(sql.Identifier(role)))
+    except psycopg.errors.InsufficientPrivilege:
+        pytest.skip("the test database user may not create roles")
+    try:
+        admin.execute(sql.SQL("GRANT {} TO current_user").format(sql.Identifier(role)))
+        options = conninfo_to_dict(dsn)["options"]
+        if worker_of is not None:
+            admin.execute(WORKER_GRANTS.format(schema=f'"{worker_of}"', role=f'"{role}"'))
+        yield role, make_conninfo(dsn, options=f"{options} -c role={role}")
+    finally:
+        admin.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+        admin.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
+
 from hypothesis import settings as _hypothesis_settings  # noqa: E402
 
 _hypothesis_settings.register_profile("axa", deadline=None)

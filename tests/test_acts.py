@@ -10,7 +10,6 @@ from uuid import UUID, uuid4
 import psycopg
 import pytest
 from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import seed_crate as crate
 from axa_queue import (
@@ -24,7 +23,7 @@ from axa_queue import (
     retry,
 )
 from axa_queue.acts import check_code
-from conftest import eventually, running, status_of
+from conftest import acting_role, eventually, running, status_of
 
 
 def set_state(admin: psycopg.Connection[Any], job_id: UUID, state: str, attempts: int) -> None:
@@ -547,18 +546,9 @@ async def test_a_jobs_acts_are_listed_in_order_and_only_its_own(make_queue, admi
 
 @pytest.fixture
 def worker_role(admin, schema: str, dsn: str):
-    """A role with the documented worker grants, and a DSN that acts as it."""
-    role = f"axa_worker_{uuid4().hex[:8]}"
-    try:
-        admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(pgsql.Identifier(role)))
-    except psycopg.errors.InsufficientPrivilege:
-        pytest.skip("the test database user may not create roles")
-    try:
-        admin.execute(pgsql.SQL("GRANT {} TO current_user").format(pgsql.Identifier(role)))
-        yield role, make_conninfo(dsn, options=f"{conninfo_to_dict(dsn)['options']} -c role={role}")
-    finally:
-        admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
-        admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
+    """A throwaway role, and a DSN that acts as it (its grants: `grant_worker`)."""
+    with acting_role(admin, dsn) as made:
+        yield made
 
 
 def grant_worker(admin, schema: str, role: str) -> None:

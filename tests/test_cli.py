@@ -30,12 +30,11 @@ import click
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from psycopg import sql as pgsql
 
 from axa_queue import NewJob, Queue, QueueOptions, Schedule
 from axa_queue.cli import main
 from axa_queue.logs import JsonFormatter, TextFormatter, configure
-from conftest import eventually, status_of
+from conftest import WORKER_GRANTS, acting_role, eventually, status_of
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
 SECRET = "hunter2-never-printed"
@@ -319,29 +318,12 @@ def jobs_named(admin: psycopg.Connection[Any], name: str) -> int:
 
 
 # The grants docs/production.md gives a worker's role: no DDL, acts only inserted.
-WORKER_GRANTS = """
-GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue TO {role};
-GRANT SELECT, INSERT, UPDATE ON axa_schedule TO {role};
-GRANT SELECT, INSERT ON axa_job_acts TO {role};
-"""
-
-
 def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_set_up(
     ready: str, admin, schema: str, caplog
 ) -> None:
-    role = f"axa_worker_{uuid.uuid4().hex[:8]}"
-    try:
-        admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(pgsql.Identifier(role)))
-    except psycopg.errors.InsufficientPrivilege:
-        pytest.skip("the test database user may not create roles")
-    try:
-        admin.execute(pgsql.SQL("GRANT {} TO current_user").format(pgsql.Identifier(role)))
-        admin.execute(WORKER_GRANTS.format(schema=f'"{schema}"', role=f'"{role}"'))
-        docs = (DOCS.parent / "production.md").read_text()
-        assert WORKER_GRANTS.format(schema="jobs", role="axa_worker").strip() in docs
-        options = psycopg.conninfo.conninfo_to_dict(ready)["options"]
-        limited = psycopg.conninfo.make_conninfo(ready, options=f"{options} -c role={role}")
+    docs = (DOCS.parent / "production.md").read_text()
+    assert WORKER_GRANTS.format(schema="jobs", role="axa_worker").strip() in docs
+    with acting_role(admin, ready, worker_of=schema) as (_, limited):
         assert cli("check", dsn=limited).exit_code == 0
         job_id = enqueue(limited, "Report")
         other = enqueue(limited, "Report")
@@ -384,9 +366,6 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
         # PostgreSQL's reason, for the index setup must make again
         assert "must be owner of table axa_queue" in one_line_error(refused)
         assert "--no-setup" in one_line_error(refused)
-    finally:
-        admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
-        admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
 
 
 # --- enqueue and looking ---------------------------------------------------------------------

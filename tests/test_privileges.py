@@ -18,19 +18,11 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner, Result
-from psycopg import sql as pgsql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from axa_queue import Queue, SchemaError
 from axa_queue.cli import main
 from axa_queue.schema import SETUP_STATEMENTS
-
-GRANTS = """
-GRANT USAGE ON SCHEMA {schema} TO {role};
-GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue TO {role};
-GRANT SELECT, INSERT, UPDATE ON axa_schedule TO {role};
-GRANT SELECT, INSERT ON axa_job_acts TO {role};
-"""
+from conftest import WORKER_GRANTS, acting_role
 
 HINT = ("--no-setup", "axa-queue setup")
 
@@ -47,21 +39,10 @@ def limited(admin: psycopg.Connection[Any], dsn: str, schema: str) -> Iterator[s
     for statement in SETUP_STATEMENTS:
         admin.execute(statement)
     admin.execute("DROP INDEX axa_queue_review")
-    role = f"axa_worker_{uuid.uuid4().hex[:8]}"
-    try:
-        admin.execute(pgsql.SQL("CREATE ROLE {} NOLOGIN").format(pgsql.Identifier(role)))
-    except psycopg.errors.InsufficientPrivilege:
-        pytest.skip("the test database user may not create roles")
-    try:
-        admin.execute(pgsql.SQL("GRANT {} TO current_user").format(pgsql.Identifier(role)))
-        admin.execute(GRANTS.format(schema=f'"{schema}"', role=f'"{role}"'))
-        docs = (Path(__file__).resolve().parent.parent / "docs" / "production.md").read_text()
-        assert GRANTS.format(schema="jobs", role="axa_worker").strip() in docs
-        options = conninfo_to_dict(dsn)["options"]
-        yield make_conninfo(dsn, options=f"{options} -c role={role}")
-    finally:
-        admin.execute(pgsql.SQL("DROP OWNED BY {}").format(pgsql.Identifier(role)))
-        admin.execute(pgsql.SQL("DROP ROLE {}").format(pgsql.Identifier(role)))
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "production.md").read_text()
+    assert WORKER_GRANTS.format(schema="jobs", role="axa_worker").strip() in docs
+    with acting_role(admin, dsn, worker_of=schema) as (_, as_worker):
+        yield as_worker
 
 
 def test_opening_with_setup_as_a_role_that_may_not_says_what_to_do(limited: str) -> None:
