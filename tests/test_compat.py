@@ -59,8 +59,9 @@ def crate_setup(conn: psycopg.Connection[Any]) -> None:
 
 
 def add_acts_role(conn: psycopg.Connection[Any]) -> None:
-    """Our setup's only change to the crate's columns: each act's database role."""
-    for statement in ACTS_ROLE_STATEMENTS:
+    """Our setup's changes to the crate's tables that our code needs: each act's database
+    role, and the columns and table of migration 3 (trace context, results, workers)."""
+    for statement in (*ACTS_ROLE_STATEMENTS, *axa_queue.schema.migrations.MIGRATIONS[2].statements):
         conn.execute(statement)
 
 
@@ -296,11 +297,11 @@ async def test_our_worker_honours_the_limits_the_crate_queued_with(make_queue, a
     assert status_of(admin, slow_id)[1] == "timed out after 0.2 s"
 
 
-async def test_a_schema_made_by_the_crates_setup_passes_our_check_once_acts_record_their_role(
+async def test_a_schema_made_by_the_crates_setup_passes_our_check_once_our_columns_are_added(
     make_queue, admin
 ) -> None:
     crate_setup(admin)
-    with pytest.raises(SchemaError, match="db_role"):  # acts would not record their role
+    with pytest.raises(SchemaError, match="trace_context"):  # our columns are not there yet
         await make_queue(setup=False)
     add_acts_role(admin)
     queue = await make_queue(setup=False)
@@ -327,8 +328,13 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         "WHERE table_schema = current_schema() ORDER BY 1, 2"
     ).fetchall()
     added = sorted(set(after) - set(columns))
-    added = [c for c in added if c[0] != "axa_schema_version"]  # our record, which it ignores
-    assert added == [("axa_job_acts", "db_role", "text")], "our setup adds only an act's role"
+    # our record and our workers table, which the crate ignores
+    added = [c for c in added if c[0] not in ("axa_schema_version", "axa_workers")]
+    assert added == [
+        ("axa_job_acts", "db_role", "text"),
+        ("axa_queue", "result", "jsonb"),
+        ("axa_queue", "trace_context", "jsonb"),
+    ], "our setup adds to the crate's tables only an act's role, a result and a trace context"
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()
     assert missing == []

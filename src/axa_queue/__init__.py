@@ -10,11 +10,13 @@ job's arguments are never shown. The tables are shared with the Rust crate
 from __future__ import annotations
 
 from .acts import MAX_REASON_CHARS, Act, ActKind, ActResult, acts_on, cancel, retry
+from .context import JobContext, current_job
 from .errors import (
     ArgumentsError,
     AxaQueueError,
     JobNotFoundError,
     NotACodeError,
+    NotInAJobError,
     NotOpenError,
     OptionsError,
     ScheduleError,
@@ -51,12 +53,14 @@ __all__ = [
     "ArgumentsError",
     "AxaQueueError",
     "Counts",
+    "JobContext",
     "JobHandler",
     "JobInfo",
     "JobNotFoundError",
     "JobState",
     "NewJob",
     "NotACodeError",
+    "NotInAJobError",
     "NotOpenError",
     "OptionsError",
     "Queue",
@@ -71,6 +75,7 @@ __all__ = [
     "backoff",
     "cancel",
     "counts_on",
+    "current_job",
     "enqueue_all_on",
     "enqueue_on",
     "job_on",

@@ -93,3 +93,14 @@ class JobNotFoundError(AxaQueueError, LookupError):
             f"no job {job_id}: it does not exist, or retention deleted it after it finished"
         )
         self.job_id = job_id
+
+
+class NotInAJobError(AxaQueueError, LookupError):
+    """`current_job()` was called outside a job's run."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "no job is running here: current_job() works only inside a handler (or a "
+            "middleware) while it runs a job, in its task or its thread; outside one, "
+            "take the job as the handler's second parameter instead"
+        )

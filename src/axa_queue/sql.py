@@ -454,14 +454,14 @@ they would stay on a server connection other clients then use (see `pooler`)."""
 # --- A schema named in every statement ---------------------------------------------------
 
 _TABLE = re.compile(
-    r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_acts|axa_schema_version)(?![\w.'\"(])"
+    r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?![\w.'\"(])"
 )
 """A table named in a statement; not the channel (`'axa_queue'`, `LISTEN axa_queue`),
 a setting (`axa_queue.notify`), a `table.column` or a longer name (`axa_queue_ready`)."""
 
 _TABLE_LITERAL = re.compile(
-    r"(?<=to_regclass\(')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version)(?=')"
-    r"|(?<=')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version)(?='::regclass)"
+    r"(?<=to_regclass\(')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?=')"
+    r"|(?<=')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?='::regclass)"
 )
 """A table named in a literal that becomes a `regclass`."""
 

@@ -119,7 +119,7 @@ queue's schema, quoted, and a dot (`QueueOptions.schema`), or nothing (the
 
 # --- Checks ------------------------------------------------------------------------------
 
-CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms FROM axa_queue LIMIT 0"
+CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result FROM axa_queue LIMIT 0"
 """Fails unless the jobs table has every column."""
 
 CHECK_SCHEDULE = "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at FROM axa_schedule LIMIT 0"
@@ -129,6 +129,9 @@ CHECK_ACTS = (
     "SELECT id, job_id, job_name, act, attempts, by, reason, at, db_role FROM axa_job_acts LIMIT 0"
 )
 """Fails unless the acts table has every column."""
+
+CHECK_WORKERS = "SELECT id, host, pid, names, loops, running, version, started_at, seen_at FROM axa_workers LIMIT 0"
+"""Fails unless the worker processes table has every column."""
 
 MISSING_TRIGGERS = """SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
@@ -270,6 +273,7 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_QUEUE, "axa_queue"),
         (CHECK_SCHEDULE, "axa_schedule"),
         (CHECK_ACTS, "axa_job_acts"),
+        (CHECK_WORKERS, "axa_workers"),
     ):
         try:
             async with conn.transaction():

@@ -268,6 +268,40 @@ RECORD_2 = """INSERT INTO axa_schema_version (version, name)
     VALUES (2, 'axa-queue''s additions') ON CONFLICT (version) DO NOTHING"""
 """Migration 2 is applied."""
 
+# --- Migration 3: trace context, results, worker processes (all additive) ---------------
+
+SETUP_TRACE_CONTEXT = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS trace_context JSONB"
+"""The W3C trace context (`traceparent`, `tracestate`) of the span a job was queued in,
+as a JSON object, or NULL (no tracing, or another client's job, the Rust crate's
+included). Kept apart from the arguments, which stay the job's own."""
+
+SETUP_RESULT = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS result JSONB"
+"""A completed run's return value as JSON, or NULL. Private like the arguments: never
+logged or shown; removed with the job by retention."""
+
+SETUP_WORKERS = """CREATE TABLE IF NOT EXISTS axa_workers (
+    id UUID PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    names TEXT[] NOT NULL,
+    loops INTEGER NOT NULL,
+    running INTEGER NOT NULL DEFAULT 0,
+    version TEXT NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    seen_at TIMESTAMPTZ NOT NULL DEFAULT now()
+)"""
+"""The worker processes running now: one row each, written when a worker starts,
+refreshed with its heartbeat (`seen_at`, `running`: its jobs in progress) and deleted
+when it stops; a row not seen for a while is a process that died (readers judge by
+`seen_at`). The Rust crate's workers do not write here."""
+
+SETUP_WORKERS_SEEN_INDEX = "CREATE INDEX IF NOT EXISTS axa_workers_seen ON axa_workers (seen_at)"
+"""Workers by their last heartbeat, to list live ones and remove long-dead rows."""
+
+RECORD_3 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (3, 'trace context, results, workers') ON CONFLICT (version) DO NOTHING"""
+"""Migration 3 is applied."""
+
 # --- Migrations ------------------------------------------------------------------------
 
 
@@ -358,6 +392,11 @@ SCHEDULE_COLUMNS = (
     "updated_at",
 )  # fmt: skip
 """The schedule table's columns (`CHECK_SCHEDULE` selects them)."""
+
+WORKERS_COLUMNS = (
+    "id", "host", "pid", "names", "loops", "running", "version", "started_at", "seen_at",
+)  # fmt: skip
+"""The worker processes table's columns (migration 3)."""
 
 ACTS_COLUMNS = ("id", "job_id", "job_name", "act", "attempts", "by", "reason", "at")
 """The acts table's columns as the crate makes it; migration 2 adds `db_role`."""
@@ -457,6 +496,22 @@ MIGRATIONS: tuple[Migration, ...] = (
                     ),
                 ),
             ),
+        ),
+    ),
+    Migration(
+        3,
+        "trace context, results, workers",
+        (SETUP_TRACE_CONTEXT, SETUP_RESULT, SETUP_WORKERS, SETUP_WORKERS_SEEN_INDEX),
+        RECORD_3,
+        Expectations(
+            tables=("axa_workers",),
+            columns=(
+                ("axa_queue", "trace_context"),
+                ("axa_queue", "result"),
+                *(("axa_workers", c) for c in WORKERS_COLUMNS),
+            ),
+            indexes=("axa_workers_seen",),
+            constraints=(("axa_workers", "axa_workers_pkey"),),
         ),
     ),
 )

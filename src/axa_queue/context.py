@@ -1,0 +1,65 @@
+"""The job a handler is running: `JobContext`, and `current_job()` to reach it.
+
+A run's context is set for the whole of its run (its middleware chain and its handler)
+in a `contextvars.ContextVar`, so it is seen in an async handler's task and, copied
+with the context, in the thread a sync handler runs in. It holds what a handler needs
+to be idempotent and to know where it stands (id, name, attempt of its limit, deadline),
+never the job's arguments.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+from uuid import UUID
+
+from .errors import NotInAJobError
+
+__all__ = ["JobContext", "current_job", "running_job"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobContext:
+    """The job a run belongs to, as its handler sees it (never its arguments)."""
+
+    id: UUID
+    """The job's id."""
+    name: str
+    """The job's name (the handler's)."""
+    attempt: int
+    """Which run of the job this is: 1 for the first. It also fences the run: a run
+    whose claim was lost can write nothing more."""
+    max_attempts: int
+    """The limit on runs that applies: the job's own, or the queue's `max_attempts`."""
+    deadline: datetime | None = None
+    """When the run times out (UTC), if the job has a timeout; else `None`."""
+
+    @property
+    def is_last_attempt(self) -> bool:
+        """Whether a failure of this run fails the job for good (no retry follows)."""
+        return self.attempt >= self.max_attempts
+
+
+_current: ContextVar[JobContext] = ContextVar("axa_queue_current_job")
+
+
+def current_job() -> JobContext:
+    """The job this code runs for: inside a handler (async, or sync in its thread) or a
+    middleware. Raises `NotInAJobError` anywhere else."""
+    try:
+        return _current.get()
+    except LookupError:
+        raise NotInAJobError() from None
+
+
+@contextlib.contextmanager
+def running_job(job: JobContext) -> Iterator[JobContext]:
+    """Make `job` the current job for the code run inside the block."""
+    token = _current.set(job)
+    try:
+        yield job
+    finally:
+        _current.reset(token)
