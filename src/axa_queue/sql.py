@@ -219,6 +219,11 @@ ENQUEUED = """SELECT id, name, args, status, priority, attempts, max_attempts, t
 statement that returns them to the caller, for tests (`axa_queue.testing.enqueued`);
 times as epoch seconds, as `JOB` reads them."""
 
+END_SESSIONS = """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND application_name = %(name)s"""
+"""End the sessions a test left open on its schema (`axa_queue.testing.fresh_schema`
+names them after it), so the schema can be dropped."""
+
 # --- Housekeeping ----------------------------------------------------------------------
 
 RECOVER_STALE = """UPDATE axa_queue
