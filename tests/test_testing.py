@@ -147,9 +147,9 @@ def test_with_no_server_and_no_embedded_one_it_says_what_to_do(monkeypatch) -> N
     monkeypatch.delenv("AXA_TEST_DATABASE_URL", raising=False)
     monkeypatch.setattr("axa_queue.testing.LOCAL_SERVERS", ("postgresql://x@127.0.0.1:1/none",))
     monkeypatch.setattr("axa_queue.embedded.is_available", lambda: False)
-    with pytest.raises(NoDatabaseError, match=r"set AXA_TEST_DATABASE_URL.*axa-queue\[embedded\]"):
-        with database_server():
-            pass
+    expected = r"set AXA_TEST_DATABASE_URL.*axa-queue\[embedded\]"
+    with pytest.raises(NoDatabaseError, match=expected), database_server():
+        pass
 
 
 def test_with_no_server_answering_an_embedded_one_is_started_and_stopped(monkeypatch) -> None:
@@ -159,9 +159,12 @@ def test_with_no_server_answering_an_embedded_one_is_started_and_stopped(monkeyp
         pytest.skip("the [embedded] extra is not installed")
     monkeypatch.delenv("AXA_TEST_DATABASE_URL", raising=False)
     monkeypatch.setattr("axa_queue.testing.LOCAL_SERVERS", ("postgresql://x@127.0.0.1:1/none",))
-    with database_server() as dsn, fresh_schema(dsn) as schema_dsn:
-        with psycopg.connect(schema_dsn) as conn:
-            assert conn.execute("SELECT count(*) FROM axa_queue").fetchone() == (0,)
+    with (
+        database_server() as dsn,
+        fresh_schema(dsn) as schema_dsn,
+        psycopg.connect(schema_dsn) as conn,
+    ):
+        assert conn.execute("SELECT count(*) FROM axa_queue").fetchone() == (0,)
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(dsn, connect_timeout=3)
 
