@@ -198,9 +198,9 @@ async def test_an_inline_run_gets_a_job_of_its_own(make_queue) -> None:
         seen.jobs.append(job)
         seen.jobs.append(current_job())
 
-    assert await inline.perform_later({}) is None
+    run_id = await inline.perform_later({})  # the inline run's id, which no row has
     first, same = seen.jobs
-    assert first is same and (first.attempt, first.max_attempts, first.name) == (1, 2, "Inline")
+    assert first is same and first.id == run_id and (first.attempt, first.max_attempts, first.name) == (1, 2, "Inline")
     with pytest.raises(NotInAJobError):
         current_job()
 
@@ -220,10 +220,10 @@ async def test_a_background_run_gets_a_job_of_its_own_in_its_task(make_queue) ->
         seen.jobs.append(current_job())
         seen.done.set()
 
-    assert await later.perform_later({}) is None
+    run_id = await later.perform_later({})
     await asyncio.wait_for(seen.done.wait(), 10)
     [job] = seen.jobs
-    assert (job.name, job.attempt) == ("Later", 1)
+    assert (job.id, job.name, job.attempt) == (run_id, "Later", 1)
     with pytest.raises(NotInAJobError):
         current_job()  # the caller's context is untouched
 
