@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
@@ -39,12 +39,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import __version__, tracing
 from .context import JobContext
+from .middleware import CallNext, Middleware
 from .queue import Queue
 
 __all__ = ["SYSTEM", "instrument", "uninstrument"]
 
-CallNext = Callable[[], Awaitable[Any]]  # MERGE: from .middleware
-Middleware = Callable[[JobContext, CallNext], Awaitable[Any]]
 
 SYSTEM = "axa_queue"
 """The value of `messaging.system` on every span (a system of our own, as the

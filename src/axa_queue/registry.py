@@ -1,8 +1,9 @@
 """Registry: what this process has in code for its queue, registered at import time.
 
-The handlers by job name, the per-name limits, the schedules and the run observers.
-`Queue` owns one and registers into it (`Queue.handler`, `limit`, `schedule`,
-`observe`); the worker's services read it, and never the `Queue`.
+The handlers by job name, the per-name limits, the schedules, the run observers and
+the middleware. `Queue` owns one and registers into it (`Queue.handler`, `limit`,
+`schedule`, `observe`, `middleware`); the worker's services read it, and never the
+`Queue`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .handlers import JobHandler
+from .middleware import Middleware
 from .retries import describe
 from .schedules import Schedule
 
@@ -26,13 +28,15 @@ RunObserver = Callable[[str, str, float], None]
 
 @dataclass(eq=False)
 class Registry:
-    """Handlers, limits, schedules and observers of one queue (no I/O)."""
+    """Handlers, limits, schedules, observers and middleware of one queue (no I/O)."""
 
     handlers: dict[str, JobHandler[Any]] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
     """At most this many runs of the name at once in this process."""
     schedules: list[Schedule] = field(default_factory=list)
     observers: list[RunObserver] = field(default_factory=list)
+    middleware: list[Middleware] = field(default_factory=list)
+    """Wrapped around every run, the first outermost (see `middleware`)."""
 
     def tell(self, name: str, outcome: str, seconds: float, fields: dict[str, Any]) -> None:
         """Tell every observer how a run ended (never its arguments); what one raises is

@@ -103,6 +103,8 @@ class Settings:
     """`json` or `text` (`logs.configure`)."""
     log_level: str = "info"
     """The least important events logged: `debug`, `info`, `warning` or `error`."""
+    log_tracebacks: bool = False
+    """Whether a failed run's log line carries its traceback."""
 
 
 def child_command(settings: Settings) -> list[str]:
@@ -128,6 +130,8 @@ def child_command(settings: Settings) -> list[str]:
     ]
     if settings.schema is not None:
         command += ["--schema", settings.schema]
+    if settings.log_tracebacks:
+        command.append("--log-tracebacks")
     return command
 
 
