@@ -7,6 +7,8 @@ import asyncio
 import contextlib
 import json
 import os
+import re
+import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
@@ -499,3 +501,24 @@ async def test_one_trace_runs_from_an_http_request_through_enqueue_on_to_a_run_i
     assert run["parent"] == send.context.span_id
     assert run["links"] == [send.context.span_id]
     assert smtp["parent"] == run["span_id"]
+
+
+# --- the optional dependency ----------------------------------------------------------
+
+
+def test_only_the_otel_module_imports_opentelemetry_and_the_package_works_without_it() -> None:
+    source = Path(otel.__file__).parent
+    importing = sorted(
+        str(path.relative_to(source))
+        for path in source.rglob("*.py")
+        if re.search(r"^\s*(import|from) opentelemetry", path.read_text("utf-8"), re.MULTILINE)
+    )
+    assert importing == ["otel.py"]
+    probe = (
+        "import sys, axa_queue, axa_queue.cli; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
