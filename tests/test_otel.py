@@ -322,6 +322,26 @@ async def test_a_failing_run_records_its_exception_and_every_attempt_joins_the_t
         assert (event.attributes or {})["exception.message"] == "card declined"
 
 
+async def test_a_run_its_timeout_stops_ends_its_span_as_stopped(
+    instrumented: tuple[Queue, Traced], admin: psycopg.Connection[Any]
+) -> None:
+    queue, traced = instrumented
+    started = asyncio.Event()
+
+    @queue.handler("Slow")
+    async def slow(args: dict[str, int]) -> None:
+        started.set()
+        await asyncio.Event().wait()  # until its timeout cancels it
+
+    job_id = await queue.enqueue("Slow", {}, timeout=0.2, max_attempts=1)
+    await run_until(queue, admin, job_id, "failed")
+    run = traced.one("process Slow")
+    assert started.is_set()
+    assert (run.attributes or {})["messaging.axa_queue.outcome"] == "stopped"
+    assert (run.attributes or {})["error.type"] == "asyncio.exceptions.CancelledError"
+    assert run.status.status_code is StatusCode.ERROR
+
+
 async def test_a_job_the_crate_queued_runs_as_a_root_consumer_span_without_error(
     instrumented: tuple[Queue, Traced], admin: psycopg.Connection[Any]
 ) -> None:

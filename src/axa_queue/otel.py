@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
 
@@ -188,7 +188,7 @@ class _Middleware:
         parent = Context()  # a root span unless the job stored a context to follow
         links: list[Link] = []
         if job.trace_context is not None:
-            stored = self.propagator.extract(_as_dict(job.trace_context))
+            stored = self.propagator.extract(job.trace_context)
             queued = trace.get_current_span(stored).get_span_context()
             if queued.is_valid:
                 links.append(Link(queued))
@@ -222,11 +222,9 @@ class _Middleware:
                 span.set_attribute(OUTCOME, outcome)
                 span.set_attribute("error.type", _error_type(error))
                 span.record_exception(error, escaped=True)
-                span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
+                text = str(error)
+                kind = type(error).__name__
+                span.set_status(Status(StatusCode.ERROR, f"{kind}: {text}" if text else kind))
                 raise
             span.set_attribute(OUTCOME, "completed")
             return value
-
-
-def _as_dict(carrier: Mapping[str, str]) -> dict[str, str]:
-    return carrier if isinstance(carrier, dict) else dict(carrier)
