@@ -190,6 +190,12 @@ async def test_a_failed_enqueue_ends_its_send_span_with_an_error_naming_no_value
     assert "4111" not in json.dumps(send.to_json())
 
 
+def test_an_enqueue_on_something_not_a_connection_ends_its_send_span(traced: Traced) -> None:
+    with traced.tracer.start_as_current_span("request"), pytest.raises(TypeError):
+        enqueue_on(object(), NewJob("Receipt"))  # type: ignore[call-overload]
+    assert traced.one("send Receipt").status.status_code is StatusCode.ERROR
+
+
 async def test_a_schedules_job_stores_no_trace_context(
     make_queue: Callable[..., Awaitable[Queue]], admin: psycopg.Connection[Any], traced: Traced
 ) -> None:

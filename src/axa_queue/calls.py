@@ -108,7 +108,10 @@ def run(conn: Connection, call: Call[T]) -> T | Awaitable[T]:
         return run_async(conn, call)
     if isinstance(conn, psycopg.Connection):
         return run_sync(conn, call)
-    raise TypeError(
+    error = TypeError(
         f"expected a psycopg Connection or AsyncConnection, got {type(conn).__name__}; "
         "with a pool, use `with pool.connection() as conn:`"
     )
+    if call.finished is not None:
+        call.finished(error)  # nothing was sent: a span around it ends all the same
+    raise error
