@@ -28,8 +28,10 @@ import seed_crate as crate
 from axa_queue import (
     JobContext,
     NewJob,
+    OptionsError,
     Queue,
     Schedule,
+    SyncQueue,
     current_job,
     enqueue_all_on,
     enqueue_on,
@@ -548,3 +550,11 @@ def test_only_the_otel_module_imports_opentelemetry_and_the_package_works_withou
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_instrument_given_something_not_a_queue_says_what_it_takes(dsn: str) -> None:
+    with pytest.raises(
+        OptionsError, match=r"given a Queue .* got: SyncQueue; .*instrument\(\) alone"
+    ):
+        otel.instrument(SyncQueue(dsn))  # type: ignore[arg-type]
+    assert tracing.sender is None

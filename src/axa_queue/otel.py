@@ -39,6 +39,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from . import __version__, tracing
 from .context import JobContext
+from .errors import OptionsError
 from .middleware import CallNext, Middleware
 from .queue import Queue
 
@@ -80,6 +81,12 @@ def instrument(
     earlier settings; the queue's span is its outermost middleware, around any
     registered before.
     """
+    if queue is not None and not isinstance(queue, Queue):
+        raise OptionsError(
+            f"expected instrument() to be given a Queue (whose runs it traces) or nothing, "
+            f"got: {type(queue).__name__}; enqueues of every kind (SyncQueue and "
+            "enqueue_on too) are traced by instrument() alone"
+        )
     tracer = trace.get_tracer("axa_queue", __version__, tracer_provider)
     carriers = propagator if propagator is not None else TraceContextTextMapPropagator()
     tracing.install(_Sender(tracer, carriers))
