@@ -211,6 +211,23 @@ async def test_an_inline_run_gets_a_job_of_its_own(make_queue) -> None:
     assert direct({}) != first.id  # called directly: a fresh job as its second argument
 
 
+async def test_a_background_run_gets_a_job_of_its_own_in_its_task(make_queue) -> None:
+    queue = await make_queue(mode="background")
+    seen = Seen()
+
+    @queue.handler("Later")
+    async def later(args: dict[str, Any]) -> None:
+        seen.jobs.append(current_job())
+        seen.done.set()
+
+    assert await later.perform_later({}) is None
+    await asyncio.wait_for(seen.done.wait(), 10)
+    [job] = seen.jobs
+    assert (job.name, job.attempt) == ("Later", 1)
+    with pytest.raises(NotInAJobError):
+        current_job()  # the caller's context is untouched
+
+
 # --- middleware --------------------------------------------------------------------------
 
 
