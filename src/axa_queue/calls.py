@@ -11,7 +11,7 @@ these few lines of waiting differ between sync and async.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar, Union, cast, overload
 
 import psycopg
@@ -43,6 +43,9 @@ class Call(Generic[T]):
     query: str
     params: Sequence[Any] | Mapping[str, Any]
     read: Callable[[list[Row], int], T]
+    finished: Callable[[BaseException | None], None] | None = None
+    """Told once the statement has run (`None`) or failed (what it raised): how a
+    tracing hook ends its span around an enqueue (see `tracing`); usually `None`."""
 
     def __repr__(self) -> str:
         # Parameters may hold job arguments: never show them.
@@ -51,6 +54,8 @@ class Call(Generic[T]):
 
 def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     """Send `call` on a sync connection and read its result."""
+    if call.finished is not None:
+        return _told_sync(conn, call, call.finished)
     with conn.cursor(row_factory=by_name) as cursor:
         cursor.execute(call.query, call.params)
         rows = cursor.fetchall() if cursor.description is not None else []
@@ -59,10 +64,38 @@ def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
 
 async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     """Send `call` on an async connection and read its result."""
+    if call.finished is not None:
+        return await _told_async(conn, call, call.finished)
     async with conn.cursor(row_factory=by_name) as cursor:
         await cursor.execute(call.query, call.params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return call.read(rows, cursor.rowcount)
+
+
+def _told_sync(
+    conn: psycopg.Connection[Any], call: Call[T], told: Callable[[BaseException | None], None]
+) -> T:
+    """`run_sync`, then `told` how it ended (the calls without `finished` pay nothing)."""
+    try:
+        value = run_sync(conn, replace(call, finished=None))
+    except BaseException as error:
+        told(error)
+        raise
+    told(None)
+    return value
+
+
+async def _told_async(
+    conn: psycopg.AsyncConnection[Any], call: Call[T], told: Callable[[BaseException | None], None]
+) -> T:
+    """`run_async`, then `told` how it ended."""
+    try:
+        value = await run_async(conn, replace(call, finished=None))
+    except BaseException as error:
+        told(error)
+        raise
+    told(None)
+    return value
 
 
 @overload
@@ -75,7 +108,10 @@ def run(conn: Connection, call: Call[T]) -> T | Awaitable[T]:
         return run_async(conn, call)
     if isinstance(conn, psycopg.Connection):
         return run_sync(conn, call)
-    raise TypeError(
+    error = TypeError(
         f"expected a psycopg Connection or AsyncConnection, got {type(conn).__name__}; "
         "with a pool, use `with pool.connection() as conn:`"
     )
+    if call.finished is not None:
+        call.finished(error)  # nothing was sent: a span around it ends all the same
+    raise error

@@ -10,9 +10,9 @@ never the job's arguments.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID, uuid4
 
@@ -36,6 +36,11 @@ class JobContext:
     """The limit on runs that applies: the job's own, or the queue's `max_attempts`."""
     deadline: datetime | None = None
     """When the run times out (UTC), if the job has a timeout; else `None`."""
+    trace_context: Mapping[str, str] | None = field(default=None, repr=False, compare=False)
+    """The W3C trace context stored when the job was queued inside a trace (a carrier:
+    `traceparent`, and `tracestate` if any), or `None`: jobs queued outside a trace, by a
+    schedule or by the Rust crate have none. `axa_queue.otel` links the run's span to
+    it; other tracing code may read it the same way (docs/observability.md)."""
 
     @property
     def is_last_attempt(self) -> bool:

@@ -18,7 +18,7 @@ from uuid import UUID, uuid4
 import psycopg
 from typing_extensions import Unpack
 
-from . import sql
+from . import sql, tracing
 from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
 from .calls import Call, Connection, Row, run
 from .errors import OptionsError
@@ -314,6 +314,7 @@ def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
     """The call that queues one job; the id is made here, so it is known before it runs.
     A delay counts from `now` (default: the database's clock)."""
     job_id = uuid4()
+    sending = None if tracing.sender is None else tracing.sender((job.name,), (job_id,))
     return Call(
         sql.ENQUEUE,
         {
@@ -326,14 +327,21 @@ def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
             "delay": job.delay_seconds(),
             "timeout_ms": job.timeout_ms(),
             "now": now,
+            "trace_context": None if sending is None else sending.carrier,
         },
         lambda _rows, _count: job_id,
+        None if sending is None else sending.end,
     )
 
 
 def enqueue_many_call(jobs: Sequence[NewJob], now: datetime | None = None) -> Call[list[UUID]]:
     """The call that queues many jobs in one statement; delays count from `now`."""
     ids = [uuid4() for _ in jobs]
+    sending = (
+        None
+        if tracing.sender is None or not jobs
+        else tracing.sender([job.name for job in jobs], ids)
+    )
     return Call(
         sql.ENQUEUE_MANY,
         {
@@ -346,8 +354,10 @@ def enqueue_many_call(jobs: Sequence[NewJob], now: datetime | None = None) -> Ca
             "delay": [job.delay_seconds() for job in jobs],
             "timeout_ms": [job.timeout_ms() for job in jobs],
             "now": now,
+            "trace_context": None if sending is None else sending.carrier,
         },
         lambda _rows, _count: ids,
+        None if sending is None else sending.end,
     )
 
 

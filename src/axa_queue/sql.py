@@ -29,21 +29,26 @@ given its schema)."""
 
 # --- Enqueue ---------------------------------------------------------------------------
 
-ENQUEUE = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
+ENQUEUE = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                           trace_context)
     VALUES (%(id)s, %(name)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s,
             COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
-            %(timeout_ms)s)"""
-"""Queue one job; run_at is the given time, or now plus a delay on the database's clock."""
+            %(timeout_ms)s, %(trace_context)s::jsonb)"""
+"""Queue one job; run_at is the given time, or now plus a delay on the database's clock.
+`trace_context` is the W3C trace context of the enqueue (NULL unless a tracing hook is
+installed and a trace is active, see `tracing`)."""
 
-ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
+ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                           trace_context)
     SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
            COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
-           j.timeout_ms
+           j.timeout_ms, %(trace_context)s::jsonb
     FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[], %(max_attempts)s::int[],
                 %(priority)s::smallint[], %(at)s::timestamptz[], %(delay)s::float8[],
                 %(timeout_ms)s::bigint[])
          AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms)"""
-"""Queue many jobs in one statement (one notification, one round trip)."""
+"""Queue many jobs in one statement (one notification, one round trip); they share one
+`trace_context`, the enqueue's (or NULL), as `ENQUEUE` stores it."""
 
 # --- Running jobs ----------------------------------------------------------------------
 
@@ -95,17 +100,20 @@ EXCHANGE = """WITH RECURSIVE endings AS (
             attempts = q.attempts + 1
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
-                  q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at
+                  q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
+                  q.trace_context::text AS trace_context
     )
     SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
-           NULL AS priority, NULL AS run_at FROM finished
+           NULL AS priority, NULL AS run_at, NULL AS trace_context FROM finished
     UNION ALL
-    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed"""
+    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at, trace_context
+    FROM claimed"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
 again after a backoff), each row fenced by its own attempt, and claim up to `free` ready
 jobs of the wanted names, highest priority then oldest first, at most `cap` of each.
 
-Rows with a name are the jobs claimed; rows without are the endings recorded (an ending
+Rows with a name are the jobs claimed, with the trace context stored when each was
+queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
 not returned had lost its claim). The claim walks the priority levels with a recursive
 CTE and scans `axa_queue_pick` per (name, level), so delayed jobs and jobs of other names
 are never read; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and

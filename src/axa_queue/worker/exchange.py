@@ -215,7 +215,17 @@ class Exchange:
                 )
 
 
-COLUMNS = ("id", "attempts", "name", "args", "max_attempts", "timeout_ms", "priority", "run_at")
+COLUMNS = (
+    "id",
+    "attempts",
+    "name",
+    "args",
+    "max_attempts",
+    "timeout_ms",
+    "priority",
+    "run_at",
+    "trace_context",
+)
 """The columns `sql.EXCHANGE` returns, read by name."""
 
 
@@ -228,7 +238,9 @@ def _rows(default_limit: int, sent: float) -> Any:
 
     def factory(cursor: Any) -> RowMaker[Any]:
         at = {column.name: i for i, column in enumerate(cursor.description or ())}
-        id_, attempts, name, args, limit, timeout, priority, run_at = (at[c] for c in COLUMNS)
+        id_, attempts, name, args, limit, timeout, priority, run_at, trace = (
+            at[c] for c in COLUMNS
+        )
 
         def make(values: Any) -> Run | tuple[str, int]:
             if values[name] is None:
@@ -243,6 +255,7 @@ def _rows(default_limit: int, sent: float) -> Any:
                 values[args],
                 sent,
                 order=(-values[priority], values[run_at]),
+                trace_context=values[trace],
             )
 
         return make

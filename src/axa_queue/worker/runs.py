@@ -26,6 +26,7 @@ from ..middleware import through
 from ..options import QueueOptions, to_timedelta
 from ..registry import Registry
 from ..retries import cut_error, describe
+from ..tracing import carrier_of
 from . import decisions
 from .claims import Claims
 from .state import Run, State, order_of
@@ -207,7 +208,14 @@ class Runner:
         if one.timer is not None:
             left = one.timer.when() - asyncio.get_running_loop().time()
             deadline = datetime.now(timezone.utc) + timedelta(seconds=left)
-        return JobContext(UUID(one.id), one.name, one.attempts, one.limit, deadline)
+        return JobContext(
+            UUID(one.id),
+            one.name,
+            one.attempts,
+            one.limit,
+            deadline,
+            None if one.trace_context is None else carrier_of(one.trace_context),
+        )
 
     async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:
         """The innermost step of a run: decode the arguments and call the handler (in a

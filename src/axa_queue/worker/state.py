@@ -72,6 +72,9 @@ class Run:
     """How it ended: `completed`, `failed`, or `queued` again after `delay` seconds."""
     error: str | None = None
     delay: float = 0.0
+    trace_context: str | None = None
+    """The trace context stored when the job was queued (JSON text), or `None`: what
+    `JobContext.trace_context` is read from (see `tracing`)."""
 
     def stop(self, kind: str, reason: str) -> None:
         """Stop this run's handler: its claim is gone, or its time is up."""
