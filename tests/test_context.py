@@ -200,7 +200,11 @@ async def test_an_inline_run_gets_a_job_of_its_own(make_queue) -> None:
 
     run_id = await inline.perform_later({})  # the inline run's id, which no row has
     first, same = seen.jobs
-    assert first is same and first.id == run_id and (first.attempt, first.max_attempts, first.name) == (1, 2, "Inline")
+    assert (
+        first is same
+        and first.id == run_id
+        and (first.attempt, first.max_attempts, first.name) == (1, 2, "Inline")
+    )
     with pytest.raises(NotInAJobError):
         current_job()
 
