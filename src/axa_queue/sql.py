@@ -441,6 +441,35 @@ SCHEDULES = """SELECT s.name, s.interval_ms, EXTRACT(EPOCH FROM s.due_at) AS due
 """Every schedule, archived or not, with its last job's state; times as epoch seconds,
 as `JOB` reads them."""
 
+# --- Worker processes ------------------------------------------------------------------
+
+WORKER_SEEN = """INSERT INTO axa_workers (id, host, pid, names, loops, running, version,
+        started_at, seen_at)
+    VALUES (%(id)s, %(host)s, %(pid)s, %(names)s::text[], %(loops)s, %(running)s, %(version)s,
+            COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
+    ON CONFLICT (id) DO UPDATE
+    SET seen_at = EXCLUDED.seen_at, running = EXCLUDED.running, names = EXCLUDED.names"""
+"""Say this worker process is alive: its row is made at start, then its last heartbeat
+(`seen_at`) and jobs in progress (`running`) refreshed once per `heartbeat_interval`,
+one primary-key write (never a statement per job). The same upsert both makes and
+refreshes the row, so a row removed while the process was cut off comes back."""
+
+WORKER_GONE = "DELETE FROM axa_workers WHERE id = %(id)s"
+"""A worker process stopped cleanly: its row goes."""
+
+WORKERS_FORGET = """DELETE FROM axa_workers
+    WHERE seen_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)"""
+"""Remove the rows of processes not heard from for long (killed, or their host lost):
+housekeeping, through the `axa_workers_seen` index."""
+
+WORKERS = """SELECT id, host, pid, names, loops, running, version,
+    EXTRACT(EPOCH FROM started_at) AS started_at, EXTRACT(EPOCH FROM seen_at) AS seen_at,
+    EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - seen_at)::float8 AS silent
+    FROM axa_workers ORDER BY host, pid, started_at"""
+"""Every worker process with a row, and how many seconds since it was last heard from
+(readers call it live while that is under `stale_after`); a small table, one row per
+process."""
+
 # --- Notifications ---------------------------------------------------------------------
 
 LISTEN = "LISTEN axa_queue"

@@ -5,7 +5,7 @@
     axa-queue setup | sql | check                  the tables
     axa-queue worker myapp.jobs:queue               run the jobs
     axa-queue enqueue NAME --args JSON              queue one
-    axa-queue jobs | show ID | counts | schedules | acts ID      look
+    axa-queue jobs | show ID | counts | schedules | workers | acts ID   look
     axa-queue cancel ID --by B --reason R | retry ID ...        a person's acts
     axa-queue recover | purge                       housekeeping, now
     axa-queue demo                                  see it work, on an embedded server
@@ -107,6 +107,7 @@ for _command in (
     jobs.show,
     jobs.counts,
     jobs.schedules,
+    jobs.workers,
     acts.acts,
     acts.cancel_command,
     acts.retry_command,
