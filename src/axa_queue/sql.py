@@ -470,6 +470,161 @@ WORKERS = """SELECT id, host, pid, names, loops, running, version,
 (readers call it live while that is under `stale_after`); a small table, one row per
 process."""
 
+# --- Dashboard -------------------------------------------------------------------------
+
+
+WEB_JOBS_NEWEST = """SELECT * FROM (
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'queued' AND status = 'queued'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND run_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (run_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY run_at DESC, id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'running' AND status = 'running'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY updated_at DESC, id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'needs_review' AND status = 'needs_review'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY updated_at DESC, id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = ANY('{completed,failed,cancelled}'::text[]) AND status IN ('completed', 'failed', 'cancelled') AND status = %(state)s::text
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY updated_at DESC, id DESC LIMIT %(limit)s)
+    ) page ORDER BY key DESC, id DESC"""
+"""One page of the dashboard's job list: jobs of one state (and optionally one name),
+newest first, after the keyset cursor (`key`, `after`: the last row's key and id; NULL
+for the first page); without arguments, with a text `key` (its order key in UTC) to ask
+for the next page by.
+
+A state is ordered by the partial index that holds it: queued jobs by due time
+(`axa_queue_ready`), running ones and those in review by their last change
+(`axa_queue_running`, `axa_queue_review`), finished ones by when they finished
+(`axa_queue_finished`). Each state is a branch naming its status as a literal, so even
+a generic plan (the queue's connections force them) can use its partial index; the
+`%(state)s` test of the other branches is a one-time filter that skips them unread.
+The cursor condition starts the index scan at the key, so a page deep into millions of
+finished rows costs what the first one does; with no cursor it is `infinity` and the
+largest id, never an `OR` that would keep the bound out of the index scan."""
+
+WEB_JOBS_OLDEST = """SELECT * FROM (
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'queued' AND status = 'queued'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND run_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (run_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY run_at ASC, id ASC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'running' AND status = 'running'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY updated_at ASC, id ASC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'needs_review' AND status = 'needs_review'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY updated_at ASC, id ASC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = ANY('{completed,failed,cancelled}'::text[]) AND status IN ('completed', 'failed', 'cancelled') AND status = %(state)s::text
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY updated_at ASC, id ASC LIMIT %(limit)s)
+    ) page ORDER BY key ASC, id ASC"""
+"""The same page, oldest first (`WEB_JOBS_NEWEST` explains its shape): the cursor
+bounds are the other way, and a missing cursor is `-infinity` and the smallest id."""
+
+WEB_FINISHED_PER_MINUTE = """SELECT
+    EXTRACT(EPOCH FROM date_bin('1 minute', updated_at, TIMESTAMPTZ '2000-01-01 00:00:00+00'))::bigint
+        AS minute,
+    name,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    FROM axa_queue
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND updated_at >= to_timestamp(%(since)s::float8)
+      AND (%(until)s::float8 IS NULL OR updated_at < to_timestamp(%(until)s::float8))
+    GROUP BY 1, 2"""
+"""Jobs that finished in a window of whole minutes (`since`, `until`: epoch seconds;
+`until` NULL: up to now), per minute and name: what the dashboard's charts and its
+"finished in the last hour" counts are made from. It reads only the window, through
+`axa_queue_finished`: the dashboard asks for each past hour once and then only for the
+last two minutes at each refresh, keeping what it read (`web.history`), so a refresh
+never reads the finished rows of the day again."""
+
+WEB_ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at) AS at,
+    db_role FROM axa_job_acts
+    WHERE (%(by)s::text IS NULL OR by = %(by)s)
+      AND (%(act)s::text IS NULL OR act = %(act)s)
+      AND (%(before)s::bigint IS NULL OR id < %(before)s)
+    ORDER BY id DESC LIMIT %(limit)s"""
+"""The acts log: every act, newest first, optionally by one person or of one kind, one
+page before the act `before` (the last one shown); walks the primary key backwards."""
+
 # --- Notifications ---------------------------------------------------------------------
 
 LISTEN = "LISTEN axa_queue"
