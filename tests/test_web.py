@@ -261,6 +261,18 @@ def test_pages_of_jobs_follow_each_other_without_gaps_or_repeats(board: TestClie
         assert {uuid.UUID(one) for one in seen} == made
 
 
+def test_past_the_count_cap_the_overview_shows_estimates_and_lower_bounds(
+    board: TestClient, admin, monkeypatch
+) -> None:
+    monkeypatch.setattr("axa_queue.web.app.COUNT_CAP", 5)
+    seed(admin, "Mail", "queued", 8)
+    admin.execute("ANALYZE axa_queue")
+    html = board.get("/live").text
+    assert re.search(r'id="total-ready">≈ \d+</span>', html)
+    assert '<td class="num n-ready">5+</td>' in html
+    assert "the planner's estimates" in html
+
+
 def test_searching_by_id_opens_the_job(board: TestClient, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     answer = board.get(f"/jobs?id={job}", follow_redirects=False)

@@ -473,6 +473,38 @@ process."""
 # --- Dashboard -------------------------------------------------------------------------
 
 
+WEB_LIVE_COUNTS = """SELECT name,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+    FROM (
+        (SELECT name, status, run_at FROM axa_queue WHERE status = 'queued'
+         ORDER BY axa_queue.run_at LIMIT %(cap)s)
+        UNION ALL
+        (SELECT name, status, run_at FROM axa_queue WHERE status = 'running' LIMIT %(cap)s)
+        UNION ALL
+        (SELECT name, status, run_at FROM axa_queue WHERE status = 'needs_review' LIMIT %(cap)s)
+    ) live GROUP BY name ORDER BY name"""
+"""The dashboard's counts of jobs not finished, per name, reading at most `cap` rows of
+each state: queued ones in due order through `axa_queue_ready` (so the ready ones come
+first, and each name's oldest ready job is among them), running ones and those in
+review through their partial indexes. Exact while a state holds fewer than `cap` jobs;
+past that the dashboard shows the counts read as "at least" and the totals from
+`WEB_ESTIMATE_READY` and `WEB_ESTIMATE_WAITING`. Counting a backlog of 100,000 jobs
+exactly at every refresh would cost more than the 50 ms a page may take."""
+
+WEB_ESTIMATE_READY = """EXPLAIN (FORMAT JSON)
+    SELECT 1 FROM axa_queue WHERE status = 'queued' AND run_at <= now()"""
+"""The planner's estimate of the ready jobs, from the table's statistics (as Oban counts
+big tables): a plan, never a scan, for a backlog too big to count at each refresh."""
+
+WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
+    SELECT 1 FROM axa_queue WHERE status = 'queued' AND run_at > now()"""
+"""The planner's estimate of the jobs queued for later (see `WEB_ESTIMATE_READY`)."""
+
 WEB_JOBS_NEWEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -485,7 +517,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND run_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
           AND (run_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
-        ORDER BY run_at DESC, id DESC LIMIT %(limit)s)
+        ORDER BY axa_queue.run_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -498,7 +530,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
           AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
-        ORDER BY updated_at DESC, id DESC LIMIT %(limit)s)
+        ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -511,7 +543,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
           AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
-        ORDER BY updated_at DESC, id DESC LIMIT %(limit)s)
+        ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -524,7 +556,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
           AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
-        ORDER BY updated_at DESC, id DESC LIMIT %(limit)s)
+        ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
     ) page ORDER BY key DESC, id DESC"""
 """One page of the dashboard's job list: jobs of one state (and optionally one name),
 newest first, after the keyset cursor (`key`, `after`: the last row's key and id; NULL
@@ -539,7 +571,9 @@ a generic plan (the queue's connections force them) can use its partial index; t
 `%(state)s` test of the other branches is a one-time filter that skips them unread.
 The cursor condition starts the index scan at the key, so a page deep into millions of
 finished rows costs what the first one does; with no cursor it is `infinity` and the
-largest id, never an `OR` that would keep the bound out of the index scan."""
+largest id, never an `OR` that would keep the bound out of the index scan. Each branch
+orders by the qualified column (`axa_queue.updated_at`): the bare name would be the
+output column of that name, its epoch seconds, which no index holds."""
 
 WEB_JOBS_OLDEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
@@ -553,7 +587,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND run_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
           AND (run_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
-        ORDER BY run_at ASC, id ASC LIMIT %(limit)s)
+        ORDER BY axa_queue.run_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -566,7 +600,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
           AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
-        ORDER BY updated_at ASC, id ASC LIMIT %(limit)s)
+        ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -579,7 +613,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
           AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
-        ORDER BY updated_at ASC, id ASC LIMIT %(limit)s)
+        ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
@@ -592,7 +626,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
           AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
-        ORDER BY updated_at ASC, id ASC LIMIT %(limit)s)
+        ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
     ) page ORDER BY key ASC, id ASC"""
 """The same page, oldest first (`WEB_JOBS_NEWEST` explains its shape): the cursor
 bounds are the other way, and a missing cursor is `-infinity` and the smallest id."""

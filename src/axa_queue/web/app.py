@@ -38,7 +38,14 @@ from ..queue import Queue
 from . import charts
 from .access import COOKIE, SESSION_SECONDS, Access, Person, same_origin, security_headers
 from .history import DAY, HOUR, History
-from .reads import acts_log_call, finished_call, jobs_page_call, live_counts_call
+from .reads import (
+    COUNT_CAP,
+    acts_log_call,
+    estimate_call,
+    finished_call,
+    jobs_page_call,
+    live_counts_call,
+)
 
 __all__ = ["MAX_SELECTED", "create_app"]
 
@@ -185,6 +192,7 @@ def create_app(
     )
     templates.filters["when"] = _when
     templates.filters["seconds"] = readable.seconds
+    templates.filters["n"] = lambda number: f"{number:,}"
     templates.filters["query"] = lambda values: urlencode(
         {k: v for k, v in values.items() if v not in (None, "")}
     )
@@ -310,10 +318,25 @@ async def _signout(board: Dashboard, request: Request) -> Response:
 
 
 async def _overview_values(board: Dashboard) -> dict[str, Any]:
-    live = await board.read(live_counts_call())
-    ready = sum(one.ready for one in live)
+    live = await board.read(live_counts_call(COUNT_CAP))
+    totals: dict[str, Any] = {
+        key: sum(getattr(one, key) for one in live)
+        for key in ("ready", "waiting", "running", "needs_review")
+    }
+    # Past the cap, a state's counts are those of the rows read: at least that many.
+    capped = {
+        "queued": totals["ready"] + totals["waiting"] >= COUNT_CAP,
+        "running": totals["running"] >= COUNT_CAP,
+        "needs_review": totals["needs_review"] >= COUNT_CAP,
+    }
+    estimated = capped["queued"]
+    if estimated:
+        totals["ready"] = await board.read(estimate_call(ready=True))
+        totals["waiting"] = await board.read(estimate_call(ready=False))
     history = board.history
-    await history.refresh(lambda since, until: board.read(finished_call(since, until)), ready)
+    await history.refresh(
+        lambda since, until: board.read(finished_call(since, until)), totals["ready"]
+    )
     recent = history.recent_by_name()
     names = sorted({one.name for one in live} | set(recent))
     by_name = {one.name: one for one in live}
@@ -334,8 +357,8 @@ async def _overview_values(board: Dashboard) -> dict[str, Any]:
                 "oldest": counts.oldest_ready_seconds if counts else 0.0,
             }
         )
-    keys = ["ready", "waiting", "running", "needs_review", "completed", "failed", "cancelled"]
-    totals: dict[str, Any] = {key: sum(row[key] for row in rows) for key in keys}
+    for key, index in (("completed", 0), ("failed", 1), ("cancelled", 2)):
+        totals[key] = sum(done[index] for done in recent.values())
     totals["oldest"] = max([row["oldest"] for row in rows], default=0.0)
     charts_drawn = {
         "completed_hour": charts.bars(
@@ -357,7 +380,15 @@ async def _overview_values(board: Dashboard) -> dict[str, Any]:
             history.series("backlog", DAY, 15), "Ready backlog, last day", "backlog"
         ),
     }
-    return {"rows": rows, "totals": totals, "charts": charts_drawn, "at": time.time()}
+    return {
+        "rows": rows,
+        "totals": totals,
+        "capped": capped,
+        "estimated": estimated,
+        "cap": COUNT_CAP,
+        "charts": charts_drawn,
+        "at": time.time(),
+    }
 
 
 async def _overview(board: Dashboard, request: Request) -> Response:

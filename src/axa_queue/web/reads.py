@@ -1,5 +1,5 @@
 """What the dashboard reads, as `Call`s of named statements (`sql.WEB_*`, and the
-queue's own `JOB`, `ACTS`, `LIVE_COUNTS_BY_NAME`, `SCHEDULES`, `WORKERS`). Never a job's
+queue's own `JOB`, `ACTS`, `SCHEDULES`, `WORKERS`). Never a job's
 arguments or result: no statement here selects them."""
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from ..calls import Call, Row
 from ..jobs import JobInfo, JobState, job_info, moment
 
 __all__ = [
+    "COUNT_CAP",
     "PAGE_SIZE",
     "Finished",
     "LiveCounts",
     "Page",
     "acts_log_call",
+    "estimate_call",
     "finished_call",
     "jobs_page_call",
     "live_counts_call",
@@ -24,6 +26,10 @@ __all__ = [
 
 PAGE_SIZE = 50
 """Rows on one page of a list."""
+
+COUNT_CAP = 10_000
+"""The most rows of each unfinished state the overview counts at a refresh; past it,
+counts are "at least" and the totals the planner's estimates (`sql.WEB_LIVE_COUNTS`)."""
 
 
 @dataclass(frozen=True)
@@ -38,15 +44,26 @@ class LiveCounts:
     oldest_ready_seconds: float
 
 
-def live_counts_call() -> Call[list[LiveCounts]]:
-    """Jobs not finished, per name (`sql.LIVE_COUNTS_BY_NAME`: partial indexes only)."""
+def live_counts_call(cap: int = COUNT_CAP) -> Call[list[LiveCounts]]:
+    """Jobs not finished, per name, reading at most `cap` of each state
+    (`sql.WEB_LIVE_COUNTS`)."""
     return Call(
-        sql.LIVE_COUNTS_BY_NAME,
-        {"now": None},
+        sql.WEB_LIVE_COUNTS,
+        {"now": None, "cap": cap},
         lambda rows, _n: [
             LiveCounts(r.name, r.ready, r.waiting, r.running, r.needs_review, r.oldest or 0.0)
             for r in rows
         ],
+    )
+
+
+def estimate_call(ready: bool) -> Call[int]:
+    """The planner's estimate of the ready jobs (or, `ready` false, of those queued
+    for later): `sql.WEB_ESTIMATE_READY` or `sql.WEB_ESTIMATE_WAITING`."""
+    return Call(
+        sql.WEB_ESTIMATE_READY if ready else sql.WEB_ESTIMATE_WAITING,
+        (),
+        lambda rows, _n: int(rows[0].QUERY_PLAN[0]["Plan"]["Plan Rows"]),
     )
 
 
