@@ -150,10 +150,10 @@ def statements(conn: psycopg.Connection[Any], finished: int) -> list[tuple[str, 
             {"since": minute - 60, "until": None},
         ),
         (
-            "overview (once per past hour)",
-            "finished in one past hour",
+            "overview (every refresh)",
+            "finished, 10 past minutes (backfill)",
             sql.WEB_FINISHED_PER_MINUTE,
-            {"since": minute - 3660, "until": minute - 60},
+            {"since": minute - 660, "until": minute - 60},
         ),
         ("jobs", "queued, newest first", sql.WEB_JOBS_NEWEST, page_of("queued")),
         ("jobs", "queued, oldest first", sql.WEB_JOBS_OLDEST, page_of("queued")),
@@ -228,8 +228,19 @@ def main(argv: list[str] | None = None) -> int:
             f"in {time.perf_counter() - started:.0f} s; {given.samples} samples each"
         )
         print(f"{'page':<30} {'statement':<38} {'median ms':>10} {'worst ms':>9}")
-        for one in measure(dsn, given.samples, given.finished):
+        found = measure(dsn, given.samples, given.finished)
+        for one in found:
             print(f"{one.page:<30} {one.what:<38} {one.median:>10.2f} {one.worst:>9.2f}")
+        print("\nper page (what one request sends: the sum of its statements' medians)")
+        pages: dict[str, float] = {}
+        for one in found:
+            if one.page != "jobs":  # the jobs page sends one of its statements
+                pages[one.page] = pages.get(one.page, 0.0) + one.median
+        pages["jobs (the slowest of its pages)"] = max(
+            one.median for one in found if one.page == "jobs"
+        )
+        for page, total in pages.items():
+            print(f"{page:<40} {total:>8.2f} ms")
     return 0
 
 

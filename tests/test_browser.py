@@ -343,7 +343,10 @@ def test_a_script_in_a_job_name_or_error_is_shown_as_text_and_never_runs(
     assert page.inner_text("#job-error") == evil
 
 
-def test_screenshots_of_the_overview_and_a_job_page(page, served, admin, tmp_path) -> None:
+def test_screenshots_of_the_overview_and_a_job_page(
+    page, served, admin, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr("axa_queue.web.history.BACKFILL", 60)  # the hour at the first look
     for name, n in (("mail.send", 40), ("thumbnail.make", 25), ("invoice.charge", 12)):
         seed(admin, name, "queued", n)
         seed(admin, name, "completed", n * 30, ago="59 minutes")
