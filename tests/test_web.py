@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -401,3 +402,62 @@ def test_a_chart_is_svg_with_escaped_text() -> None:
     drawn = bars(Series([0, 60], [1, 4]), "<b>", "completed")
     assert drawn.startswith("<svg") and "&lt;b&gt;" in drawn and "<b>" not in drawn
     assert drawn.count("<rect") == 2
+
+
+# --- the commands -----------------------------------------------------------------------
+
+
+def test_axa_queue_web_serves_the_dashboard_until_ctrl_c(tables: str, tmp_path: Path) -> None:
+    import os
+    import signal
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    (tmp_path / "token").write_text(TOKEN + "\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(create_app.__code__.co_filename).parents[2])}
+    command = [sys.executable, "-m", "axa_queue.cli", "web", "--dsn", tables, "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--token-file", str(tmp_path / "token"), "--base-path", "/queue"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        assert f"http://127.0.0.1:{port}/queue/" in line and TOKEN not in line
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/queue/signin") as page:
+                    assert page.status == 200 and "Sign in" in page.read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the dashboard did not answer"
+                time.sleep(0.1)
+    finally:
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=30)
+    assert server.returncode == 0, stderr
+    assert "Traceback" not in stderr
+
+
+def test_axa_queue_web_refuses_a_short_or_missing_token_file(tables: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from axa_queue.cli import main
+
+    (tmp_path / "short").write_text("abc")
+    runner = CliRunner(env={"AXA_QUEUE_DSN": tables, "AXA_QUEUE_WEB_TOKEN": None})
+    short = runner.invoke(main, ["web", "--token-file", str(tmp_path / "short")])
+    assert short.exit_code == 2 and "shorter than 16" in short.output
+    missing = runner.invoke(main, ["web", "--token-file", str(tmp_path / "none")])
+    assert missing.exit_code == 1 and "cannot read the token file" in missing.output
+    header = runner.invoke(main, ["web", "--trust-header", "X-User"])
+    assert header.exit_code == 2 and "--trusted-proxy" in header.output

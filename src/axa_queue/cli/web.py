@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 from collections.abc import Sequence
@@ -13,7 +14,6 @@ from typing import Any
 import click
 
 from ..options import QueueOptions
-from ..queue import Queue
 from .conventions import Failed, checked_dsn, connection_options, dsn_option, reported
 from .text import shown
 
@@ -133,14 +133,16 @@ def web(
     options = connection_options(QueueOptions(pool_size=4))
     with reported(given):
         app = _web().create_app(
-            Queue(given, options),
+            given,
+            options=options,
             token=token,
             read_only=read_only,
             trust_header=trust_header,
             trusted_proxies=list(trusted_proxies),
         )
         _say_where(host, port, base_path, token, made)
-        asyncio.run(serve(_mounted(app, base_path), host, port))
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has stopped cleanly
+            asyncio.run(serve(_mounted(app, base_path), host, port))
 
 
 def serve_demo(dsn: str, host: str, port: int) -> None:
@@ -165,4 +167,5 @@ def serve_demo(dsn: str, host: str, port: int) -> None:
             await busy
             await queue.close()
 
-    asyncio.run(go())
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has stopped cleanly
+        asyncio.run(go())
