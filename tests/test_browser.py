@@ -5,6 +5,10 @@ These tests skip, saying why, where Playwright or chromium is missing; CI sets
 failure. One browser serves the whole session; each test has its own server, on its own
 schema, and a fresh browser context (no cookies).
 
+Playwright's sync API keeps an event loop running in the thread that started it, where
+`asyncio.run` and async tests could no longer run: so it lives in a thread of its own
+(`Browsing`), and each test's body runs there (`in_browser`).
+
 With `AXA_DOCS_SCREENSHOTS=1`, `test_screenshots_of_the_overview_and_a_job_page` writes
 docs/images/overview.png and docs/images/job.png (else it writes them to a temporary
 folder): `AXA_DOCS_SCREENSHOTS=1 python -m pytest tests/test_browser.py -k screenshots`.
@@ -13,12 +17,14 @@ folder): `AXA_DOCS_SCREENSHOTS=1 python -m pytest tests/test_browser.py -k scree
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -47,19 +53,62 @@ def _missing() -> str | None:
     return None
 
 
+class Browsing:
+    """Playwright and its browser, in a thread of their own."""
+
+    def __init__(self) -> None:
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="playwright")
+        self.playwright: Any = None
+        self.browser: Any = None
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` in Playwright's thread; return what it returns, raise what it raises."""
+        return self.thread.submit(fn).result()
+
+    def start(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox"]
+        )
+
+    def stop(self) -> None:
+        if self.browser is not None:
+            self.browser.close()
+        if self.playwright is not None:
+            self.playwright.stop()
+
+
+BROWSING: list[Browsing] = []
+
+
+def in_browser(test: Callable[..., None]) -> Callable[..., None]:
+    """Run the test's body in Playwright's thread (its fixtures are made as usual)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        BROWSING[0].call(lambda: test(*args, **kwargs))
+
+    return run
+
+
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Any]:
+def browser() -> Iterator[Browsing]:
     why = _missing()
     if why is not None:
         if os.environ.get("AXA_TEST_REQUIRE_BROWSER"):
             pytest.fail(f"AXA_TEST_REQUIRE_BROWSER is set but {why}")
         pytest.skip(why)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield launched
-        launched.close()
+    browsing = Browsing()
+    browsing.call(browsing.start)
+    BROWSING.append(browsing)
+    try:
+        yield browsing
+    finally:
+        BROWSING.remove(browsing)
+        browsing.call(browsing.stop)
+        browsing.thread.shutdown()
 
 
 class Served:
@@ -95,10 +144,7 @@ def tables(dsn: str) -> str:
         await queue.open()
         await queue.close()
 
-    # Playwright's sync API keeps an event loop of its own in this thread.
-    ran = threading.Thread(target=asyncio.run, args=(setup(),))
-    ran.start()
-    ran.join(60)
+    asyncio.run(setup())
     return dsn
 
 
@@ -109,14 +155,18 @@ def served(tables: str) -> Iterator[Served]:
 
 
 @pytest.fixture
-def page(browser: Any) -> Iterator[Any]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    one = context.new_page()
-    errors: list[str] = []
-    one.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    one.errors = errors
+def page(browser: Browsing) -> Iterator[Any]:
+    def opened() -> tuple[Any, Any]:
+        context = browser.browser.new_context(viewport={"width": 1280, "height": 900})
+        one = context.new_page()
+        errors: list[str] = []
+        one.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        one.errors = errors
+        return context, one
+
+    context, one = browser.call(opened)
     yield one
-    context.close()
+    browser.call(context.close)
 
 
 def seed(
@@ -176,6 +226,7 @@ def status(admin: psycopg.Connection[Any], job: uuid.UUID) -> str:
     return str(row[0])
 
 
+@in_browser
 def test_signing_in_shows_counts_that_match_the_database(page, served, admin) -> None:
     seed(admin, "Mail", "queued", 7)
     seed(admin, "Report", "queued", 3)
@@ -191,6 +242,7 @@ def test_signing_in_shows_counts_that_match_the_database(page, served, admin) ->
     assert page.errors == []  # htmx loaded under the CSP, nothing refused
 
 
+@in_browser
 def test_cancel_a_queued_job_with_a_reason_and_find_the_act_by_the_signed_in_person(
     page, served, admin
 ) -> None:
@@ -207,6 +259,7 @@ def test_cancel_a_queued_job_with_a_reason_and_find_the_act_by_the_signed_in_per
     assert page.inner_text("#acts .reason") == "INC-1234"
 
 
+@in_browser
 def test_retry_a_failed_job_from_the_failed_list(page, served, admin) -> None:
     [job] = seed(admin, "Pay", "failed")
     sign_in(page, served)
@@ -219,6 +272,7 @@ def test_retry_a_failed_job_from_the_failed_list(page, served, admin) -> None:
     assert acts_of(admin, job) == [("retried", "alice", "OPS-9")]
 
 
+@in_browser
 def test_release_a_job_from_review(page, served, admin) -> None:
     [job] = seed(admin, "Report", "needs_review")
     sign_in(page, served)
@@ -230,6 +284,7 @@ def test_release_a_job_from_review(page, served, admin) -> None:
     assert acts_of(admin, job) == [("released", "alice", "checked-twice")]
 
 
+@in_browser
 def test_the_overview_updates_live_when_a_job_completes(page, served, tables, admin) -> None:
     release = threading.Event()
     started = threading.Event()
@@ -270,6 +325,7 @@ def test_the_overview_updates_live_when_a_job_completes(page, served, tables, ad
         loop.close()
 
 
+@in_browser
 def test_nothing_is_shown_or_done_without_signing_in(page, served, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     page.goto(f"{served.url}/jobs/{job}")
@@ -283,6 +339,7 @@ def test_nothing_is_shown_or_done_without_signing_in(page, served, admin) -> Non
     assert acts_of(admin, job) == []
 
 
+@in_browser
 def test_an_act_without_its_csrf_token_is_refused(page, served, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     sign_in(page, served)
@@ -294,6 +351,7 @@ def test_an_act_without_its_csrf_token_is_refused(page, served, admin) -> None:
     assert status(admin, job) == "queued" and acts_of(admin, job) == []
 
 
+@in_browser
 def test_read_only_offers_no_act_and_the_server_refuses_one(page, tables, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     with Served(create_app(tables, token=TOKEN, read_only=True)) as served:
@@ -312,6 +370,7 @@ def test_read_only_offers_no_act_and_the_server_refuses_one(page, tables, admin)
     assert acts_of(admin, job) == []
 
 
+@in_browser
 def test_a_secret_in_job_arguments_appears_in_no_page(page, served, admin) -> None:
     jobs = [
         *seed(admin, "Mail", "queued"),
@@ -329,6 +388,7 @@ def test_a_secret_in_job_arguments_appears_in_no_page(page, served, admin) -> No
         assert SECRET not in page.content(), path
 
 
+@in_browser
 def test_a_script_in_a_job_name_or_error_is_shown_as_text_and_never_runs(
     page, served, admin
 ) -> None:
@@ -343,6 +403,7 @@ def test_a_script_in_a_job_name_or_error_is_shown_as_text_and_never_runs(
     assert page.inner_text("#job-error") == evil
 
 
+@in_browser
 def test_screenshots_of_the_overview_and_a_job_page(
     page, served, admin, tmp_path, monkeypatch
 ) -> None:
