@@ -120,3 +120,16 @@ def test_placeholders_become_numbered() -> None:
     assert bench.numbered("a %(x)s b %(y)s c %(x)s", ["x", "y"]) == "a $1 b $2 c $1"
     claim = bench.numbered(axa_sql.EXCHANGE, bench.CLAIM_PARAMETERS)
     assert "%(" not in claim and "$7" in claim and "$8" not in claim
+
+
+def test_the_dashboard_benchmark_runs_on_a_small_table(database_url: str, capsys) -> None:
+    import web as web_bench  # bench/web.py
+
+    assert (
+        web_bench.main(
+            ["--dsn", database_url, "--finished", "2000", "--queued", "200", "--samples", "1"]
+        )
+        == 0
+    )
+    printed = capsys.readouterr().out
+    assert "overview (every refresh)" in printed and "jobs (the slowest of its pages)" in printed

@@ -38,7 +38,7 @@ from .queue import Queue
 from .schedules import Schedule
 from .schema import SANDBOX_CREATE, SANDBOX_DROP
 
-__all__ = ["DemoError", "embedded_server", "run", "sandbox"]
+__all__ = ["DemoError", "demo_queue", "embedded_server", "keep_busy", "run", "sandbox"]
 
 DEMO_TIMEOUT = 60.0
 """The demo gives up if its jobs have not settled after this many seconds."""
@@ -114,7 +114,7 @@ DEMO_TICK = "demo.cleanup"
 """The job the demo's schedule queues every second."""
 
 
-def _demo_queue(dsn: str) -> Queue:
+def demo_queue(dsn: str) -> Queue:
     """The demo's handlers: quick emails, thumbnails in threads, payments that fail at
     first (some for good), reports that run past their time limit, reminders for later."""
     queue = Queue(
@@ -207,7 +207,7 @@ def _demo_jobs(total: int) -> list[NewJob]:
 
 
 async def _run_demo(dsn: str, total: int, where: str, console: Console) -> None:
-    queue = _demo_queue(dsn)
+    queue = demo_queue(dsn)
     tally = _Tally()
     queue.observe(tally)
     await queue.open()
@@ -310,3 +310,26 @@ def _sandbox_dsn(dsn: str, schema: str) -> str:
     """`dsn` with `schema` first on its search_path (after whatever options it has)."""
     options = conninfo_to_dict(dsn).get("options") or ""
     return make_conninfo(dsn, options=f"{options} -c search_path={schema}".strip())
+
+
+TRICKLE_EVERY = 2.0
+"""Seconds between the sample jobs `keep_busy` queues, so the dashboard moves."""
+
+
+async def keep_busy(queue: Queue, stop: asyncio.Event, total: int = 300) -> None:
+    """Queue about `total` sample jobs, run the queue, and queue a few more every
+    `TRICKLE_EVERY` seconds until `stop` is set (what `demo --web` shows)."""
+    quiet = logging.getLogger("axa_queue")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)
+    try:
+        await queue.enqueue_all(_demo_jobs(total))
+        running = asyncio.ensure_future(queue.run(stop))
+        while not stop.is_set():
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(stop.wait(), TRICKLE_EVERY)
+            if not stop.is_set():
+                await queue.enqueue_all(random.sample(_demo_jobs(40), 8))
+        await running
+    finally:
+        quiet.setLevel(level)

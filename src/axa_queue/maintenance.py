@@ -22,6 +22,7 @@ from . import sql
 from .calls import by_name
 from .jobs import JobState
 from .options import QueueOptions
+from .presence import FORGET_AFTER
 from .retries import first_line
 from .schedules import Schedule
 
@@ -29,6 +30,7 @@ __all__ = [
     "PURGE_BATCH",
     "Recovered",
     "archive_schedules",
+    "forget_workers",
     "log_recovered",
     "purge",
     "recover_stale",
@@ -122,6 +124,18 @@ async def archive_schedules(
     return cursor.rowcount
 
 
+async def forget_workers(
+    conn: psycopg.AsyncConnection[Any],
+    after_seconds: float = FORGET_AFTER,
+    *,
+    now: datetime | None = None,
+) -> int:
+    """Remove the `axa_workers` rows of processes not heard from for `after_seconds`
+    before `now` (default: the database's clock); returns how many."""
+    cursor = await conn.execute(sql.WORKERS_FORGET, {"after": after_seconds, "now": now})
+    return cursor.rowcount
+
+
 def log_recovered(recovered: list[Recovered]) -> None:
     """Log each run stale recovery queued again or failed."""
     for one in recovered:
@@ -164,6 +178,12 @@ async def run_once(
         except psycopg.Error as error:
             log.error("could not recover stale jobs", extra={"error": first_line(error)})
             failure = failure or error
+    try:
+        async with pool.connection() as conn:
+            await forget_workers(conn)
+    except psycopg.Error as error:
+        log.error("could not remove dead worker processes", extra={"error": first_line(error)})
+        failure = failure or error
     try:
         async with pool.connection() as conn:
             purged = await purge(conn, options.seconds("retention"))

@@ -479,6 +479,224 @@ SCHEDULES = """SELECT s.name, s.interval_ms, EXTRACT(EPOCH FROM s.due_at) AS due
 """Every schedule, archived or not, with its last job's state; times as epoch seconds,
 as `JOB` reads them."""
 
+# --- Worker processes ------------------------------------------------------------------
+
+WORKER_SEEN = """INSERT INTO axa_workers (id, host, pid, names, loops, running, version,
+        started_at, seen_at)
+    VALUES (%(id)s, %(host)s, %(pid)s, %(names)s::text[], %(loops)s, %(running)s, %(version)s,
+            COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()))
+    ON CONFLICT (id) DO UPDATE
+    SET seen_at = EXCLUDED.seen_at, running = EXCLUDED.running, names = EXCLUDED.names"""
+"""Say this worker process is alive: its row is made at start, then its last heartbeat
+(`seen_at`) and jobs in progress (`running`) refreshed once per `heartbeat_interval`,
+one primary-key write (never a statement per job). The same upsert both makes and
+refreshes the row, so a row removed while the process was cut off comes back."""
+
+WORKER_GONE = "DELETE FROM axa_workers WHERE id = %(id)s"
+"""A worker process stopped cleanly: its row goes."""
+
+WORKERS_FORGET = """DELETE FROM axa_workers
+    WHERE seen_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)"""
+"""Remove the rows of processes not heard from for long (killed, or their host lost):
+housekeeping, through the `axa_workers_seen` index."""
+
+WORKERS = """SELECT id, host, pid, names, loops, running, version,
+    EXTRACT(EPOCH FROM started_at) AS started_at, EXTRACT(EPOCH FROM seen_at) AS seen_at,
+    EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - seen_at)::float8 AS silent
+    FROM axa_workers ORDER BY host, pid, started_at"""
+"""Every worker process with a row, and how many seconds since it was last heard from
+(readers call it live while that is under `stale_after`); a small table, one row per
+process."""
+
+# --- Dashboard -------------------------------------------------------------------------
+
+
+WEB_LIVE_COUNTS = """SELECT name,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+    FROM (
+        (SELECT name, status, run_at FROM axa_queue WHERE status = 'queued'
+         ORDER BY axa_queue.run_at LIMIT %(cap)s)
+        UNION ALL
+        (SELECT name, status, run_at FROM axa_queue WHERE status = 'running' LIMIT %(cap)s)
+        UNION ALL
+        (SELECT name, status, run_at FROM axa_queue WHERE status = 'needs_review' LIMIT %(cap)s)
+    ) live GROUP BY name ORDER BY name"""
+"""The dashboard's counts of jobs not finished, per name, reading at most `cap` rows of
+each state: queued ones in due order through `axa_queue_ready` (so the ready ones come
+first, and each name's oldest ready job is among them), running ones and those in
+review through their partial indexes. Exact while a state holds fewer than `cap` jobs;
+past that the dashboard shows the counts read as "at least" and the totals from
+`WEB_ESTIMATE_READY` and `WEB_ESTIMATE_WAITING`. Counting a backlog of 100,000 jobs
+exactly at every refresh would cost more than the 50 ms a page may take."""
+
+WEB_ESTIMATE_READY = """EXPLAIN (FORMAT JSON)
+    SELECT 1 FROM axa_queue WHERE status = 'queued' AND run_at <= now()"""
+"""The planner's estimate of the ready jobs, from the table's statistics (as Oban counts
+big tables): a plan, never a scan, for a backlog too big to count at each refresh."""
+
+WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
+    SELECT 1 FROM axa_queue WHERE status = 'queued' AND run_at > now()"""
+"""The planner's estimate of the jobs queued for later (see `WEB_ESTIMATE_READY`)."""
+
+WEB_JOBS_NEWEST = """SELECT * FROM (
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'queued' AND status = 'queued'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND run_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (run_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY axa_queue.run_at DESC, id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'running' AND status = 'running'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'needs_review' AND status = 'needs_review'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = ANY('{completed,failed,cancelled}'::text[]) AND status IN ('completed', 'failed', 'cancelled') AND status = %(state)s::text
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
+          AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
+        ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
+    ) page ORDER BY key DESC, id DESC"""
+"""One page of the dashboard's job list: jobs of one state (and optionally one name),
+newest first, after the keyset cursor (`key`, `after`: the last row's key and id; NULL
+for the first page); without arguments, with a text `key` (its order key in UTC) to ask
+for the next page by.
+
+A state is ordered by the partial index that holds it: queued jobs by due time
+(`axa_queue_ready`), running ones and those in review by their last change
+(`axa_queue_running`, `axa_queue_review`), finished ones by when they finished
+(`axa_queue_finished`). Each state is a branch naming its status as a literal, so even
+a generic plan (the queue's connections force them) can use its partial index; the
+`%(state)s` test of the other branches is a one-time filter that skips them unread.
+The cursor condition starts the index scan at the key, so a page deep into millions of
+finished rows costs what the first one does; with no cursor it is `infinity` and the
+largest id, never an `OR` that would keep the bound out of the index scan. Each branch
+orders by the qualified column (`axa_queue.updated_at`): the bare name would be the
+output column of that name, its epoch seconds, which no index holds."""
+
+WEB_JOBS_OLDEST = """SELECT * FROM (
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'queued' AND status = 'queued'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND run_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (run_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY axa_queue.run_at ASC, id ASC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'running' AND status = 'running'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = 'needs_review' AND status = 'needs_review'
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
+        UNION ALL
+        (SELECT id, name, status, attempts, max_attempts, priority, error,
+            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            EXTRACT(EPOCH FROM started_at) AS started_at,
+            EXTRACT(EPOCH FROM created_at) AS created_at,
+            EXTRACT(EPOCH FROM updated_at) AS updated_at,
+            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+        FROM axa_queue
+        WHERE %(state)s::text = ANY('{completed,failed,cancelled}'::text[]) AND status IN ('completed', 'failed', 'cancelled') AND status = %(state)s::text
+          AND (%(name)s::text IS NULL OR name = %(name)s)
+          AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
+          AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
+        ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
+    ) page ORDER BY key ASC, id ASC"""
+"""The same page, oldest first (`WEB_JOBS_NEWEST` explains its shape): the cursor
+bounds are the other way, and a missing cursor is `-infinity` and the smallest id."""
+
+WEB_FINISHED_PER_MINUTE = """SELECT
+    EXTRACT(EPOCH FROM date_bin('1 minute', updated_at, TIMESTAMPTZ '2000-01-01 00:00:00+00'))::bigint
+        AS minute,
+    name,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    FROM axa_queue
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND updated_at >= to_timestamp(%(since)s::float8)
+      AND (%(until)s::float8 IS NULL OR updated_at < to_timestamp(%(until)s::float8))
+    GROUP BY 1, 2"""
+"""Jobs that finished in a window of whole minutes (`since`, `until`: epoch seconds;
+`until` NULL: up to now), per minute and name: what the dashboard's charts and its
+"finished in the last hour" counts are made from. It reads only the window, through
+`axa_queue_finished`: the dashboard asks for each past hour once and then only for the
+last two minutes at each refresh, keeping what it read (`web.history`), so a refresh
+never reads the finished rows of the day again."""
+
+WEB_ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at) AS at,
+    db_role FROM axa_job_acts
+    WHERE (%(by)s::text IS NULL OR by = %(by)s)
+      AND (%(act)s::text IS NULL OR act = %(act)s)
+      AND (%(before)s::bigint IS NULL OR id < %(before)s)
+    ORDER BY id DESC LIMIT %(limit)s"""
+"""The acts log: every act, newest first, optionally by one person or of one kind, one
+page before the act `before` (the last one shown); walks the primary key backwards."""
+
 # --- Notifications ---------------------------------------------------------------------
 
 LISTEN = "LISTEN axa_queue"

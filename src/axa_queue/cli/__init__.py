@@ -5,10 +5,11 @@
     axa-queue setup | sql | check                  the tables
     axa-queue worker myapp.jobs:queue               run the jobs
     axa-queue enqueue NAME --args JSON              queue one
-    axa-queue jobs | show ID | counts | schedules | acts ID      look
+    axa-queue jobs | show ID | counts | schedules | workers | acts ID   look
     axa-queue cancel ID --by B --reason R | retry ID ...        a person's acts
     axa-queue recover | purge                       housekeeping, now
-    axa-queue demo                                  see it work, on an embedded server
+    axa-queue demo [--web]                          see it work, on an embedded server
+    axa-queue web                                   the dashboard
 
 The database comes from `--dsn`, else `AXA_QUEUE_DSN`, else `DATABASE_URL`. Tables are
 for people, `--json` is for scripts, and no command ever prints a job's arguments. Bad
@@ -22,8 +23,9 @@ This package holds the top command and its error line (here), what every command
 shares (`conventions`: the options, errors, and `answer`, which opens a queue and
 prints what it found as JSON or as tables; `text`: what is printed), and one module
 per group of commands: `tables` (setup, sql, check), `run` (worker), `jobs` (enqueue,
-jobs, show, counts, schedules), `acts` (acts, cancel, retry), `housekeeping` (recover,
-purge) and `demo`. What `worker` runs is in `supervisor` (one process, or several
+jobs, show, counts, schedules, workers), `acts` (acts, cancel, retry), `housekeeping`
+(recover, purge), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
+runs is in `supervisor` (one process, or several
 under a supervisor) and what `demo` runs is in `axa_queue.demo`.
 """
 
@@ -43,7 +45,7 @@ except ImportError as missing:  # pragma: no cover - only without the extra
     ) from None
 
 from .. import __version__
-from . import acts, demo, housekeeping, jobs, run, tables
+from . import acts, demo, housekeeping, jobs, run, tables, web
 from .run import load_queue
 from .text import one_line, shown
 
@@ -107,11 +109,13 @@ for _command in (
     jobs.show,
     jobs.counts,
     jobs.schedules,
+    jobs.workers,
     acts.acts,
     acts.cancel_command,
     acts.retry_command,
     housekeeping.recover,
     housekeeping.purge,
     demo.demo_command,
+    web.web,
 ):
     main.add_command(_command)

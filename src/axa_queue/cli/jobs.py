@@ -1,4 +1,4 @@
-"""Queuing and looking: `enqueue`, `jobs`, `show`, `counts` and `schedules`."""
+"""Queuing and looking: `enqueue`, `jobs`, `show`, `counts`, `schedules` and `workers`."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from rich.table import Table
 from .. import readable
 from ..errors import JobNotFoundError
 from ..jobs import MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
+from ..presence import WorkerInfo, workers_on
 from ..queue import Queue
 from ..schedules import ScheduleInfo
 from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
 from .text import lines, short, shown, tries, when
 
-__all__ = ["counts", "enqueue", "jobs", "schedules", "show"]
+__all__ = ["counts", "enqueue", "jobs", "schedules", "show", "workers"]
 
 
 def _parse_args(text: str) -> Any:
@@ -274,3 +275,42 @@ def _schedules_table(found: list[ScheduleInfo]) -> Printed:
             when(one.archived_at),
         )
     return table
+
+
+@click.command()
+@json_option
+@dsn_option
+def workers(as_json: bool, dsn: str | None) -> None:
+    """List the worker processes: host, pid, the job names they handle, their loops,
+    jobs in progress and last heartbeat; LIVE unless silent for the queue's stale_after.
+
+    Each axa-queue worker process records itself while it runs; the Rust crate's
+    workers do not appear.
+    """
+    stale = {"seconds": 0.0}
+
+    async def work(queue: Queue) -> list[WorkerInfo]:
+        stale["seconds"] = queue.options.seconds("stale_after")
+        async with queue.connection() as conn:
+            return await workers_on(conn)
+
+    def table(found: list[WorkerInfo]) -> Printed:
+        if not found:
+            return "no worker processes"
+        table = Table(box=None, header_style="bold")
+        for column in ("HOST", "PID", "NAMES", "LOOPS", "RUNNING", "SEEN", "LIVE", "VERSION"):
+            table.add_column(column, no_wrap=column != "NAMES")
+        for one in found:
+            table.add_row(
+                shown(one.host),
+                str(one.pid),
+                shown(", ".join(one.names)) or "-",
+                str(one.loops),
+                str(one.running),
+                f"{when(one.seen_at)} ({readable.seconds(one.silent)} ago)",
+                "yes" if one.live(stale["seconds"]) else "no",
+                shown(one.version),
+            )
+        return table
+
+    answer(dsn, work, table, as_json=as_json)

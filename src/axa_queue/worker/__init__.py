@@ -7,6 +7,7 @@ One `Worker` serves one `Queue.run()`, composed of services with one owner each:
 - `claims`: heartbeats, proofs before a run starts, and every lost claim (one path);
 - `listener`: LISTEN/NOTIFY wake-ups; `schedules`: the schedule loop;
 - `housekeeping`: maintenance rounds and the worker's own stale recovery;
+- `presence`: this process's row in `axa_workers` (who is running, for people);
 - `connections`: the worker's own exchange and side connections;
 - `decisions`: what to send now and how long to wait, as plain functions;
 - `state`: the worker's phase (`Phase`) and the runs it holds, shared by the others.
@@ -19,6 +20,7 @@ phases and a run's states.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -38,6 +40,7 @@ from .decisions import HOLD_ENDINGS, SERVICE_RETRY_MAX
 from .exchange import OUTCOMES, Exchange
 from .housekeeping import Housekeeping
 from .listener import listen
+from .presence import Presence
 from .runs import Runner
 from .schedules import LOG_AGAIN, Tick, tick_loop
 from .state import Phase, Run, State
@@ -106,6 +109,10 @@ class Worker:
             else Housekeeping(pool, registry, options, self.state, self.connections, self.troubles)
         )
         """Maintenance rounds and stale recovery; none without a pool (a drain's worker)."""
+        self.presence = (
+            None if pool is None else Presence(self.state, self.connections, registry, options)
+        )
+        """This process's row in `axa_workers`; none for a drain's worker (a test's)."""
 
     # --- what others read ------------------------------------------------------------
 
@@ -178,6 +185,8 @@ class Worker:
         ]
         if self.housekeeping is not None:
             background.append(self._spawn(self.housekeeping.loop(), "maintenance"))
+        if self.presence is not None:
+            background.append(self._spawn(self.presence.loop(), "presence"))
         if self.registry.schedules and self.tick is not None:
             every = self.options.seconds("poll_interval")
             loop = tick_loop(self.tick, every, state, self.troubles)
@@ -200,6 +209,7 @@ class Worker:
             state.nudge.set()
             await self._close(background[0], deadline)
             _raise_failure(background[:1])
+            await self._leave(deadline)
         except BaseException:
             self.runner.aborting = True
             for one in list(state.runs.values()):
@@ -225,6 +235,14 @@ class Worker:
                     )
                 break
             await asyncio.wait(unfinished, timeout=left)
+
+    async def _leave(self, deadline: float | None) -> None:
+        """A clean stop: remove this process's row from `axa_workers`, within the grace."""
+        if self.presence is None:
+            return
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with contextlib.suppress(asyncio.TimeoutError):  # housekeeping removes it later
+            await asyncio.wait_for(self.presence.gone(), left)
 
     async def _stopped(self, background: list[asyncio.Task[Any]]) -> None:
         """End every task, timer and connection of this worker."""

@@ -1,0 +1,23 @@
+"""The dashboard (the `[web]` extra): `create_app(...)` makes an ASGI app that shows the
+queue and lets a signed-in person cancel, retry and release jobs, each act recorded
+with their name as `by`. `axa-queue web` serves it; docs/dashboard.md tells more.
+
+Its modules: `app` (the pages and acts), `access` (signing in, sessions, CSRF, origin,
+security headers), `reads` (what it reads: named statements of `sql`), `history` (the
+charts' per-minute history, kept in memory) and `charts` (SVG drawn on the server).
+"""
+
+from __future__ import annotations
+
+try:
+    import jinja2  # noqa: F401
+    import starlette  # noqa: F401
+except ImportError as missing:  # pragma: no cover - only without the extra
+    raise ImportError(
+        f"the dashboard needs the web extra ({missing.name} is not installed): "
+        "pip install 'axa-queue[web]'"
+    ) from None
+
+from .app import create_app
+
+__all__ = ["create_app"]

@@ -1,0 +1,571 @@
+"""The dashboard's pages and acts: an ASGI app made by `create_app`.
+
+Every page needs a person signed in (`access`); every POST also a CSRF token and an
+origin of this host. Pages are drawn by Jinja2 with autoescaping on, so a job name,
+error, `by` or reason is always text; charts are SVG drawn here (`charts`); the only
+script is htmx, served from the package, which refreshes the overview's live part.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+from uuid import UUID
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .. import readable
+from ..acts import MAX_REASON_CHARS, ActKind, ActResult, cancel, check_code, retry
+from ..calls import Call, run
+from ..errors import NotACodeError
+from ..jobs import JobState
+from ..options import QueueOptions
+from ..presence import WorkerInfo, workers_call
+from ..queue import Queue
+from . import charts
+from .access import COOKIE, SESSION_SECONDS, Access, Person, same_origin, security_headers
+from .history import DAY, HOUR, History
+from .reads import (
+    COUNT_CAP,
+    acts_log_call,
+    estimate_call,
+    finished_call,
+    jobs_page_call,
+    live_counts_call,
+)
+
+__all__ = ["MAX_SELECTED", "create_app"]
+
+T = TypeVar("T")
+
+HERE = Path(__file__).parent
+
+MAX_SELECTED = 500
+"""The most jobs one act may be asked for at once."""
+
+STATES = [
+    ("queued", "Queued"),
+    ("running", "Running"),
+    ("needs_review", "Needs review"),
+    ("failed", "Failed"),
+    ("completed", "Completed"),
+    ("cancelled", "Cancelled"),
+]
+
+ALREADY = {
+    JobState.COMPLETED: "the job had already completed",
+    JobState.CANCELLED: "the job had already been cancelled",
+    JobState.RUNNING: "the job is running",
+    JobState.QUEUED: "the job is queued",
+    JobState.FAILED: "the job has failed",
+    JobState.NEEDS_REVIEW: "the job waits for review",
+}
+"""Why an act did not apply, by the state the job was found in."""
+
+
+def _when(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    if moment.year >= 9999:
+        return ">9999-12-31"
+    if moment.year <= 1:
+        return "<0001-01-01"
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _outcome(result: ActResult) -> str:
+    """What an act did, in words, from its own result."""
+    if result.applied:
+        return {
+            ActKind.CANCELLED: "cancelled",
+            ActKind.RETRIED: "queued again for one more try (retried)",
+            ActKind.RELEASED: "released from review; queued to run again",
+        }[result.kind or ActKind.CANCELLED]
+    if result.found is None:
+        return "not applied: there is no such job (retention may have deleted it)"
+    return f"not applied: {ALREADY[result.found]}"
+
+
+class _Headers:
+    """Adds the security headers (`access.security_headers`) to every answer."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *security_headers()]
+            await send(message)
+
+        await self.app(scope, receive, sending)
+
+
+@dataclass
+class Dashboard:
+    """One dashboard: its queue, who may sign in, and what it keeps between requests."""
+
+    queue: Queue
+    access: Access
+    read_only: bool
+    owns_queue: bool
+    history: History
+    templates: Environment
+    opening: asyncio.Lock
+
+    async def opened(self) -> Queue:
+        """The queue, opened on first use (checking its tables, never setting them up)."""
+        if not self.queue.is_open:
+            async with self.opening:
+                if not self.queue.is_open:
+                    await self.queue.open(setup=False)
+        return self.queue
+
+    async def read(self, call: Call[T]) -> T:
+        queue = await self.opened()
+        async with queue.pool.connection() as conn:
+            return await run(conn, call)
+
+    def page(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:
+        person: Person | None = request.state.person if hasattr(request.state, "person") else None
+        html = self.templates.get_template(template).render(
+            base=request.scope.get("root_path", "").rstrip("/"),
+            person=person,
+            csrf=None if person is None else self.access.csrf(person),
+            read_only=self.read_only,
+            states=STATES,
+            max_reason=MAX_REASON_CHARS,
+            **values,
+        )
+        return HTMLResponse(html, status_code=status)
+
+
+Handler = Callable[[Dashboard, Request], Awaitable[Response]]
+
+
+def create_app(
+    queue: Queue | str,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    trust_header: str | None = None,
+    trusted_proxies: Sequence[str] = (),
+    options: QueueOptions | None = None,
+) -> Starlette:
+    """The dashboard as an ASGI app, to serve (`axa-queue web`) or mount inside your own
+    Starlette, FastAPI or other ASGI app (`app.mount("/queue", create_app(...))`).
+
+    `queue` is a `Queue` (yours, opened or not: the dashboard opens it on first use,
+    without setting tables up) or a DSN, for which it makes one with `options`.
+    People sign in with `token` (at least 16 characters, compared in constant time) and
+    a name, which is the `by` of their acts; or, behind a sign-on proxy, by the header
+    `trust_header`, honoured only from the addresses in `trusted_proxies` (IPs or
+    networks). With `read_only` the dashboard shows everything and refuses every act.
+
+    Raises `OptionsError` when there is no way to sign in, the token is short, or a
+    trusted header has no proxy address.
+    """
+    access = Access(token=token, trust_header=trust_header, trusted_proxies=trusted_proxies)
+    owns = isinstance(queue, str)
+    if isinstance(queue, str):
+        queue = Queue(queue, options or QueueOptions(pool_size=4))
+    templates = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    templates.filters["when"] = _when
+    templates.filters["seconds"] = readable.seconds
+    templates.filters["n"] = lambda number: f"{number:,}"
+    templates.filters["query"] = lambda values: urlencode(
+        {k: v for k, v in values.items() if v not in (None, "")}
+    )
+    board = Dashboard(queue, access, read_only, owns, History(), templates, asyncio.Lock())
+
+    def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            person = access.person(request)
+            if request.method == "POST":
+                if person is None:
+                    return PlainTextResponse("refused: sign in first", status_code=403)
+                if not same_origin(request):
+                    return PlainTextResponse(
+                        "refused: the request did not come from this dashboard's pages "
+                        "(its Origin names another host)",
+                        status_code=403,
+                    )
+                form = await request.form()
+                given = form.get("csrf")
+                if not access.csrf_matches(person, given if isinstance(given, str) else None):
+                    return PlainTextResponse(
+                        "refused: the form's CSRF token is missing or stale; reload the page "
+                        "and try again",
+                        status_code=403,
+                    )
+            elif person is None:
+                if request.headers.get("hx-request"):
+                    return PlainTextResponse("sign in again", status_code=401)
+                base = request.scope.get("root_path", "").rstrip("/")
+                return RedirectResponse(f"{base}/signin", status_code=303)
+            request.state.person = person
+            return await handler(board, request)
+
+        return endpoint
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        yield
+        if owns and queue.is_open:
+            await queue.close()
+
+    routes = [
+        Route("/signin", _signin_page, methods=["GET"]),
+        Route("/signin", _signin, methods=["POST"]),
+        Route("/signout", guarded(_signout), methods=["POST"]),
+        Route("/", guarded(_overview)),
+        Route("/live", guarded(_live)),
+        Route("/jobs", guarded(_jobs)),
+        Route("/jobs/{job_id}", guarded(_job)),
+        Route("/review", guarded(_review)),
+        Route("/failed", guarded(_failed)),
+        Route("/schedules", guarded(_schedules)),
+        Route("/workers", guarded(_workers)),
+        Route("/acts", guarded(_acts)),
+        Route("/act", guarded(_act), methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.dashboard = board
+    app.add_middleware(_Headers)
+    return app
+
+
+def _board(request: Request) -> Dashboard:
+    board: Dashboard = request.app.state.dashboard
+    return board
+
+
+# --- signing in ----------------------------------------------------------------------------
+
+
+async def _signin_page(request: Request) -> Response:
+    board = _board(request)
+    return board.page(request, "signin.html", token=board.access.token is not None, error=None)
+
+
+async def _signin(request: Request) -> Response:
+    board = _board(request)
+    if not same_origin(request):
+        return PlainTextResponse("refused: the sign-in did not come from this dashboard", 403)
+    form = await request.form()
+    given, name = form.get("token"), form.get("name")
+    error = None
+    if not isinstance(given, str) or not board.access.token_matches(given):
+        error = "That token is not the dashboard's."
+    elif not isinstance(name, str):
+        error = "Give your name: it is recorded as the 'by' of your acts."
+    else:
+        try:
+            session = board.access.open_session(name.strip())
+        except NotACodeError:
+            error = (
+                "A name is 1 to 200 visible characters (no control, zero-width or bidi "
+                "characters): it is recorded as the 'by' of your acts."
+            )
+    if error is not None:
+        return board.page(request, "signin.html", status=403, token=True, error=error)
+    base = request.scope.get("root_path", "").rstrip("/")
+    response = RedirectResponse(f"{base}/", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        session,
+        max_age=int(SESSION_SECONDS),
+        path=f"{base}/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return response
+
+
+async def _signout(board: Dashboard, request: Request) -> Response:
+    session = request.cookies.get(COOKIE)
+    if session is not None:
+        board.access.close_session(session)
+    base = request.scope.get("root_path", "").rstrip("/")
+    response = RedirectResponse(f"{base}/signin", status_code=303)
+    response.delete_cookie(COOKIE, path=f"{base}/")
+    return response
+
+
+# --- pages ---------------------------------------------------------------------------------
+
+
+async def _overview_values(board: Dashboard) -> dict[str, Any]:
+    live = await board.read(live_counts_call(COUNT_CAP))
+    totals: dict[str, Any] = {
+        key: sum(getattr(one, key) for one in live)
+        for key in ("ready", "waiting", "running", "needs_review")
+    }
+    # Past the cap, a state's counts are those of the rows read: at least that many.
+    capped = {
+        "queued": totals["ready"] + totals["waiting"] >= COUNT_CAP,
+        "running": totals["running"] >= COUNT_CAP,
+        "needs_review": totals["needs_review"] >= COUNT_CAP,
+    }
+    estimated = capped["queued"]
+    if estimated:
+        totals["ready"] = await board.read(estimate_call(ready=True))
+        totals["waiting"] = await board.read(estimate_call(ready=False))
+    history = board.history
+    await history.refresh(
+        lambda since, until: board.read(finished_call(since, until)), totals["ready"]
+    )
+    recent = history.recent_by_name()
+    names = sorted({one.name for one in live} | set(recent))
+    by_name = {one.name: one for one in live}
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        counts = by_name.get(name)
+        done = recent.get(name, [0, 0, 0])
+        rows.append(
+            {
+                "name": name,
+                "ready": counts.ready if counts else 0,
+                "waiting": counts.waiting if counts else 0,
+                "running": counts.running if counts else 0,
+                "needs_review": counts.needs_review if counts else 0,
+                "completed": done[0],
+                "failed": done[1],
+                "cancelled": done[2],
+                "oldest": counts.oldest_ready_seconds if counts else 0.0,
+            }
+        )
+    for key, index in (("completed", 0), ("failed", 1), ("cancelled", 2)):
+        totals[key] = sum(done[index] for done in recent.values())
+    totals["oldest"] = max([row["oldest"] for row in rows], default=0.0)
+    charts_drawn = {
+        "completed_hour": charts.bars(
+            history.series("completed", HOUR, 1), "Completed per minute, last hour", "completed"
+        ),
+        "failed_hour": charts.bars(
+            history.series("failed", HOUR, 1), "Failed per minute, last hour", "failed"
+        ),
+        "backlog_hour": charts.bars(
+            history.series("backlog", HOUR, 1), "Ready backlog, last hour", "backlog"
+        ),
+        "completed_day": charts.bars(
+            history.series("completed", DAY, 15), "Completed per 15 minutes, last day", "completed"
+        ),
+        "failed_day": charts.bars(
+            history.series("failed", DAY, 15), "Failed per 15 minutes, last day", "failed"
+        ),
+        "backlog_day": charts.bars(
+            history.series("backlog", DAY, 15), "Ready backlog, last day", "backlog"
+        ),
+    }
+    return {
+        "rows": rows,
+        "totals": totals,
+        "capped": capped,
+        "estimated": estimated,
+        "cap": COUNT_CAP,
+        "charts": charts_drawn,
+        "at": time.time(),
+    }
+
+
+async def _overview(board: Dashboard, request: Request) -> Response:
+    return board.page(request, "overview.html", **await _overview_values(board))
+
+
+async def _live(board: Dashboard, request: Request) -> Response:
+    return board.page(request, "live.html", **await _overview_values(board))
+
+
+def _state_of(text: str | None, default: JobState) -> JobState:
+    try:
+        return JobState(text) if text else default
+    except ValueError:
+        return default
+
+
+async def _list(
+    board: Dashboard, request: Request, state: JobState, template: str, **extra: Any
+) -> Response:
+    params = request.query_params
+    name = params.get("name") or None
+    newest = params.get("order", "newest") != "oldest"
+    page = await board.read(
+        jobs_page_call(
+            state,
+            name,
+            newest=newest,
+            key=params.get("key") or None,
+            after=_uuid_text(params.get("after")),
+        )
+    )
+    return board.page(
+        request,
+        template,
+        state=state.value,
+        name=name,
+        order="newest" if newest else "oldest",
+        page=page,
+        first=not params.get("key"),
+        **extra,
+    )
+
+
+def _uuid_text(text: str | None) -> str | None:
+    if not text:
+        return None
+    try:
+        return str(UUID(text))
+    except ValueError:
+        return None
+
+
+async def _jobs(board: Dashboard, request: Request) -> Response:
+    wanted = request.query_params.get("id", "").strip()
+    if wanted:
+        base = request.scope.get("root_path", "").rstrip("/")
+        found = _uuid_text(wanted)
+        if found is None:
+            return board.page(
+                request,
+                "message.html",
+                status=400,
+                title="Not a job id",
+                message="A job id is a UUID, like 0191f3c2-7a4e-4b7e-9c1d-2f1e3d4c5b6a.",
+            )
+        return RedirectResponse(f"{base}/jobs/{found}", status_code=303)
+    state = _state_of(request.query_params.get("state"), JobState.QUEUED)
+    return await _list(board, request, state, "jobs.html")
+
+
+async def _review(board: Dashboard, request: Request) -> Response:
+    return await _list(board, request, JobState.NEEDS_REVIEW, "jobs.html", work="review")
+
+
+async def _failed(board: Dashboard, request: Request) -> Response:
+    return await _list(board, request, JobState.FAILED, "jobs.html", work="failed")
+
+
+async def _job(board: Dashboard, request: Request) -> Response:
+    job_id = _uuid_text(request.path_params["job_id"])
+    if job_id is None:
+        return board.page(
+            request, "message.html", status=404, title="No such job", message="Not a job id."
+        )
+    queue = await board.opened()
+    info = await queue.job(UUID(job_id))
+    acts = await queue.acts(UUID(job_id))
+    if info is None and not acts:
+        return board.page(
+            request,
+            "message.html",
+            status=404,
+            title="No such job",
+            message=f"There is no job {job_id}: it never existed, or retention deleted it.",
+        )
+    return board.page(request, "job.html", job=info, job_id=job_id, acts=acts)
+
+
+async def _schedules(board: Dashboard, request: Request) -> Response:
+    queue = await board.opened()
+    found = await queue.schedules()
+    now = datetime.now(timezone.utc)
+    # A live process marks its schedules seen at most once a minute (`sql.SCHEDULES_SEEN`).
+    within = queue.options.seconds("stale_after") + 120
+    rows = [
+        {
+            "info": one,
+            "in_code": one.archived_at is None and (now - one.seen_at).total_seconds() < within,
+        }
+        for one in found
+    ]
+    return board.page(request, "schedules.html", rows=rows)
+
+
+async def _workers(board: Dashboard, request: Request) -> Response:
+    found: list[WorkerInfo] = await board.read(workers_call())
+    stale = board.queue.options.seconds("stale_after")
+    return board.page(request, "workers.html", workers=found, stale=stale)
+
+
+async def _acts(board: Dashboard, request: Request) -> Response:
+    params = request.query_params
+    by = params.get("by") or None
+    try:
+        kind = ActKind(params["act"]) if params.get("act") else None
+    except ValueError:
+        kind = None
+    before_text = params.get("before", "")
+    before = int(before_text) if before_text.isdigit() else None
+    found = await board.read(acts_log_call(by, kind, before))
+    return board.page(
+        request,
+        "acts.html",
+        acts=found,
+        by=by,
+        act=None if kind is None else kind.value,
+        kinds=[k.value for k in ActKind],
+        next_before=found[-1].id if len(found) == 50 else None,
+    )
+
+
+async def _act(board: Dashboard, request: Request) -> Response:
+    if board.read_only:
+        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+    person: Person = request.state.person
+    form = await request.form()
+    act = form.get("act")
+    reason = form.get("reason")
+    ids = [one for one in form.getlist("id") if isinstance(one, str)]
+    problem = None
+    if act not in ("cancel", "retry"):
+        problem = "Choose an act: cancel, or retry (which releases a job in review)."
+    elif not ids:
+        problem = "Choose at least one job."
+    elif len(ids) > MAX_SELECTED:
+        problem = f"Choose at most {MAX_SELECTED} jobs at once."
+    elif any(_uuid_text(one) is None for one in ids):
+        problem = "A chosen job is not a job id."
+    else:
+        try:
+            check_code(reason, "reason")
+        except NotACodeError:
+            problem = (
+                "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
+                "(no control, zero-width or bidi characters, no space first or last)."
+            )
+    if problem is not None:
+        return board.page(
+            request, "message.html", status=400, title="Nothing done", message=problem
+        )
+    assert isinstance(reason, str)
+    do = cancel if act == "cancel" else retry
+    queue = await board.opened()
+    outcomes = []
+    async with queue.connection() as conn:  # one transaction: every act or none
+        for one in dict.fromkeys(ids):
+            result = await do(conn, UUID(one), person.name, reason)
+            outcomes.append({"id": one, "applied": result.applied, "said": _outcome(result)})
+    return board.page(request, "outcome.html", outcomes=outcomes, act=act, reason=reason)

@@ -1,0 +1,135 @@
+"""The overview's history: jobs finished per minute (completed, failed, cancelled, per
+name) over the last day, and the ready backlog, kept in the app's memory.
+
+Finished jobs are read by whole-minute windows (`sql.WEB_FINISHED_PER_MINUTE`): at each
+refresh the last two minutes (the current one, and the one just closed, which rows
+committed late may still join), and one more `BACKFILL` minutes further back, until
+the day is there (the hour's chart fills in five refreshes, the day's in a few
+minutes). So a refresh reads at most a dozen minutes of finished rows, however many
+millions retention keeps: at 60,000 jobs an hour, about 10 ms.
+
+The ready backlog has no history in the database (a queued job's row says nothing of
+how many were queued with it), so it is sampled at each refresh: its chart starts when
+the dashboard did. A job retried after it failed leaves its minute's count as read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from .reads import Finished
+
+__all__ = ["BACKFILL", "DAY", "HOUR", "History", "Series"]
+
+MINUTE = 60
+HOUR = 60
+"""Minutes in the hour chart."""
+DAY = 24 * 60
+"""Minutes in the day chart."""
+
+BACKFILL = 10
+"""Minutes of the past read at each refresh, until the day is there."""
+
+REFRESH_EVERY = 2.0
+"""Seconds between refreshes, whoever asks (several open pages share one)."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One chart's values, oldest first, one per bucket, and each bucket's start."""
+
+    starts: list[int]
+    """Epoch seconds."""
+    values: list[int]
+
+
+@dataclass
+class History:
+    """What the overview's charts show; refreshed by `refresh`, shared by every page."""
+
+    finished: dict[int, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
+    """Minute start (epoch s) -> name -> (completed, failed, cancelled)."""
+    backlog: dict[int, int] = field(default_factory=dict)
+    """Minute start -> ready jobs at the last sample in that minute."""
+    back_to: int | None = None
+    """The earliest minute read so far (None: nothing read yet)."""
+    refreshed: float = float("-inf")
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def refresh(
+        self,
+        read: Callable[[int, int | None], Awaitable[list[Finished]]],
+        ready: int,
+        now: float | None = None,
+    ) -> None:
+        """Read what finished since the last refresh (and `BACKFILL` more minutes of the
+        past, until the day is there) with `read(since, until)`, and sample the
+        backlog `ready`."""
+        async with self.lock:
+            clock = time.monotonic()
+            if clock - self.refreshed < REFRESH_EVERY:
+                return
+            self.refreshed = clock
+            wall = time.time() if now is None else now
+            current = int(wall // MINUTE * MINUTE)
+            self.backlog[current] = ready
+            recent = current - MINUTE
+            windows: list[tuple[int, int | None]] = [(recent, None)]
+            if self.back_to is None:
+                self.back_to = recent
+            if self.back_to > current - DAY * MINUTE:
+                windows.append((self.back_to - BACKFILL * MINUTE, self.back_to))
+                self.back_to -= BACKFILL * MINUTE
+            for since, until in windows:
+                rows = await read(since, until)
+                end = current + MINUTE if until is None else until
+                for minute in range(since, end, MINUTE):
+                    self.finished.pop(minute, None)
+                for row in rows:
+                    self.finished.setdefault(row.minute, {})[row.name] = (
+                        row.completed,
+                        row.failed,
+                        row.cancelled,
+                    )
+            oldest = current - DAY * MINUTE
+            for kept in (self.finished, self.backlog):
+                for minute in [m for m in kept if m < oldest]:
+                    del kept[minute]
+
+    def recent_by_name(self, minutes: int = HOUR, now: float | None = None) -> dict[str, list[int]]:
+        """Jobs finished in the last `minutes` minutes, per name: [completed, failed,
+        cancelled]."""
+        wall = time.time() if now is None else now
+        since = int(wall // MINUTE * MINUTE) - (minutes - 1) * MINUTE
+        found: dict[str, list[int]] = {}
+        for minute, names in self.finished.items():
+            if minute >= since:
+                for name, counts in names.items():
+                    total = found.setdefault(name, [0, 0, 0])
+                    for i, n in enumerate(counts):
+                        total[i] += n
+        return found
+
+    def series(self, what: str, minutes: int, per: int, now: float | None = None) -> Series:
+        """The last `minutes` minutes of `what` (`completed`, `failed`, or `backlog`: the
+        last sample of each bucket), in buckets of `per` minutes."""
+        wall = time.time() if now is None else now
+        current = int(wall // MINUTE * MINUTE)
+        first = current - (minutes - per) * MINUTE
+        first -= first % (per * MINUTE)
+        starts = list(range(first, current + 1, per * MINUTE))
+        values = []
+        for start in starts:
+            bucket = range(start, start + per * MINUTE, MINUTE)
+            if what == "backlog":
+                samples = [self.backlog[m] for m in bucket if m in self.backlog]
+                values.append(samples[-1] if samples else 0)
+            else:
+                index = 0 if what == "completed" else 1
+                values.append(
+                    sum(c[index] for m in bucket for c in self.finished.get(m, {}).values())
+                )
+        return Series(starts, values)

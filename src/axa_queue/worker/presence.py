@@ -1,0 +1,101 @@
+"""Presence: this worker process's row in `axa_workers`.
+
+Made when the worker starts and refreshed once per `heartbeat_interval` with its jobs in
+progress (`sql.WORKER_SEEN`: one primary-key upsert on the side connection, whatever the
+number of jobs), deleted when the worker stops cleanly (`sql.WORKER_GONE`). It only
+informs people (the `workers` command, the dashboard): a failure is logged once and
+tried again at the next beat, and never stops a job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from importlib import metadata
+from uuid import uuid4
+
+import psycopg
+
+from .. import sql
+from ..options import QueueOptions
+from ..registry import Registry
+from ..retries import first_line
+from .claims import MIN_HEARTBEAT
+from .connections import Connections
+from .state import State
+
+__all__ = ["Presence"]
+
+log = logging.getLogger("axa_queue.worker")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("axa-queue")
+    except metadata.PackageNotFoundError:  # run from a source tree
+        return "unknown"
+
+
+class Presence:
+    """Keeps this process's row in `axa_workers` while it works."""
+
+    def __init__(
+        self,
+        state: State,
+        connections: Connections,
+        registry: Registry,
+        options: QueueOptions,
+    ) -> None:
+        self.state = state
+        self.connections = connections
+        self.registry = registry
+        self.options = options
+        self.id = uuid4()
+        self.failing = False
+        """Whether the last write failed (logged once, until one goes through)."""
+
+    def _params(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "names": sorted(self.registry.handlers),
+            "loops": self.options.workers,
+            "running": self.state.active,
+            "version": _version(),
+            "now": self.connections.now(),
+        }
+
+    async def seen(self) -> bool:
+        """Write the row now; whether it went through."""
+        try:
+            await self.connections.on_side(sql.WORKER_SEEN, self._params())
+        except psycopg.Error as error:
+            if not self.failing:
+                log.warning(
+                    "could not record this worker process in axa_workers; trying again",
+                    extra={"error": first_line(error)},
+                )
+            self.failing = True
+            return False
+        self.failing = False
+        return True
+
+    async def loop(self) -> None:
+        """Make the row at once, then refresh it every heartbeat interval."""
+        every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
+        while True:
+            await self.seen()
+            await asyncio.sleep(every)
+
+    async def gone(self) -> None:
+        """Delete the row (a clean stop); a failure leaves it to housekeeping."""
+        try:
+            await self.connections.on_side(sql.WORKER_GONE, {"id": self.id})
+        except psycopg.Error as error:
+            log.info(
+                "could not remove this worker process from axa_workers; housekeeping will",
+                extra={"error": first_line(error)},
+            )

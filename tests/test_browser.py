@@ -1,0 +1,432 @@
+"""The dashboard in a real browser: Playwright driving Debian's `chromium`.
+
+These tests skip, saying why, where Playwright or chromium is missing; CI sets
+`AXA_TEST_REQUIRE_BROWSER=1` (`.ci/run` installs chromium), which turns the skip into a
+failure. One browser serves the whole session; each test has its own server, on its own
+schema, and a fresh browser context (no cookies).
+
+Playwright's sync API keeps an event loop running in the thread that started it, where
+`asyncio.run` and async tests could no longer run: so it lives in a thread of its own
+(`Browsing`), and each test's body runs there (`in_browser`).
+
+With `AXA_DOCS_SCREENSHOTS=1`, `test_screenshots_of_the_overview_and_a_job_page` writes
+docs/images/overview.png and docs/images/job.png (else it writes them to a temporary
+folder): `AXA_DOCS_SCREENSHOTS=1 python -m pytest tests/test_browser.py -k screenshots`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from axa_queue import Queue, QueueOptions
+from axa_queue.web import create_app
+from conftest import FAST
+
+TOKEN = "browser-test-token-0123456789"
+SECRET = "S3CRET-in-the-args-b7e2"
+CHROMIUM = next(
+    (p for p in ("/usr/bin/chromium", "/usr/bin/chromium-browser") if os.path.exists(p)), None
+)
+DOCS_IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
+
+
+def _missing() -> str | None:
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "Playwright is not installed (pip install playwright, or the [dev] extra)"
+    if CHROMIUM is None:
+        return "Debian's chromium is not installed (apt-get install chromium)"
+    return None
+
+
+class Browsing:
+    """Playwright and its browser, in a thread of their own."""
+
+    def __init__(self) -> None:
+        self.thread = ThreadPoolExecutor(1, thread_name_prefix="playwright")
+        self.playwright: Any = None
+        self.browser: Any = None
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn` in Playwright's thread; return what it returns, raise what it raises."""
+        return self.thread.submit(fn).result()
+
+    def start(self) -> None:
+        from playwright.sync_api import sync_playwright
+
+        self.playwright = sync_playwright().start()
+        self.browser = self.playwright.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox"]
+        )
+
+    def stop(self) -> None:
+        if self.browser is not None:
+            self.browser.close()
+        if self.playwright is not None:
+            self.playwright.stop()
+
+
+BROWSING: list[Browsing] = []
+
+
+def in_browser(test: Callable[..., None]) -> Callable[..., None]:
+    """Run the test's body in Playwright's thread (its fixtures are made as usual)."""
+
+    @functools.wraps(test)
+    def run(*args: Any, **kwargs: Any) -> None:
+        BROWSING[0].call(lambda: test(*args, **kwargs))
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browsing]:
+    why = _missing()
+    if why is not None:
+        if os.environ.get("AXA_TEST_REQUIRE_BROWSER"):
+            pytest.fail(f"AXA_TEST_REQUIRE_BROWSER is set but {why}")
+        pytest.skip(why)
+    browsing = Browsing()
+    browsing.call(browsing.start)
+    BROWSING.append(browsing)
+    try:
+        yield browsing
+    finally:
+        BROWSING.remove(browsing)
+        browsing.call(browsing.stop)
+        browsing.thread.shutdown()
+
+
+class Served:
+    """A dashboard served by uvicorn in a thread, on a free port of 127.0.0.1."""
+
+    def __init__(self, app: Any) -> None:
+        import uvicorn
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]})
+
+    def __enter__(self) -> Served:
+        self.thread.start()
+        while not self.server.started:
+            if not self.thread.is_alive():
+                raise RuntimeError("the dashboard's server did not start")
+            threading.Event().wait(0.01)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(30)
+        self.sock.close()
+
+
+@pytest.fixture
+def tables(dsn: str) -> str:
+    async def setup() -> None:
+        queue = Queue(dsn)
+        await queue.open()
+        await queue.close()
+
+    asyncio.run(setup())
+    return dsn
+
+
+@pytest.fixture
+def served(tables: str) -> Iterator[Served]:
+    with Served(create_app(tables, token=TOKEN)) as one:
+        yield one
+
+
+@pytest.fixture
+def page(browser: Browsing) -> Iterator[Any]:
+    def opened() -> tuple[Any, Any]:
+        context = browser.browser.new_context(viewport={"width": 1280, "height": 900})
+        one = context.new_page()
+        errors: list[str] = []
+        one.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        one.errors = errors
+        return context, one
+
+    context, one = browser.call(opened)
+    yield one
+    browser.call(context.close)
+
+
+def seed(
+    admin: psycopg.Connection[Any],
+    name: str,
+    status: str,
+    n: int = 1,
+    ago: str = "0 seconds",
+) -> list[uuid.UUID]:
+    ids = [uuid.uuid4() for _ in range(n)]
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, status, attempts, max_attempts, error, "
+        "updated_at, started_at) "
+        "SELECT i, %s, %s::jsonb, %s, %s, 3, %s, now() - %s::interval * random(), "
+        "CASE WHEN %s <> 'queued' THEN now() - %s::interval END FROM unnest(%s::uuid[]) AS i",
+        (
+            name,
+            f'{{"card": "{SECRET}"}}',
+            status,
+            0 if status == "queued" else (3 if status == "failed" else 1),
+            "payment gateway timed out" if status == "failed" else None,
+            ago,
+            status,
+            ago,
+            ids,
+        ),
+    )
+    admin.execute(  # times that read as a run's: queued, then started, then finished
+        "UPDATE axa_queue SET started_at = updated_at - interval '2 seconds', "
+        "created_at = updated_at - interval '1 minute', run_at = updated_at - interval '1 minute' "
+        "WHERE id = ANY(%s) AND status <> 'queued'",
+        (ids,),
+    )
+    return ids
+
+
+def sign_in(page: Any, served: Served, name: str = "alice") -> None:
+    page.goto(served.url + "/")
+    assert page.url.endswith("/signin")
+    page.fill("input[name=token]", TOKEN)
+    page.fill("input[name=name]", name)
+    page.click("button[type=submit]")
+    page.wait_for_url(served.url + "/")
+    assert page.inner_text("#person") == name
+
+
+def acts_of(admin: psycopg.Connection[Any], job: uuid.UUID) -> list[tuple[str, str, str]]:
+    rows = admin.execute(
+        "SELECT act, by, reason FROM axa_job_acts WHERE job_id = %s ORDER BY id", (job,)
+    )
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def status(admin: psycopg.Connection[Any], job: uuid.UUID) -> str:
+    row = admin.execute("SELECT status FROM axa_queue WHERE id = %s", (job,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@in_browser
+def test_signing_in_shows_counts_that_match_the_database(page, served, admin) -> None:
+    seed(admin, "Mail", "queued", 7)
+    seed(admin, "Report", "queued", 3)
+    seed(admin, "Report", "needs_review", 2)
+    seed(admin, "Pay", "failed", 4, ago="10 minutes")
+    sign_in(page, served)
+    ready = admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'queued'").fetchone()
+    assert ready is not None and page.inner_text("#total-ready") == str(ready[0]) == "10"
+    assert page.inner_text("#total-needs_review") == "2"
+    assert page.inner_text("#total-failed") == "4"
+    assert page.inner_text("tr[data-name=Report] .n-ready") == "3"
+    assert page.inner_text("tr[data-name=Pay] .n-failed") == "4"
+    assert page.errors == []  # htmx loaded under the CSP, nothing refused
+
+
+@in_browser
+def test_cancel_a_queued_job_with_a_reason_and_find_the_act_by_the_signed_in_person(
+    page, served, admin
+) -> None:
+    [job] = seed(admin, "Mail", "queued")
+    sign_in(page, served, "alice.ops")
+    page.goto(f"{served.url}/jobs/{job}")
+    page.fill("input[name=reason]", "INC-1234")
+    page.click("button[value=cancel]")
+    assert page.inner_text("#outcomes .said") == "cancelled"
+    assert status(admin, job) == "cancelled"
+    assert acts_of(admin, job) == [("cancelled", "alice.ops", "INC-1234")]
+    page.goto(f"{served.url}/acts?by=alice.ops")
+    assert page.inner_text("#acts .by") == "alice.ops"
+    assert page.inner_text("#acts .reason") == "INC-1234"
+
+
+@in_browser
+def test_retry_a_failed_job_from_the_failed_list(page, served, admin) -> None:
+    [job] = seed(admin, "Pay", "failed")
+    sign_in(page, served)
+    page.goto(served.url + "/failed")
+    page.check(f"input[name=id][value='{job}']")
+    page.fill("input[name=reason]", "OPS-9")
+    page.click("button[value=retry]")
+    assert "retried" in page.inner_text("#outcomes .said")
+    assert status(admin, job) == "queued"
+    assert acts_of(admin, job) == [("retried", "alice", "OPS-9")]
+
+
+@in_browser
+def test_release_a_job_from_review(page, served, admin) -> None:
+    [job] = seed(admin, "Report", "needs_review")
+    sign_in(page, served)
+    page.goto(served.url + "/review")
+    page.check(f"input[name=id][value='{job}']")
+    page.fill("input[name=reason]", "checked-twice")
+    page.click("button[value=retry]")
+    assert "released from review" in page.inner_text("#outcomes .said")
+    assert acts_of(admin, job) == [("released", "alice", "checked-twice")]
+
+
+@in_browser
+def test_the_overview_updates_live_when_a_job_completes(page, served, tables, admin) -> None:
+    release = threading.Event()
+    started = threading.Event()
+    stop: list[asyncio.Event] = []
+
+    async def work() -> None:
+        queue = Queue(tables, QueueOptions(**FAST))
+        await queue.open()
+
+        @queue.handler("Slow")
+        def slow(args: Any) -> None:  # in a thread
+            started.set()
+            release.wait(30)
+
+        await queue.enqueue("Slow", {})
+        stop.append(asyncio.Event())
+        await queue.run(stop[0])
+        await queue.close()
+
+    loop = asyncio.new_event_loop()
+    worker = threading.Thread(target=loop.run_until_complete, args=(work(),))
+    worker.start()
+    try:
+        assert started.wait(30)
+        sign_in(page, served)
+        from playwright.sync_api import expect  # polls without eval, which the CSP refuses
+
+        expect(page.locator("#total-running")).to_have_text("1", timeout=20_000)
+        page.evaluate("window.sameDocument = true")
+        release.set()
+        expect(page.locator("#total-completed")).to_have_text("1", timeout=20_000)
+        expect(page.locator("#total-running")).to_have_text("0")
+        assert page.evaluate("window.sameDocument") is True  # no reload: htmx swapped it
+    finally:
+        release.set()
+        loop.call_soon_threadsafe(lambda: stop and stop[0].set())
+        worker.join(30)
+        loop.close()
+
+
+@in_browser
+def test_nothing_is_shown_or_done_without_signing_in(page, served, admin) -> None:
+    [job] = seed(admin, "Mail", "queued")
+    page.goto(f"{served.url}/jobs/{job}")
+    assert page.url.endswith("/signin") and "Mail" not in page.content()
+    answer = page.request.post(
+        served.url + "/act",
+        form={"act": "cancel", "id": str(job), "reason": "X"},
+        headers={"origin": served.url},
+    )
+    assert answer.status == 403
+    assert acts_of(admin, job) == []
+
+
+@in_browser
+def test_an_act_without_its_csrf_token_is_refused(page, served, admin) -> None:
+    [job] = seed(admin, "Mail", "queued")
+    sign_in(page, served)
+    page.goto(f"{served.url}/jobs/{job}")
+    page.evaluate("document.querySelector('form.card input[name=csrf]').remove()")
+    page.fill("input[name=reason]", "INC-1")
+    page.click("button[value=cancel]")
+    assert "CSRF" in page.content()
+    assert status(admin, job) == "queued" and acts_of(admin, job) == []
+
+
+@in_browser
+def test_read_only_offers_no_act_and_the_server_refuses_one(page, tables, admin) -> None:
+    [job] = seed(admin, "Mail", "queued")
+    with Served(create_app(tables, token=TOKEN, read_only=True)) as served:
+        sign_in(page, served)
+        page.goto(f"{served.url}/jobs/{job}")
+        assert page.locator("button[value=cancel]").count() == 0
+        page.goto(served.url + "/jobs")
+        assert page.locator("input[type=checkbox][name=id]").count() == 0
+        csrf = page.get_attribute("input[name=csrf]", "value")
+        answer = page.request.post(
+            served.url + "/act",
+            form={"act": "cancel", "id": str(job), "reason": "X", "csrf": csrf or ""},
+            headers={"origin": served.url},
+        )
+        assert answer.status == 403
+    assert acts_of(admin, job) == []
+
+
+@in_browser
+def test_a_secret_in_job_arguments_appears_in_no_page(page, served, admin) -> None:
+    jobs = [
+        *seed(admin, "Mail", "queued"),
+        *seed(admin, "Pay", "failed"),
+        *seed(admin, "Report", "needs_review"),
+        *seed(admin, "Mail", "completed"),
+        *seed(admin, "Mail", "running"),
+    ]
+    sign_in(page, served)
+    pages = ["/", "/jobs", "/review", "/failed", "/schedules", "/workers", "/acts"]
+    pages += [f"/jobs?state={s}" for s in ("running", "completed", "cancelled")]
+    pages += [f"/jobs/{job}" for job in jobs]
+    for path in pages:
+        page.goto(served.url + path)
+        assert SECRET not in page.content(), path
+
+
+@in_browser
+def test_a_script_in_a_job_name_or_error_is_shown_as_text_and_never_runs(
+    page, served, admin
+) -> None:
+    evil = "<script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+    [job] = seed(admin, evil, "failed")
+    admin.execute("UPDATE axa_queue SET error = %s WHERE id = %s", (evil, job))
+    sign_in(page, served)
+    for path in ("/", "/failed", f"/jobs/{job}"):
+        page.goto(served.url + path)
+        assert page.evaluate("window.pwned") is None, path
+    assert page.inner_text("#job .name") == evil
+    assert page.inner_text("#job-error") == evil
+
+
+@in_browser
+def test_screenshots_of_the_overview_and_a_job_page(
+    page, served, admin, tmp_path, monkeypatch
+) -> None:
+    monkeypatch.setattr("axa_queue.web.history.BACKFILL", 60)  # the hour at the first look
+    for name, n in (("mail.send", 40), ("thumbnail.make", 25), ("invoice.charge", 12)):
+        seed(admin, name, "queued", n)
+        seed(admin, name, "completed", n * 30, ago="59 minutes")
+    seed(admin, "invoice.charge", "failed", 9, ago="50 minutes")
+    seed(admin, "report.nightly", "needs_review", 2)
+    seed(admin, "thumbnail.make", "running", 6)
+    [job] = seed(admin, "invoice.charge", "failed", ago="5 minutes")
+    admin.execute(
+        "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason) "
+        "VALUES (%s, 'invoice.charge', 'retried', 2, 'alice', 'INC-2041')",
+        (job,),
+    )
+    sign_in(page, served)
+    shots = {"overview.png": "/", "job.png": f"/jobs/{job}"}
+    for file, path in shots.items():
+        page.goto(served.url + path)
+        page.screenshot(path=str(tmp_path / file), full_page=True)
+        assert (tmp_path / file).stat().st_size > 10_000
+    if os.environ.get("AXA_DOCS_SCREENSHOTS"):
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        for file in shots:
+            shutil.copy(tmp_path / file, DOCS_IMAGES / file)
