@@ -88,7 +88,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
     table = bench.format_report(report)
     assert "goals" in table
     assert "drain" in table and "latency" in table and "claim on a big table" in table
-    assert "enqueue through sqlalchemy asyncpg, enqueue_all_on 5" in table
+    assert "  sqlalchemy asyncpg, enqueue_all_on 5 (200)" in table
     assert len(bench.goals(report)) == 12 + 2 * 5  # two per integration kind
 
 
