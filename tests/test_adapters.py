@@ -4,6 +4,7 @@ asyncpg's, each committing and rolling back with the caller's transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -20,7 +21,12 @@ import pytest
 import sqlalchemy
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncSession,
+    async_scoped_session,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from axa_queue import (
@@ -138,6 +144,7 @@ KINDS = [
     "sqlalchemy scoped session",
     "sqlalchemy connection",
     "sqlalchemy async session",
+    "sqlalchemy async scoped session",
     "sqlalchemy async connection",
     "sqlalchemy asyncpg session",
     "sqlalchemy asyncpg connection",
@@ -202,6 +209,12 @@ async def opened(kind: str, dsn: str, schema: str) -> AsyncIterator[Opened]:
             if kind.endswith("connection"):
                 async with aengine.connect() as aconn:
                     yield Opened(aconn, aconn.commit, aconn.rollback, sync=False)
+            elif "scoped" in kind:
+                ascoped = async_scoped_session(
+                    async_sessionmaker(aengine), scopefunc=asyncio.current_task
+                )
+                yield Opened(ascoped, ascoped.commit, ascoped.rollback, sync=False)
+                await ascoped.remove()
             else:
                 async with async_sessionmaker(aengine)() as asession:
                     yield Opened(asession, asession.commit, asession.rollback, sync=False)
