@@ -43,6 +43,17 @@ BASELINE = {kind: "psycopg" for kind in SYNC_KINDS} | {k: "psycopg async" for k 
 
 
 @dataclass(frozen=True)
+class Rate:
+    """What one case measured."""
+
+    jobs_per_s: float
+    cpu_us_per_job: float
+    """This process's CPU time per job (the benchmark's client: the library, the
+    integration, the driver), which other work on the machine barely moves, unlike
+    jobs/s: the integration's own cost shows here."""
+
+
+@dataclass(frozen=True)
 class Opened:
     """A connection of one kind in its caller's transaction, and how to commit it."""
 
@@ -169,13 +180,13 @@ def _chunks(args: list[dict[str, Any]], batch: int) -> list[list[dict[str, Any]]
     return [args[start : start + batch] for start in range(0, len(args), batch)]
 
 
-def _enqueue_sync(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> float:
+def _enqueue_sync(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> Rate:
     args = [{"k": str(i)} for i in range(jobs)]
     with opened_sync(kind, dsn) as case:
         for i in range(warmup):  # prepared statements, caches: as in a process running a while
             enqueue_on(case.conn, NewJob("warm", {"k": i}))
             enqueue_all_on(case.conn, [NewJob("warm")] * min(batch, 10))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if batch == 1:
             for one in args:
                 enqueue_on(case.conn, NewJob("noop", one))
@@ -183,16 +194,16 @@ def _enqueue_sync(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> fl
             for chunk in _chunks(args, batch):
                 enqueue_all_on(case.conn, [NewJob("noop", one) for one in chunk])
         case.commit()
-        return jobs / (time.perf_counter() - t0)
+        return Rate(jobs / (time.perf_counter() - t0), (time.process_time() - c0) / jobs * 1e6)
 
 
-async def _enqueue_async(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> float:
+async def _enqueue_async(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> Rate:
     args = [{"k": str(i)} for i in range(jobs)]
     async with opened_async(kind, dsn) as case:
         for i in range(warmup):
             await enqueue_on(case.conn, NewJob("warm", {"k": i}))
             await enqueue_all_on(case.conn, [NewJob("warm")] * min(batch, 10))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if batch == 1:
             for one in args:
                 await enqueue_on(case.conn, NewJob("noop", one))
@@ -200,11 +211,11 @@ async def _enqueue_async(kind: str, dsn: str, jobs: int, batch: int, warmup: int
             for chunk in _chunks(args, batch):
                 await enqueue_all_on(case.conn, [NewJob("noop", one) for one in chunk])
         await case.commit()
-        return jobs / (time.perf_counter() - t0)
+        return Rate(jobs / (time.perf_counter() - t0), (time.process_time() - c0) / jobs * 1e6)
 
 
-def enqueue_rate(kind: str, dsn: str, jobs: int, batch: int = 1, warmup: int = 20) -> float:
-    """Jobs/s of queuing `jobs` jobs on a connection of `kind` to `dsn` (the tables must
+def enqueue_rate(kind: str, dsn: str, jobs: int, batch: int = 1, warmup: int = 20) -> Rate:
+    """Jobs/s and client CPU per job of queuing `jobs` jobs on a connection of `kind` to `dsn` (the tables must
     be there) in one transaction, commit included; `batch` > 1 queues them with
     `enqueue_all_on`, `batch` at a time. Sync kinds run outside any event loop."""
     if kind in SYNC_KINDS:
