@@ -12,7 +12,9 @@ caller's open transaction, committed at the end (the commit is timed too):
 - batch: `enqueue_all_on` of `batch` jobs, `jobs // batch` times.
 
 Kinds: psycopg `Connection` and `AsyncConnection` (the baselines), Django's
-`connections[alias]` (in `transaction.atomic`), a SQLAlchemy `Session`, an
+`connections[alias]` (in `transaction.atomic`; as Django sets it up by default, binding
+parameters in the client and preparing nothing, and `prepared`, with
+`server_side_binding` and `prepare_threshold` as psycopg's own connection has them), a SQLAlchemy `Session`, an
 `AsyncSession` on `postgresql+psycopg` and on `postgresql+asyncpg`, and an asyncpg
 `Connection` (in `conn.transaction()`). A sync kind is compared with psycopg's sync
 connection, an async one with psycopg's `AsyncConnection`: the ratio is the
@@ -35,7 +37,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 from axa_queue import NewJob, enqueue_all_on, enqueue_on
 
-SYNC_KINDS = ("psycopg", "django", "sqlalchemy")
+SYNC_KINDS = ("psycopg", "django", "django prepared", "sqlalchemy")
 ASYNC_KINDS = ("psycopg async", "sqlalchemy async", "sqlalchemy asyncpg", "asyncpg")
 KINDS = SYNC_KINDS + ASYNC_KINDS
 """Every kind measured; the first of each group is its baseline."""
@@ -79,8 +81,11 @@ def _asyncpg_kwargs(dsn: str) -> dict[str, Any]:
     }
 
 
-def _django(dsn: str) -> Any:
-    """`connections[alias]` of a Django project whose database is `dsn`."""
+def _django(dsn: str, prepared: bool = False) -> Any:
+    """`connections[alias]` of a Django project whose database is `dsn`: as Django sets
+    it up by default (parameters bound in the client, nothing prepared: safe behind
+    any pooler), or `prepared` (`server_side_binding`, `prepare_threshold` 5, as
+    psycopg's own connection does)."""
     import django
     from django.conf import settings
     from django.db import connections
@@ -89,7 +94,10 @@ def _django(dsn: str) -> Any:
         settings.configure(DATABASES={}, USE_TZ=True, INSTALLED_APPS=[])
         django.setup()
     parts = conninfo_to_dict(dsn)
-    alias = f"bench_{_search_path(dsn)}"
+    alias = f"bench_{_search_path(dsn)}{'_prepared' if prepared else ''}"
+    options: dict[str, Any] = {"options": str(parts.get("options", ""))}
+    if prepared:
+        options |= {"server_side_binding": True, "prepare_threshold": 5}
     connections.settings[alias] = connections.configure_settings(
         {
             "default": {},
@@ -100,7 +108,7 @@ def _django(dsn: str) -> Any:
                 "PASSWORD": parts.get("password", ""),
                 "HOST": parts.get("host", ""),
                 "PORT": str(parts.get("port", "")),
-                "OPTIONS": {"options": str(parts.get("options", ""))},
+                "OPTIONS": options,
             },
         }
     )[alias]
@@ -113,10 +121,10 @@ def opened_sync(kind: str, dsn: str) -> Iterator[Opened]:
     if kind == "psycopg":
         with psycopg.connect(dsn) as conn:
             yield Opened(conn, conn.commit)
-    elif kind == "django":
+    elif kind in ("django", "django prepared"):
         from django.db import transaction
 
-        connection = _django(dsn)
+        connection = _django(dsn, prepared=kind == "django prepared")
         try:
             block = transaction.atomic(using=connection.alias)
             block.__enter__()
