@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import weakref
 from collections import namedtuple
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
@@ -246,9 +247,28 @@ def _on_sqlalchemy(conn: Any, call: Call[T]) -> T:
     return run_sync(raw, call)
 
 
+_session_connections: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+"""For each `AsyncSession`, its transaction and the `AsyncConnection` that transaction
+holds: asking the session again (`await session.connection()`, a trip through
+SQLAlchemy's greenlet) cost more than the rest of a call, and within one transaction
+the answer does not change."""
+
+
 async def _on_async_session(session: Any, call: Call[T]) -> T:
-    """Send `call` on the connection of a SQLAlchemy `AsyncSession`."""
-    return await _on_async_sqlalchemy(await session.connection(), call)
+    """Send `call` on the connection of a SQLAlchemy `AsyncSession` (or the one an
+    `async_scoped_session` holds for this scope), beginning its transaction as any
+    statement would."""
+    from sqlalchemy.ext.asyncio import async_scoped_session
+
+    if isinstance(session, async_scoped_session):
+        session = session()
+    transaction = session.sync_session.get_transaction()
+    held = _session_connections.get(session)
+    if held is not None and held[0] is transaction and transaction.is_active:
+        return await _on_async_sqlalchemy(held[1], call)
+    conn = await session.connection()
+    _session_connections[session] = (session.sync_session.get_transaction(), conn)
+    return await _on_async_sqlalchemy(conn, call)
 
 
 async def _on_async_sqlalchemy(conn: Any, call: Call[T]) -> T:
