@@ -18,7 +18,8 @@ from uuid import UUID
 import psycopg
 
 from . import sql
-from .calls import Call, Connection, Row, run
+from .adapters import run
+from .calls import Call, Connection, Row
 from .jobs import moment
 
 __all__ = ["FORGET_AFTER", "WorkerInfo", "workers_call", "workers_on"]

@@ -31,12 +31,14 @@ given its schema)."""
 
 ENQUEUE = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
                            trace_context)
-    VALUES (%(id)s, %(name)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s,
+    VALUES (%(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
             COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
-            %(timeout_ms)s, %(trace_context)s::jsonb)"""
+            %(timeout_ms)s, %(trace_context)s::text::jsonb)"""
 """Queue one job; run_at is the given time, or now plus a delay on the database's clock.
 `trace_context` is the W3C trace context of the enqueue (NULL unless a tracing hook is
-installed and a trace is active, see `tracing`)."""
+installed and a trace is active, see `tracing`). The JSON values travel as text
+(`::text::jsonb`), so a `jsonb` codec an asyncpg user set on their connection cannot
+encode them a second time."""
 
 ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
                            trace_context)

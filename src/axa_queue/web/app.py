@@ -29,7 +29,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import readable
 from ..acts import MAX_REASON_CHARS, ActKind, ActResult, cancel, check_code, retry
-from ..calls import Call, run
+from ..calls import Call, run_async
 from ..errors import NotACodeError
 from ..jobs import JobState
 from ..options import QueueOptions
@@ -141,7 +141,7 @@ class Dashboard:
     async def read(self, call: Call[T]) -> T:
         queue = await self.opened()
         async with queue.pool.connection() as conn:
-            return await run(conn, call)
+            return await run_async(conn, call)
 
     def page(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:
         person: Person | None = request.state.person if hasattr(request.state, "person") else None
