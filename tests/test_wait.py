@@ -27,8 +27,10 @@ from axa_queue import (
 from axa_queue.waits import woken
 from conftest import eventually, later, lock_waits, running, status_of
 
-WAIT_LOCK = "pg_try_advisory_xact_lock(1635213687, 'axa_queue'::regclass::oid::int4)"
-"""What every statement that finishes jobs tries (see `sql.EXCHANGE`)."""
+ENDING_LOCK = "(1635213687, 'axa_queue'::regclass::oid::int4)"
+"""Held shared by every statement finishing jobs until it commits (see `sql.EXCHANGE`)."""
+WAITING_LOCK = "(1635213688, 'axa_queue'::regclass::oid::int4)"
+"""Held shared by every waiting connection; tried by every statement finishing jobs."""
 
 
 def oid_of(admin: psycopg.Connection[Any]) -> str:
@@ -154,7 +156,7 @@ def waits_listening(queue: Any) -> int:
     """How many sessions hold the waiters' lock (each one listening)."""
     with psycopg.connect(queue.dsn, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1635213687 "
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND classid = 1635213688 "
             "AND objid = 'axa_queue'::regclass::oid AND mode = 'ShareLock' AND granted"
         ).fetchone()
         assert row is not None
@@ -206,19 +208,24 @@ async def test_a_job_in_review_ends_a_wait_it_waits_for_a_person(make_queue, adm
 async def test_a_waiter_setting_up_while_an_ending_is_being_written_sees_it_once_committed(
     make_queue, admin, dsn: str
 ) -> None:
-    # An ending is written by a statement that holds the waiters' lock until its commit
-    # (it found no one waiting, so it will not notify). A waiter starting then waits for
-    # that commit before it reads the row: it sees the ending, it does not miss it.
+    # An ending is written by a statement that holds the ending lock until its commit
+    # and found no one waiting, so it will not notify (as `sql.EXCHANGE` does). A waiter
+    # starting then waits for that commit before it reads the row: it sees the ending,
+    # it does not miss it.
     queue = await make_queue()
     job_id = await queue.enqueue("Any", {})
     with psycopg.connect(dsn) as ending:
         ending.execute(
             "UPDATE axa_queue SET status = 'completed', attempts = 1 WHERE id = %s", (job_id,)
         )
-        row = ending.execute(f"SELECT {WAIT_LOCK}").fetchone()
+        ending.execute(f"SELECT pg_advisory_xact_lock_shared{ENDING_LOCK}")
+        row = ending.execute(
+            f"SELECT pg_try_advisory_lock{WAITING_LOCK} AND pg_advisory_unlock{WAITING_LOCK}"
+        ).fetchone()
         assert row == (True,)  # nobody waits: this ending will not notify
         waiter = asyncio.create_task(queue.wait(job_id, timeout=30))
-        await eventually(lambda: lock_waits(admin, "pg_advisory_lock_shared") == 1)
+        await eventually(lambda: lock_waits(admin, "pg_advisory_lock(1635213687") == 1)
+        assert waits_listening(queue) == 1  # it said it waits before it waited for the ending
         assert not waiter.done()
         ending.commit()
     assert (await waiter).state is JobState.COMPLETED
@@ -235,6 +242,11 @@ async def test_endings_notify_only_while_someone_waits(make_queue, admin, dsn: s
             for one in first:
                 await eventually(lambda one=one: status_of(admin, one)[0] == "completed")
             assert list(listener.notifies(timeout=0.2)) == []  # no one waited: no NOTIFY
+            held = admin.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
+                "AND classid IN (1635213687, 1635213688)"
+            ).fetchone()
+            assert held == (0,)  # the waiting lock was let go at once, the ending lock at commit
             job_id = await queue.enqueue("Gate", {}, run_in=3600)
             waiter = asyncio.create_task(queue.wait(job_id, timeout=30))
             await eventually(lambda: waits_listening(queue) == 1)
@@ -290,3 +302,17 @@ async def test_the_waiters_connection_closes_when_the_queue_closes(make_queue) -
     await queue.close()
     assert queue.waiters.task is None
     await eventually(lambda: waits_listening(queue) == 0)
+
+
+def test_the_waiters_channel_and_lock_are_the_ones_every_ending_statement_uses() -> None:
+    from axa_queue import sql
+
+    assert f"LISTEN {sql.DONE_CHANNEL}" == sql.LISTEN_DONE
+    for statement in (sql.EXCHANGE, sql.CANCEL, sql.MARK_LOST, sql.RECOVER_STALE):
+        assert f"pg_notify('{sql.DONE_CHANNEL}', 'axa_queue'::regclass::oid::text" in statement
+    assert f"pg_advisory_lock_shared{WAITING_LOCK}" in sql.WAITING
+    assert f"pg_advisory_lock{ENDING_LOCK}" in sql.WAITING
+    assert f"pg_advisory_unlock{ENDING_LOCK}" in sql.WAITING
+    assert f"pg_advisory_xact_lock_shared{ENDING_LOCK}" in sql.EXCHANGE
+    assert f"pg_try_advisory_lock{WAITING_LOCK}" in sql.EXCHANGE
+    assert f"pg_advisory_unlock{WAITING_LOCK}" in sql.EXCHANGE

@@ -9,15 +9,15 @@ not finished.
 How a wake-up is never lost (see `sql.EXCHANGE` for the sending side):
 
 1. the waiter's connection `LISTEN`s on `sql.DONE_CHANNEL`;
-2. then takes, shared, the advisory lock every statement that finishes jobs tries
-   (`sql.WAITING`): a statement holding it until its commit makes the waiter wait for
-   that commit, and one that tries after is refused and so notifies;
+2. then holds, shared, the waiting lock that every statement finishing jobs tries (so
+   from then on they notify), and takes and lets go the ending lock, which waits for
+   every such statement that asked before to commit (`sql.WAITING`);
 3. only then reads the row; it reads it again on each notification naming the job (or
    `*`), after the connection is made again when it broke, and once more when its time
    is up, before `WaitTimeoutError`.
 
-The statements that finish jobs notify only while some connection holds that lock, so
-a queue nobody waits on pays nothing. One `Waiters` serves every `Queue.wait` of a
+The statements that finish jobs notify only while some connection holds the waiting
+lock, so a queue nobody waits on sends no notification. One `Waiters` serves every `Queue.wait` of a
 queue on one connection, closed `LINGER` seconds after its last waiter left;
 `SyncQueue.wait` holds a connection of its own while it waits. With `listen=False`, or
 behind a transaction pooler (which cannot carry LISTEN), a waiter reads the row every
