@@ -20,6 +20,7 @@ from axa_queue import (
     JobNotFoundError,
     JobState,
     NewJob,
+    NotOpenError,
     SyncQueue,
     WaitTimeoutError,
     cancel,
@@ -244,7 +245,7 @@ async def test_endings_notify_only_while_someone_waits(make_queue, admin, dsn: s
             assert list(listener.notifies(timeout=0.2)) == []  # no one waited: no NOTIFY
             held = admin.execute(
                 "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' "
-                "AND classid IN (1635213687, 1635213688)"
+                "AND classid IN (1635213687, 1635213688) AND objid = 'axa_queue'::regclass::oid"
             ).fetchone()
             assert held == (0,)  # the waiting lock was let go at once, the ending lock at commit
             job_id = await queue.enqueue("Gate", {}, run_in=3600)
@@ -316,3 +317,43 @@ def test_the_waiters_channel_and_lock_are_the_ones_every_ending_statement_uses()
     assert f"pg_advisory_xact_lock_shared{ENDING_LOCK}" in sql.EXCHANGE
     assert f"pg_try_advisory_lock{WAITING_LOCK}" in sql.EXCHANGE
     assert f"pg_advisory_unlock{WAITING_LOCK}" in sql.EXCHANGE
+
+
+async def test_a_wait_in_progress_ends_when_its_queue_closes(make_queue) -> None:
+    queue = await make_queue()
+    job_id = await queue.enqueue("Nobody", {})
+    waiter = asyncio.create_task(queue.wait(job_id))  # no timeout
+    await eventually(lambda: waits_listening(queue) == 1)
+    await queue.close()
+    with pytest.raises(NotOpenError):
+        await waiter
+    assert queue.waiters.task is None
+
+
+async def test_a_waiter_whose_connection_broke_listens_again_and_still_sees_its_job_finish(
+    make_queue, admin, monkeypatch
+) -> None:
+    queue = await make_queue()
+    job_id = await queue.enqueue("Later", {})
+    waiter = asyncio.create_task(queue.wait(job_id, timeout=60))
+    await eventually(lambda: waits_listening(queue) == 1)
+    gate = asyncio.Event()
+    connect = queue.connector.connect
+
+    async def held_back(**kwargs: Any) -> Any:
+        await gate.wait()
+        return await connect(**kwargs)
+
+    monkeypatch.setattr(queue.connector, "connect", held_back)
+    admin.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
+        "AND classid = 1635213688 AND objid = 'axa_queue'::regclass::oid"
+    )
+    await eventually(lambda: waits_listening(queue) == 0)
+    # Finished (with no notification) while no connection listened: seen once it does.
+    admin.execute(
+        "UPDATE axa_queue SET status = 'completed', attempts = 1 WHERE id = %s", (job_id,)
+    )
+    gate.set()
+    assert (await waiter).state is JobState.COMPLETED
+    await eventually(lambda: waits_listening(queue) == 1)

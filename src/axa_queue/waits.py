@@ -36,15 +36,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-import psycopg
-
 from . import sql
 from .calls import by_name
 from .connector import Connector
 from .errors import JobNotFoundError, WaitTimeoutError
 from .jobs import JobInfo, JobState
 from .options import Duration, QueueOptions, to_seconds
-from .retries import first_line
+from .retries import summary
 
 __all__ = ["FINISHED", "LINGER", "Waiters", "finished", "listens", "wait_sync", "woken"]
 
@@ -197,13 +195,13 @@ class Waiters:
                     pause = 0.1
                     async for note in conn.notifies():
                         self._wake(woken(note.payload, tag))
-            except psycopg.Error as error:
+            except Exception as error:  # a database error, or anything else: try again
                 if not ready.done():
                     ready.set_exception(error)
                     return
                 log.warning(
                     "lost the connection that waits for jobs to finish; making it again",
-                    extra={"error": first_line(error), "retry_in": pause},
+                    extra={"error": summary(error), "retry_in": pause},
                 )
             self._wake(None)
             await asyncio.sleep(pause)
@@ -216,10 +214,12 @@ class Waiters:
             self.task = None
 
     async def close(self) -> None:
-        """Close the connection (waiters still waiting then read their rows no more)."""
+        """Close the connection, and wake every waiter to read its row once more (on a
+        queue closed, that raises `NotOpenError`)."""
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
+        self._wake(None)
         task, self.task = self.task, None
         if task is not None:
             task.cancel()
