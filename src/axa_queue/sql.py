@@ -58,11 +58,8 @@ EXCHANGE = """WITH RECURSIVE endings AS (
                NULL::jsonb AS result
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
-        SELECT v.id, v.attempts, 'completed', NULL, 0, v.result
-        FROM json_to_recordset(%(results)s::json) AS v(id uuid, attempts int, result jsonb)
-        UNION ALL
-        SELECT r.*, NULL FROM json_to_recordset(%(endings)s::json)
-            AS r(id uuid, attempts int, status text, error text, delay float8)
+        SELECT * FROM json_to_recordset(%(endings)s::json)
+            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb)
     ), finished AS (
         UPDATE axa_queue q
         SET status = r.status, error = r.error, result = r.result,
@@ -133,12 +130,12 @@ into a hash join over the whole table. Writing endings and claiming together hal
 statements per job: the loop that frees a place writes its ending and fills the place.
 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
-`completed_attempts`: their attempts, in the same order); completed runs whose handler
-returned a value (not `None`) as a JSON array (`results`: `[{"id", "attempts",
-"result"}]`, the result already JSON, so the client only concatenates text); the other
-endings and the wanted names as JSON arrays (`[{"id", "attempts", "status", "error",
-"delay"}]` and `[{"name", "cap"}]`). Every ending writes its `result` (NULL but for
-those in `results`). Each is one text parameter: far cheaper for the client to build
+`completed_attempts`: their attempts, in the same order); the other endings, completed
+runs whose handler returned a value (not `None`) among them, and the wanted names as
+JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result"}]`, a missing
+key read as NULL, the result already JSON so the client only puts text together; and
+`[{"name", "cap"}]`). Every ending writes its `result`: NULL but for a completed run
+that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
 more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
