@@ -72,8 +72,9 @@ EXCHANGE = """WITH RECURSIVE endings AS (
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
         RETURNING q.id::text AS id, q.attempts,
             CASE WHEN q.status = 'queued' THEN false
-                 WHEN pg_advisory_xact_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)::text
-                      IS NULL THEN false
+                 WHEN NOT pg_try_advisory_xact_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)
+                      THEN pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
+                           ::text IS NOT NULL
                  WHEN pg_try_advisory_lock(1635213688, 'axa_queue'::regclass::oid::int4)
                       THEN NOT pg_advisory_unlock(1635213688, 'axa_queue'::regclass::oid::int4)
                  ELSE pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
@@ -160,8 +161,9 @@ filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
 Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
 again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
 table's oid and the job's id, in `finished`'s RETURNING (`told`, which no one reads: a
-data-modifying CTE's RETURNING is computed for every row). Two advisory locks, keyed by
-the table's oid, say when (`WAITING` is the other side):
+data-modifying CTE's RETURNING is computed for every row; a CASE tries its conditions
+in order, so the waiting lock, once taken, is always let go). Two advisory locks, keyed
+by the table's oid, say when (`WAITING` is the other side):
 
 - the waiting lock (1635213688): every waiting connection holds it shared for as long
   as it waits. The statement tries it exclusively and, when it gets it, lets it go at
@@ -174,7 +176,10 @@ the table's oid, say when (`WAITING` is the other side):
   waiting connection, once it holds the waiting lock, takes the ending lock
   exclusively and lets it go: that waits for every statement that may have asked
   before it came to commit, and only then does it read the rows it waits for. So an
-  ending is either committed before a waiter reads, or notified.
+  ending is either committed before a waiter reads, or notified. The statement only
+  tries the ending lock: refused (a waiting connection is taking it), it notifies
+  without asking, and never waits behind a waiter, which may itself wait behind an
+  exchange held up by a row lock.
 
 One lock taken, and one taken and let go, per ending: under a microsecond each (a
 `told` CTE over `finished` run by an InitPlan cost 10% more server CPU per statement at
@@ -512,6 +517,11 @@ as `JOB` reads them."""
 
 LISTEN = "LISTEN axa_queue"
 """Receive wake-ups for new jobs."""
+
+WAITING_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
+"""How long `WAITING` may wait for its locks on `SyncQueue.wait`'s own connection (the
+wait's time left, as `<n>ms`; `0` for no limit): it waits behind statements finishing
+jobs, one of which may itself wait for a row lock."""
 
 LISTEN_DONE = "LISTEN axa_queue_done"
 """Receive word of finished jobs (`DONE_CHANNEL`), for `Queue.wait`."""
