@@ -185,26 +185,24 @@ def retry(
     return run(conn, _act_call(sql.RETRY, job_id, by, reason))
 
 
+def act_of(row: Row) -> Act:
+    """An act from a row naming the acts table's columns (`sql.ACTS`, `sql.WEB_ACTS`)."""
+    return Act(
+        id=row.id,
+        job_id=row.job_id,
+        job_name=row.job_name,
+        kind=ActKind(row.act),
+        attempts=row.attempts,
+        by=row.by,
+        reason=row.reason,
+        at=moment(row.at),
+        role=row.db_role,
+    )
+
+
 def acts_call(job_id: UUID) -> Call[list[Act]]:
     """The call that reads a job's acts, oldest first."""
-    return Call(
-        sql.ACTS,
-        (job_id_of(job_id),),
-        lambda rows, _n: [
-            Act(
-                id=r.id,
-                job_id=r.job_id,
-                job_name=r.job_name,
-                kind=ActKind(r.act),
-                attempts=r.attempts,
-                by=r.by,
-                reason=r.reason,
-                at=moment(r.at),
-                role=r.db_role,
-            )
-            for r in rows
-        ],
-    )
+    return Call(sql.ACTS, (job_id_of(job_id),), lambda rows, _n: [act_of(r) for r in rows])
 
 
 @overload

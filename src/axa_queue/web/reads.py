@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import sql
-from ..acts import Act, ActKind
+from ..acts import Act, ActKind, act_of
 from ..calls import Call, Row
-from ..jobs import JobInfo, JobState, job_info, moment
+from ..jobs import JobInfo, JobState, job_info
 
 __all__ = [
     "COUNT_CAP",
@@ -140,18 +140,5 @@ def acts_log_call(
     return Call(
         sql.WEB_ACTS,
         {"by": by, "act": None if act is None else act.value, "before": before, "limit": limit},
-        lambda rows, _n: [
-            Act(
-                id=r.id,
-                job_id=r.job_id,
-                job_name=r.job_name,
-                kind=ActKind(r.act),
-                attempts=r.attempts,
-                by=r.by,
-                reason=r.reason,
-                at=moment(r.at),
-                role=r.db_role,
-            )
-            for r in rows
-        ],
+        lambda rows, _n: [act_of(r) for r in rows],
     )
