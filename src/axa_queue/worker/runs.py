@@ -38,7 +38,7 @@ class Runner:
         self.registry = registry
         self.options = options
         self.identity = identity
-        self.executor = JobThreads(state.slots, "axa-queue-job")
+        self.executor = JobThreads(state.slots, "axa-queue-job", registry.threads)
         self.aborting = False
         """Whether this worker cancelled its runs' loops (an abort, or the grace period
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
