@@ -115,17 +115,19 @@ class JobHandler(Generic[A]):
             return from_json(self.argument_type, raw, self.name)  # type: ignore[no-any-return]
         return raw  # type: ignore[no-any-return]
 
-    async def invoke(self, args: A, executor: Executor | None = None) -> None:
-        """Run the handler once with `args`: on the loop if async, else in `executor`."""
+    async def invoke(self, args: A, executor: Executor | None = None) -> Any:
+        """Run the handler once with `args`: on the loop if async, else in `executor`.
+        Returns what it returned."""
         if self.is_async:
             result = self.fn(args)
             if inspect.isawaitable(result):
-                await result
-            return
+                return await result
+            return result
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(executor, self.fn, args)
         if inspect.isawaitable(result):
-            await result
+            return await result
+        return result
 
     def job(
         self,

@@ -18,10 +18,14 @@ import re
 
 from psycopg import sql as pgsql
 
-__all__ = ["CHANNEL", "in_schema"]
+__all__ = ["CHANNEL", "DONE_CHANNEL", "in_schema"]
 
 CHANNEL = "axa_queue"
 """The LISTEN/NOTIFY channel; the payload is `<schema> <seconds until the earliest new job>`."""
+
+DONE_CHANNEL = "axa_queue_done"
+"""The channel of finished jobs, for waiters; the payload is `<the table's oid> <id> <id>
+...`, or `<oid> *` (look at every job waited for). Sent only while someone waits."""
 
 CURRENT_SCHEMA = "SELECT current_schema()"
 """The schema the tables resolve to, which notifications name (unless the queue is
@@ -48,21 +52,34 @@ ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority,
 # --- Running jobs ----------------------------------------------------------------------
 
 EXCHANGE = """WITH RECURSIVE endings AS (
-        SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay
+        SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
+               NULL::jsonb AS result
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
-        SELECT * FROM json_to_recordset(%(endings)s::json)
+        SELECT v.id, v.attempts, 'completed', NULL, 0, v.result
+        FROM json_to_recordset(%(results)s::json) AS v(id uuid, attempts int, result jsonb)
+        UNION ALL
+        SELECT r.*, NULL FROM json_to_recordset(%(endings)s::json)
             AS r(id uuid, attempts int, status text, error text, delay float8)
     ), finished AS (
         UPDATE axa_queue q
-        SET status = r.status, error = r.error, updated_at = COALESCE(%(now)s::timestamptz, now()),
+        SET status = r.status, error = r.error, result = r.result,
+            updated_at = COALESCE(%(now)s::timestamptz, now()),
             started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN r.status = 'queued'
                           THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => r.delay) ELSE q.run_at END
         FROM endings r
         WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-        RETURNING q.id::text AS id, q.attempts
+        RETURNING q.id::text AS id, q.attempts, q.status
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' '
+                         || CASE WHEN f.n > 150 THEN '*' ELSE f.ids END)
+        FROM (SELECT count(*) AS n, string_agg(id, ' ') AS ids
+              FROM finished WHERE status <> 'queued') f
+        WHERE CASE WHEN f.n = 0 THEN false
+                   ELSE NOT pg_try_advisory_xact_lock(1635213687, 'axa_queue'::regclass::oid::int4)
+              END
     ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
         UNION ALL
@@ -99,6 +116,7 @@ EXCHANGE = """WITH RECURSIVE endings AS (
     )
     SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
            NULL AS priority, NULL AS run_at FROM finished
+    WHERE (SELECT count(*) FROM told) >= 0
     UNION ALL
     SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
@@ -114,9 +132,12 @@ into a hash join over the whole table. Writing endings and claiming together hal
 statements per job: the loop that frees a place writes its ending and fills the place.
 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
-`completed_attempts`: their attempts, in the same order); the other endings and the
-wanted names as JSON arrays (`[{"id", "attempts", "status", "error", "delay"}]` and
-`[{"name", "cap"}]`). Each is one text parameter: far cheaper for the client to build
+`completed_attempts`: their attempts, in the same order); completed runs whose handler
+returned a value (not `None`) as a JSON array (`results`: `[{"id", "attempts",
+"result"}]`, the result already JSON, so the client only concatenates text); the other
+endings and the wanted names as JSON arrays (`[{"id", "attempts", "status", "error",
+"delay"}]` and `[{"name", "cap"}]`). Every ending writes its `result` (NULL but for
+those in `results`). Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
 more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
@@ -136,7 +157,19 @@ row is written, never with a time from before a wait, so it cannot land stale. `
 always judged by `now()` itself: the planner evaluates it when it estimates a generic
 plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick` in
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
-filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms)."""
+filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
+
+Waiters (`Queue.wait`): when the statement finishes jobs (completed or failed, not
+queued again) and someone waits for jobs of this table, it notifies `DONE_CHANNEL` once,
+with the table's oid and the finished ids (`*` for more than 150: every waiter looks).
+Whether anyone waits is one advisory lock, keyed by the table's oid, that every waiting
+connection holds shared (`WAITING`): the statement tries to take it exclusively until
+its commit, and only when that fails does it notify, so a queue nobody waits on pays no
+NOTIFY (whose commit lock serialises every notifying transaction) and no payload. A
+waiter takes its lock after LISTEN and before it looks at the row: an exchange holding
+the lock then has it until it commits, so the waiter's look sees its ending; one that
+tries after is refused and notifies. Two exchanges at once may refuse each other and
+notify for no one: a wasted notification, never a lost one."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
@@ -171,9 +204,13 @@ MARK_LOST = """WITH found AS (
             started_at = CASE WHEN d.becomes = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN d.becomes = 'queued' THEN COALESCE(%(now)s::timestamptz, now()) ELSE q.run_at END
         FROM decided d WHERE q.id = d.id AND d.becomes IS NOT NULL
-        RETURNING q.status
+        RETURNING q.id, q.status
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || id::text)
+        FROM changed WHERE status IN ('failed', 'needs_review')
     )
-    SELECT d.status, d.attempts, (SELECT status FROM changed) AS became
+    SELECT d.status, d.attempts, (SELECT status FROM changed) AS became,
+        (SELECT count(*) FROM told) AS told
     FROM decided d"""
 """A run of this process lost its claim or gave it up: decide on the row as it is now
 (locked) what becomes of the job, and return what was found (status, attempts) and
@@ -192,11 +229,15 @@ what it was changed to (NULL: nothing).
   while the run went on, so the job may have run in part or twice and waits for a
   person (`needs_review`); a run holding it now is stopped at its next report.
 - `completed`, `cancelled` or already `needs_review`: left as it is (a job another run
-  completed stays completed)."""
+  completed stays completed).
+
+A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
+statement is rare, so it does not ask whether anyone waits."""
 
 # --- Housekeeping ----------------------------------------------------------------------
 
-RECOVER_STALE = """UPDATE axa_queue
+RECOVER_STALE = """WITH recovered AS (
+    UPDATE axa_queue
     SET status = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END,
         error = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN error
                      ELSE 'abandoned by its worker' END,
@@ -208,7 +249,13 @@ RECOVER_STALE = """UPDATE axa_queue
            OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
       AND (id, attempts) NOT IN (
           SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
-    RETURNING id, name, attempts, status"""
+    RETURNING id, name, attempts, status
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' '
+                         || CASE WHEN count(*) > 150 THEN '*' ELSE string_agg(id::text, ' ') END)
+        FROM recovered WHERE status = 'failed' HAVING count(*) > 0
+    )
+    SELECT id, name, attempts, status FROM recovered WHERE (SELECT count(*) FROM told) >= 0"""
 """Recover runs not heard from for the stale period: queued again with attempts left,
 else failed, so a crash can never loop for ever.
 
@@ -217,7 +264,7 @@ the stale period after the server started, only runs silent for that long before
 started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
 later than when a row is read: a recovery held up by a lock judges as of before its
 wait, so it can only find fewer runs stale (claims and heartbeats stamp the time they
-write)."""
+write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always)."""
 
 STALE = """SELECT id, name, attempts,
         CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
@@ -254,6 +301,10 @@ JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeo
 any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime` cannot
 (`infinity`, past year 9999, or year 9999 shown in a session time zone east of UTC),
 written by another client, would otherwise fail the read (`jobs.moment` clamps it)."""
+
+RESULT = "SELECT status, result FROM axa_queue WHERE id = %s"
+"""One job's state and result (a completed run's return value as JSON, or NULL): only
+for `Queue.result`, which returns it to its caller and never shows it."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
     EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
@@ -352,11 +403,18 @@ CANCEL = """WITH changed AS (
         INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
         RETURNING act
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || id::text)
+        FROM changed
     )
     SELECT (SELECT act FROM kept) AS act,
-        (SELECT status FROM axa_queue WHERE id = %(id)s) AS found"""
+        (SELECT status FROM axa_queue WHERE id = %(id)s) AS found,
+        (SELECT count(*) FROM told) AS told"""
 """Cancel a queued job and keep the act, in one statement; any other state changes
-nothing and writes no act. Returns the act kept (or NULL) and the state it found."""
+nothing and writes no act. Returns the act kept (or NULL) and the state it found. A job
+cancelled is told to waiters (`DONE_CHANNEL`) when the caller's transaction commits:
+always, without the advisory lock `EXCHANGE` asks, which would be held until the
+caller's commit and keep new waiters waiting that long."""
 
 RETRY = """WITH target AS (
         SELECT id, status FROM axa_queue
@@ -458,6 +516,16 @@ as `JOB` reads them."""
 
 LISTEN = "LISTEN axa_queue"
 """Receive wake-ups for new jobs."""
+
+LISTEN_DONE = "LISTEN axa_queue_done"
+"""Receive word of finished jobs (`DONE_CHANNEL`), for `Queue.wait`."""
+
+WAITING = """SELECT 'axa_queue'::regclass::oid::text AS tag
+    FROM (SELECT pg_advisory_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)) AS held"""
+"""Say this session waits for jobs of the table to finish: hold the advisory lock every
+statement that finishes jobs tries, so they notify `DONE_CHANNEL` (see `EXCHANGE`), until
+the session ends. Sent after `LISTEN_DONE`; it waits while a statement finishing jobs
+holds the lock, until that commits. Returns the table's oid, which notifications name."""
 
 SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
 """The claim's estimates can tempt the JIT, which costs far more than the query. Set

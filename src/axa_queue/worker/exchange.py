@@ -156,11 +156,17 @@ class Exchange:
         conn = await self.connections.for_exchange()
         ids: list[str] = []
         attempts: list[str] = []
+        results: list[str] = []
         others: list[dict[str, Any]] = []
         for one in batch:
             if one.status == "completed":
-                ids.append(one.id)
-                attempts.append(str(one.attempts))
+                if one.result is None:
+                    ids.append(one.id)
+                    attempts.append(str(one.attempts))
+                else:  # the result is JSON text already: only put together, never encoded again
+                    results.append(
+                        f'{{"id":"{one.id}","attempts":{one.attempts},"result":{one.result}}}'
+                    )
             else:
                 others.append(
                     {
@@ -180,6 +186,7 @@ class Exchange:
                     # Array literals: ids are uuid text and attempts digits, nothing to quote.
                     "completed": "{" + ",".join(ids) + "}",
                     "completed_attempts": "{" + ",".join(attempts) + "}",
+                    "results": "[" + ",".join(results) + "]",
                     "endings": json.dumps(others, ensure_ascii=False) if others else "[]",
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 
+from ..arguments import result_json
 from ..options import QueueOptions, to_timedelta
 from ..registry import Registry
 from ..retries import cut_error, describe
@@ -116,10 +117,16 @@ class Runner:
                 pass  # lost while it waited for a loop: its handler never starts
             elif handler.coroutine_function is not None:  # awaited here: a coroutine less
                 one.started = True
-                await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
+                value = await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
+                if value is not None:
+                    one.result, error = result_json(value, one.name)
             else:
                 one.started = True
-                await handler.invoke(handler.decode(json.loads(one.args_text)), self.executor)
+                value = await handler.invoke(
+                    handler.decode(json.loads(one.args_text)), self.executor
+                )
+                if value is not None:
+                    one.result, error = result_json(value, one.name)
         except asyncio.CancelledError as failure:
             if one.stopped is None:
                 if self._aborted():
@@ -145,6 +152,7 @@ class Runner:
             error = one.stopped[1]
         if error is not None:
             error = cut_error(error)
+            one.result = None
         status, delay = decisions.ending(
             error, one.attempts, one.limit, to_timedelta(self.options.retry_backoff)
         )

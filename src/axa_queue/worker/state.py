@@ -72,6 +72,9 @@ class Run:
     """How it ended: `completed`, `failed`, or `queued` again after `delay` seconds."""
     error: str | None = None
     delay: float = 0.0
+    result: str | None = field(default=None, repr=False)
+    """What its handler returned, as JSON text, once it has completed; `None` when it
+    returned `None` (the row's result stays NULL). Private like the arguments."""
 
     def stop(self, kind: str, reason: str) -> None:
         """Stop this run's handler: its claim is gone, or its time is up."""
