@@ -667,6 +667,61 @@ def test_a_worker_logs_json_to_stderr_and_a_job_failure_names_the_job(
     failed = worker.wait_for(lambda events: [e for e in events if e["message"] == "job failed"])
     assert failed[0]["job_id"] == str(job_id) and failed[0]["job"] == "Boom"
     assert failed[0]["error"] == "RuntimeError: told to fail"
+    assert "exception" not in failed[0]  # no traceback unless asked (--log-tracebacks)
+    worker.popen.send_signal(signal.SIGTERM)
+    assert worker.finish() == 0
+    assert SECRET not in "\n".join(worker.lines)
+
+
+CHATTY_MODULE = """
+import logging
+from axa_queue import Queue, QueueOptions
+
+queue = Queue(options=QueueOptions(poll_interval=0.05, heartbeat_interval=0.2, stale_after=5))
+
+@queue.handler("Chatty")
+def chatty(args):
+    logging.getLogger("cardlib.client").info("calling the card service")
+
+@queue.handler("Boom")
+def boom(args):
+    raise RuntimeError("told to fail")
+"""
+
+
+def test_a_worker_logs_a_handlers_own_lines_with_its_job_and_tracebacks_when_asked(
+    ready: str, spawn, tmp_path: Path
+) -> None:
+    name = f"chatty_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(CHATTY_MODULE))
+    chatty = enqueue(ready, "Chatty", "--args", json.dumps({"token": SECRET}))
+    boom = enqueue(ready, "Boom", "--args", json.dumps({"token": SECRET}))
+    worker = spawn(
+        "worker",
+        f"{name}:queue",
+        "--log-format",
+        "json",
+        "--log-level",
+        "debug",
+        "--log-tracebacks",
+    )
+    said = worker.wait_for(
+        lambda events: [e for e in events if e["message"] == "calling the card service"]
+    )
+    assert said[0]["logger"] == "cardlib.client"
+    assert (said[0]["job_id"], said[0]["job_name"], said[0]["job_attempt"]) == (
+        str(chatty),
+        "Chatty",
+        1,
+    )
+    completed = worker.wait_for(
+        lambda events: [e for e in events if e["message"] == "job completed"]
+    )
+    assert completed[0]["job_id"] == str(chatty) and completed[0]["duration"] >= 0
+    failed = worker.wait_for(lambda events: [e for e in events if e["message"] == "job failed"])
+    assert failed[0]["job_id"] == str(boom)
+    assert failed[0]["exception"].startswith("Traceback (most recent call last):")
+    assert 'raise RuntimeError("told to fail")' in failed[0]["exception"]
     worker.popen.send_signal(signal.SIGTERM)
     assert worker.finish() == 0
     assert SECRET not in "\n".join(worker.lines)

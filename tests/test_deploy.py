@@ -275,6 +275,7 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
         schema="jobs",
         log_format="json",
         log_level="warning",
+        log_tracebacks=True,
     )
     command = child_command(settings)
     assert command[:4] == [sys.executable, "-m", "axa_queue.cli", "worker"]
@@ -282,6 +283,7 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
     given = {name: parsed.params[name] for name in ("target", "workers", "wait_for_database")}
     assert given == {"target": "myapp.jobs:queue", "workers": 3, "wait_for_database": 12.5}
     assert (parsed.params["log_format"], parsed.params["log_level"]) == ("json", "warning")
+    assert parsed.params["log_tracebacks"] is True
     assert parsed.params["setup"] is False  # the supervisor has set up, once
     assert parsed.params["processes"] is None  # a child works in its own process
     assert (parsed.meta["axa_queue.pooler"], parsed.meta["axa_queue.schema"]) == (
@@ -289,6 +291,9 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
         "jobs",
     )
     assert "--schema" not in child_command(dataclasses.replace(settings, schema=None))
+    assert "--log-tracebacks" not in child_command(
+        dataclasses.replace(settings, log_tracebacks=False)
+    )
 
 
 async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(

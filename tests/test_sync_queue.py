@@ -59,7 +59,7 @@ async def test_the_sync_pool_and_the_async_pool_have_the_same_session_settings(d
 
 
 # What only the async `Queue` offers: defining and running workers (handlers, limits,
-# schedules, observers, run), setting up and checking the tables, housekeeping, and the
+# schedules, observers, middleware, run), setting up and checking the tables, housekeeping, and the
 # schedules' table. A sync web request queues and inspects jobs; it runs none of these.
 ONLY_ASYNC = {
     "archive_schedules",
@@ -72,6 +72,7 @@ ONLY_ASYNC = {
     "lifespan",
     "limit",
     "limits",
+    "middleware",
     "observe",
     "observers",
     "open",

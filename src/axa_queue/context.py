@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from datetime import datetime
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from .errors import NotInAJobError
 
-__all__ = ["JobContext", "current_job", "running_job"]
+__all__ = ["JobContext", "current_job", "enter", "fresh", "leave", "running_job", "running_or_none"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +53,28 @@ def current_job() -> JobContext:
         return _current.get()
     except LookupError:
         raise NotInAJobError() from None
+
+
+def running_or_none() -> JobContext | None:
+    """The current job, or `None` outside a run (for the log record factory)."""
+    return _current.get(None)
+
+
+def enter(job: JobContext) -> Token[JobContext]:
+    """Make `job` the current job until `leave` is given the token returned (the
+    worker's way, without a context manager's cost on every run)."""
+    return _current.set(job)
+
+
+def leave(token: Token[JobContext]) -> None:
+    """End what `enter` started."""
+    _current.reset(token)
+
+
+def fresh(name: str, max_attempts: int) -> JobContext:
+    """The context of a run that has no row (an inline or background run, or a handler
+    called directly): a new id, the first attempt, no deadline."""
+    return JobContext(uuid4(), name, 1, max_attempts)
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 A handler is registered under a job name with `@queue.handler("Report")` or
 `queue.handle("Report", fn)`; a name registered twice is refused unless
-`replace=True`. Its one argument is the job's arguments: the JSON value as stored,
+`replace=True`. Its first argument is the job's arguments (a second one, when it takes
+one, is the run's `JobContext`: decided once, from its signature, when it is made): the JSON value as stored,
 or, when the parameter is annotated with a dataclass (a typed handler), an instance
 of it built from the stored fields, each converted and checked by its declared type
 (`arguments.from_json`: unknown keys, missing fields and wrong types fail the attempt
@@ -21,6 +22,7 @@ a CPU-heavy or blocking handler never holds up heartbeats.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import dataclasses
 import functools
 import inspect
@@ -34,7 +36,9 @@ from uuid import UUID
 
 from typing_extensions import Unpack
 
+from . import context, logs
 from .arguments import from_json
+from .context import JobContext
 from .jobs import JobOptions, NewJob
 from .options import QueueOptions
 
@@ -43,8 +47,12 @@ __all__ = ["HandlerFunction", "JobHandler"]
 log = logging.getLogger("axa_queue.handlers")
 
 A = TypeVar("A")
-HandlerFunction = Callable[[A], "Awaitable[object] | object"]
-"""A job's code: takes the arguments; an `async def` or a plain function."""
+HandlerFunction = (
+    Callable[[A], "Awaitable[object] | object"]
+    | Callable[[A, JobContext], "Awaitable[object] | object"]
+)
+"""A job's code: takes the arguments (and, if it has a second parameter, the run's
+`JobContext`); an `async def` or a plain function."""
 
 
 class Performer(Protocol):
@@ -77,6 +85,26 @@ def _argument_type(fn: Callable[..., object]) -> type | None:
     return None
 
 
+def _takes_job(fn: Callable[..., object]) -> bool:
+    """Whether the handler takes the run's `JobContext` as its second argument: it has
+    a second positional parameter with no default, or one annotated `JobContext` (a
+    second parameter with a default, not so annotated, is left to its default, as
+    before; so is `*args`, which a decorator's wrapper may pass on to a one-parameter
+    function)."""
+    try:
+        parameters = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 2:
+        second = positional[1]
+        if second.default is inspect.Parameter.empty:
+            return True
+        annotation = second.annotation
+        return annotation is JobContext or annotation in ("JobContext", "axa_queue.JobContext")
+    return False
+
+
 def _is_async(fn: Callable[..., object]) -> bool:
     while isinstance(fn, functools.partial):
         fn = fn.func
@@ -98,14 +126,23 @@ class JobHandler(Generic[A]):
         )
         """The function itself when it is `async`, so a worker can await it directly."""
         self.argument_type = _argument_type(fn)
+        self.takes_job = _takes_job(fn)
+        """Whether `fn` takes the run's `JobContext` as its second argument."""
         functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
         return f"<JobHandler {self.name!r} {'async' if self.is_async else 'sync'}>"
 
-    def __call__(self, args: A) -> Any:
-        """Call the handler's function directly, as if it were not registered."""
-        return self.fn(args)
+    def __call__(self, args: A, job: JobContext | None = None) -> Any:
+        """Call the handler's function directly, as if it were not registered. A
+        handler that takes a `JobContext` gets `job`, else a fresh one (a new id, the
+        first attempt); `current_job()` is set only in runs (`invoke`, a worker)."""
+        if self.takes_job:
+            return self.fn(args, job if job is not None else self._fresh())  # type: ignore[call-arg]
+        return self.fn(args)  # type: ignore[call-arg]
+
+    def _fresh(self) -> JobContext:
+        return context.fresh(self.name, self.queue.options.max_attempts)
 
     def decode(self, raw: Any) -> A:
         """The handler's argument from the stored JSON value: as it is, or, for a typed
@@ -115,16 +152,37 @@ class JobHandler(Generic[A]):
             return from_json(self.argument_type, raw, self.name)  # type: ignore[no-any-return]
         return raw  # type: ignore[no-any-return]
 
-    async def invoke(self, args: A, executor: Executor | None = None) -> Any:
-        """Run the handler once with `args`: on the loop if async, else in `executor`.
-        Returns what it returned."""
+    async def invoke(
+        self, args: A, executor: Executor | None = None, job: JobContext | None = None
+    ) -> Any:
+        """Run the handler once with `args` as the job `job` (a fresh one if `None`):
+        on the loop if async, else in `executor`, with `current_job()` set in either,
+        and its log records carrying the job's fields. Returns what it returned."""
+        logs.add_job_fields()
+        if job is None:
+            job = self._fresh()
+        token = context.enter(job)
+        try:
+            return await self.call(args, job, executor)
+        finally:
+            context.leave(token)
+
+    async def call(self, args: A, job: JobContext, executor: Executor | None = None) -> Any:
+        """Call the handler with `args` (and `job` if it takes it): awaited on the loop
+        if async, else in a thread of `executor` with a copy of this context (so
+        `current_job()` and the log fields reach it). Returns what it returned. The
+        caller sets the current job (`invoke`, the worker's runner)."""
         if self.is_async:
-            result = self.fn(args)
+            result = self.fn(args, job) if self.takes_job else self.fn(args)  # type: ignore[call-arg]
             if inspect.isawaitable(result):
                 return await result
             return result
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(executor, self.fn, args)
+        run = contextvars.copy_context().run
+        if self.takes_job:
+            result = await loop.run_in_executor(executor, run, self.fn, args, job)
+        else:
+            result = await loop.run_in_executor(executor, run, self.fn, args)
         if inspect.isawaitable(result):
             return await result
         return result

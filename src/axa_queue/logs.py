@@ -13,6 +13,11 @@ those fields, so a log line can be searched by job id::
 
 (the text line is one line; it is wrapped here). `axa-queue worker --log-format` picks
 one; a service can use them with `logging` as it likes, or call `configure`.
+
+Every record made while a handler runs (by any logger: the service's own, a library's;
+in the handler's task or its thread) carries the job's `job_id`, `job_name` and
+`job_attempt` as attributes (`add_job_fields`, a log record factory the worker installs
+once), so these formatters print them, and so can any other (`%(job_id)s`).
 """
 
 from __future__ import annotations
@@ -20,10 +25,22 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from datetime import datetime, timezone
 from typing import Any, Literal, TextIO
 
-__all__ = ["FORMATS", "JsonFormatter", "LogFormat", "TextFormatter", "configure", "fields_of"]
+from .context import running_or_none
+
+__all__ = [
+    "FORMATS",
+    "JOB_FIELDS",
+    "JsonFormatter",
+    "LogFormat",
+    "TextFormatter",
+    "add_job_fields",
+    "configure",
+    "fields_of",
+]
 
 LogFormat = Literal["json", "text"]
 """The two line formats."""
@@ -43,6 +60,42 @@ _STANDARD = frozenset(
 
 _NEVER = frozenset({"args", "arguments", "job_args", "args_text"})
 """Fields never printed, whoever sets them: a job's arguments may hold secrets."""
+
+
+JOB_FIELDS = ("job_id", "job_name", "job_attempt")
+"""The attributes every log record made during a run carries: the job's id (text), name
+and attempt. Inside a handler, do not pass them in `extra` (logging refuses to overwrite
+a record's attribute): they are there already."""
+
+_installed = False
+_installing = threading.Lock()
+
+
+def add_job_fields() -> None:
+    """Make every log record made during a run carry `JOB_FIELDS` (idempotent). It wraps
+    the process's log record factory (`logging.setLogRecordFactory`), so it applies to
+    every logger and every handler, whatever the logging configuration; outside a run it
+    costs one context variable read per record. A factory set later that wraps the
+    current one (as OpenTelemetry's does) keeps it."""
+    global _installed
+    if _installed:
+        return
+    with _installing:
+        if _installed:
+            return
+        previous = logging.getLogRecordFactory()
+
+        def job_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
+            record = previous(*args, **kwargs)
+            job = running_or_none()
+            if job is not None:
+                record.job_id = str(job.id)
+                record.job_name = job.name
+                record.job_attempt = job.attempt
+            return record
+
+        logging.setLogRecordFactory(job_record)
+        _installed = True
 
 
 def fields_of(record: logging.LogRecord) -> dict[str, Any]:

@@ -172,6 +172,11 @@ class QueueOptions:
     """How long `open()` keeps trying, with backoff, while the database cannot be
     reached, before it raises; zero fails at once. `axa-queue worker` waits 60 s
     unless told otherwise (`--wait-for-database`)."""
+    log_tracebacks: bool = False
+    """Add the traceback to the log line of a run that raised (`job failed`, `job
+    failed, will retry`). Off by default: a traceback shows source lines and every
+    exception message in the chain in full, which may hold whatever the handler put in
+    them (`axa-queue worker --log-tracebacks` turns it on)."""
 
     def __post_init__(self) -> None:
         for field in fields(self):
@@ -213,6 +218,10 @@ class QueueOptions:
             _schema_name("schema", self.schema)
         if not isinstance(self.listen, bool):
             raise OptionsError(f"expected listen to be True or False, got: {self.listen!r}")
+        if not isinstance(self.log_tracebacks, bool):
+            raise OptionsError(
+                f"expected log_tracebacks to be True or False, got: {self.log_tracebacks!r}"
+            )
         if self.prepare is not None and not isinstance(self.prepare, bool):
             raise OptionsError(f"expected prepare to be True, False or None, got: {self.prepare!r}")
 

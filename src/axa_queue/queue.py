@@ -48,6 +48,8 @@ from .jobs import (
 )
 from .lifespan import Hosted
 from .maintenance import Recovered
+from .middleware import Middleware
+from .middleware import check as check_middleware
 from .options import DSN_VARIABLES, Duration, QueueOptions, to_seconds
 from .registry import Registry, RunObserver
 from .retries import describe, first_line
@@ -93,7 +95,7 @@ class Queue(Connected):
         self.connector = Connector(options if options is not None else QueueOptions(), dsn)
         """How this queue connects: every pool and connection is made by it."""
         self.registry = Registry()
-        """Its handlers, limits, schedules and observers."""
+        """Its handlers, limits, schedules, observers and middleware."""
         self.schema = "public"
         self.notifies = False
         self._pool: AsyncConnectionPool | None = None
@@ -194,6 +196,18 @@ class Queue(Connected):
         Returns `observer`, so it can be used as a decorator. For metrics."""
         self.observers.append(observer)
         return observer
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Wrap every run of this process's worker in `fn`, an `async def fn(job,
+        call_next)`: `job` is the run's `JobContext`, and `await call_next()` runs the
+        rest (later middleware, then the handler, async or in its thread) and returns
+        the handler's value. The first registered is the outermost; what `fn` raises is
+        the run's outcome (a failure, retried as the job's attempts allow). The run's
+        timeout and fencing apply to the whole chain. Returns `fn`, so it can be used
+        as a decorator. Not given the arguments."""
+        check_middleware(fn)
+        self.registry.middleware.append(fn)
+        return fn
 
     # --- connection --------------------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """Registry: what this process has in code for its queue, registered at import time.
 
 The handlers by job name, the per-name limits, the schedules, the run observers and
-the calls made in the threads sync handlers run in (`ThreadHooks`).
-`Queue` owns one and registers into it (`Queue.handler`, `limit`, `schedule`,
-`observe`); the worker's services read it, and never the `Queue`.
+the middleware and the calls made in the threads sync handlers run in
+(`ThreadHooks`). `Queue` owns one and registers into it (`Queue.handler`, `limit`,
+`schedule`, `observe`, `middleware`); the worker's services read it, and never the
+`Queue`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .handlers import JobHandler
+from .middleware import Middleware
 from .retries import describe
 from .schedules import Schedule
 
@@ -41,7 +43,7 @@ class ThreadHooks:
 
 @dataclass(eq=False)
 class Registry:
-    """Handlers, limits, schedules and observers of one queue (no I/O)."""
+    """Handlers, limits, schedules, observers and middleware of one queue (no I/O)."""
 
     handlers: dict[str, JobHandler[Any]] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
@@ -50,6 +52,8 @@ class Registry:
     observers: list[RunObserver] = field(default_factory=list)
     threads: ThreadHooks = field(default_factory=ThreadHooks)
     """What the threads of sync handlers call around each run and as they end."""
+    middleware: list[Middleware] = field(default_factory=list)
+    """Wrapped around every run, the first outermost (see `middleware`)."""
 
     def tell(self, name: str, outcome: str, seconds: float, fields: dict[str, Any]) -> None:
         """Tell every observer how a run ended (never its arguments); what one raises is

@@ -103,6 +103,8 @@ class Settings:
     """`json` or `text` (`logs.configure`)."""
     log_level: str = "info"
     """The least important events logged: `debug`, `info`, `warning` or `error`."""
+    log_tracebacks: bool = False
+    """Whether a failed run's log line carries its traceback."""
     program: tuple[str, ...] = ()
     """The command line that runs the `axa-queue` commands, up to the command's name;
     empty for this Python's `-m axa_queue.cli`. A program that must prepare the process
@@ -132,6 +134,8 @@ def child_command(settings: Settings) -> list[str]:
     ]
     if settings.schema is not None:
         command += ["--schema", settings.schema]
+    if settings.log_tracebacks:
+        command.append("--log-tracebacks")
     return command
 
 

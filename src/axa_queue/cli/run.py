@@ -128,6 +128,13 @@ def _need_metrics() -> None:
     help="The least important events to log.",
 )
 @click.option(
+    "--log-tracebacks",
+    is_flag=True,
+    help="Add the traceback to the log line of a job run that raised. It shows source "
+    "lines and exception messages in full (whatever a handler put in them). Default: "
+    "the queue's own `log_tracebacks` option (off).",
+)
+@click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
     metavar="PORT",
@@ -168,6 +175,7 @@ def worker(
     setup: bool,
     log_format: logs.LogFormat,
     log_level: str,
+    log_tracebacks: bool,
     metrics_port: int | None,
     metrics_host: str,
     stuck_after: float,
@@ -189,6 +197,8 @@ def worker(
         if workers is not None:
             queue.options = dataclasses.replace(queue.options, workers=workers)
         queue.options = dataclasses.replace(queue.options, wait_for_database=wait_for_database)
+        if log_tracebacks:
+            queue.options = dataclasses.replace(queue.options, log_tracebacks=True)
     queue.options = connection_options(queue.options)
     if metrics_port is not None:
         _need_metrics()
@@ -207,6 +217,7 @@ def worker(
                 schema=queue.options.resolved_schema(),
                 log_format=log_format,
                 log_level=log_level,
+                log_tracebacks=queue.options.log_tracebacks,
                 program=given.program,
             )
             code = asyncio.run(

@@ -3,17 +3,27 @@ their timeouts, and saying how each ended.
 
 At most `workers` loops run at once; a loop whose run ends goes on to the best run
 waiting (claimed ahead, `prefetch`) in the same step, with no new task. Async handlers
-are awaited on the event loop; sync ones run in `JobThreads`.
+are awaited on the event loop; sync ones run in `JobThreads`, with a copy of the run's
+context. Each run is the current job (`current_job()`, its log records' job fields) for
+its middleware and handler; with no middleware the handler is called directly.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from uuid import UUID
 
+from .. import logs
 from ..arguments import result_json
+from ..context import JobContext, enter, leave
+from ..handlers import JobHandler
+from ..middleware import through
 from ..options import QueueOptions, to_timedelta
 from ..registry import Registry
 from ..retries import cut_error, describe
@@ -40,6 +50,8 @@ class Runner:
         self.options = options
         self.identity = identity
         self.executor = JobThreads(state.slots, "axa-queue-job", registry.threads)
+        self.tracebacks = options.log_tracebacks
+        logs.add_job_fields()
         self.aborting = False
         """Whether this worker cancelled its runs' loops (an abort, or the grace period
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
@@ -107,6 +119,8 @@ class Runner:
         its own is a failure of the attempt like any other."""
         handler = self.registry.handlers.get(one.name)
         error: str | None = None
+        raised: BaseException | None = None
+        result: Any = None  # what the handler returned (through the middleware)
         started = time.monotonic()
         try:
             if handler is None:  # only handled names are claimed; kept for safety
@@ -115,18 +129,29 @@ class Runner:
                 self.claims.doubtful(one) and not await self.claims.prove(one)
             ):
                 pass  # lost while it waited for a loop: its handler never starts
-            elif handler.coroutine_function is not None:  # awaited here: a coroutine less
-                one.started = True
-                value = await handler.coroutine_function(handler.decode(json.loads(one.args_text)))
-                if value is not None:
-                    one.result, error = result_json(value, one.name)
             else:
                 one.started = True
-                value = await handler.invoke(
-                    handler.decode(json.loads(one.args_text)), self.executor
-                )
-                if value is not None:
-                    one.result, error = result_json(value, one.name)
+                job = self._job(one)
+                token = enter(job)
+                try:
+                    if self.registry.middleware:
+                        result = await through(
+                            self.registry.middleware,
+                            job,
+                            functools.partial(self._call, handler, one.args_text, job),
+                        )
+                    elif handler.coroutine_function is not None:  # awaited here: a coroutine less
+                        args = handler.decode(json.loads(one.args_text))
+                        if handler.takes_job:
+                            result = await handler.coroutine_function(args, job)  # type: ignore[call-arg]
+                        else:
+                            result = await handler.coroutine_function(args)
+                    else:
+                        result = await self._call(handler, one.args_text, job)
+                finally:
+                    leave(token)
+                if result is not None:
+                    one.result, error = result_json(result, one.name)
         except asyncio.CancelledError as failure:
             if one.stopped is None:
                 if self._aborted():
@@ -135,8 +160,10 @@ class Runner:
                     raise
                 # The handler's own CancelledError, not a stop: a failure like any other.
                 error = f"{describe(failure)} raised by the handler"
+                raised = failure
         except BaseException as failure:  # a job's failure, whatever it is
             error = describe(failure)
+            raised = failure
         if one.cancelled:  # stopped by us (also when the handler swallowed it): forget it
             uncancel()
         one.done = True
@@ -150,21 +177,47 @@ class Runner:
         self._release(one)
         if one.stopped is not None:  # timed out (also when a handler swallowed the cancellation)
             error = one.stopped[1]
+            raised = None
         if error is not None:
             error = cut_error(error)
             one.result = None
         status, delay = decisions.ending(
             error, one.attempts, one.limit, to_timedelta(self.options.retry_backoff)
         )
-        if status == "queued":
-            log.warning(
-                "job failed, will retry", extra={**one.fields(), "error": error, "retry_in": delay}
-            )
-        elif status == "failed":
-            log.error("job failed", extra={**one.fields(), "error": error})
+        if status == "completed":
+            del result  # kept, as JSON, in one.result
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug(
+                    "job completed", extra={**one.fields(), "duration": round(one.seconds, 6)}
+                )
+        else:
+            trace = raised if self.tracebacks else None
+            if status == "queued":
+                log.warning(
+                    "job failed, will retry",
+                    extra={**one.fields(), "error": error, "retry_in": delay},
+                    exc_info=trace,
+                )
+            else:
+                log.error("job failed", extra={**one.fields(), "error": error}, exc_info=trace)
+            del raised, trace  # its traceback holds the handler's frames
         self.state.end(one.end(status, error, delay))
         if status == "queued":
             self.state.wake_in(delay)
+
+    def _job(self, one: Run) -> JobContext:
+        """The `JobContext` of `one`, about to run (its deadline from its timer)."""
+        deadline = None
+        if one.timer is not None:
+            left = one.timer.when() - asyncio.get_running_loop().time()
+            deadline = datetime.now(timezone.utc) + timedelta(seconds=left)
+        return JobContext(UUID(one.id), one.name, one.attempts, one.limit, deadline)
+
+    async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:
+        """The innermost step of a run: decode the arguments and call the handler (in a
+        thread of this worker if it is sync), inside the middleware when there is any,
+        so a middleware sees a decoding failure as the run's failure too."""
+        return await handler.call(handler.decode(json.loads(args_text)), job, self.executor)
 
     def _aborted(self) -> bool:
         """Whether the `CancelledError` a run's handler just ended with is this worker
