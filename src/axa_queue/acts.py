@@ -20,13 +20,12 @@ import enum
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, overload
+from typing import overload
 from uuid import UUID
 
-import psycopg
-
 from . import sql
-from .calls import Call, Connection, Row, run
+from .adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
+from .calls import Call, Row
 from .errors import NotACodeError
 from .jobs import JobState, job_id_of, moment
 
@@ -146,12 +145,12 @@ def _act_call(
 
 @overload
 def cancel(
-    conn: psycopg.AsyncConnection[Any], job_id: UUID, by: str, reason: str
+    conn: SomeAsyncConnection, job_id: UUID, by: str, reason: str
 ) -> Awaitable[ActResult]: ...
 @overload
-def cancel(conn: psycopg.Connection[Any], job_id: UUID, by: str, reason: str) -> ActResult: ...
+def cancel(conn: SomeSyncConnection, job_id: UUID, by: str, reason: str) -> ActResult: ...
 def cancel(
-    conn: Connection, job_id: UUID, by: str, reason: str
+    conn: AnyConnection, job_id: UUID, by: str, reason: str
 ) -> ActResult | Awaitable[ActResult]:
     """Cancel job `job_id` if it is still queued, as an act of `by` for `reason`, in the
     caller's transaction. A job in any other state, or no such job, changes nothing and
@@ -167,11 +166,13 @@ def cancel(
 
 @overload
 def retry(
-    conn: psycopg.AsyncConnection[Any], job_id: UUID, by: str, reason: str
+    conn: SomeAsyncConnection, job_id: UUID, by: str, reason: str
 ) -> Awaitable[ActResult]: ...
 @overload
-def retry(conn: psycopg.Connection[Any], job_id: UUID, by: str, reason: str) -> ActResult: ...
-def retry(conn: Connection, job_id: UUID, by: str, reason: str) -> ActResult | Awaitable[ActResult]:
+def retry(conn: SomeSyncConnection, job_id: UUID, by: str, reason: str) -> ActResult: ...
+def retry(
+    conn: AnyConnection, job_id: UUID, by: str, reason: str
+) -> ActResult | Awaitable[ActResult]:
     """Queue job `job_id` again now for one more try if it failed (act `retried`) or waits
     for review (act `released`), as an act of `by` for `reason`, in the caller's
     transaction. A job in any other state, or no such job, changes nothing and writes
@@ -207,9 +208,9 @@ def acts_call(job_id: UUID) -> Call[list[Act]]:
 
 
 @overload
-def acts_on(conn: psycopg.AsyncConnection[Any], job_id: UUID) -> Awaitable[list[Act]]: ...
+def acts_on(conn: SomeAsyncConnection, job_id: UUID) -> Awaitable[list[Act]]: ...
 @overload
-def acts_on(conn: psycopg.Connection[Any], job_id: UUID) -> list[Act]: ...
-def acts_on(conn: Connection, job_id: UUID) -> list[Act] | Awaitable[list[Act]]:
+def acts_on(conn: SomeSyncConnection, job_id: UUID) -> list[Act]: ...
+def acts_on(conn: AnyConnection, job_id: UUID) -> list[Act] | Awaitable[list[Act]]:
     """Every act done to job `job_id`, oldest first, kept after its row is purged."""
     return run(conn, acts_call(job_id))

@@ -1,7 +1,8 @@
 """Jobs: what a new job is, what the queue tells of one, and queuing on any connection.
 
-`enqueue_on` and `enqueue_all_on` take the caller's psycopg connection, sync or
-async, so a job commits or rolls back with the caller's own work. Nothing here ever
+`enqueue_on` and `enqueue_all_on` take the caller's connection (psycopg's, sync or
+async, Django's, SQLAlchemy's or asyncpg's: `adapters`), so a job commits or rolls back
+with the caller's own work. Nothing here ever
 shows a job's arguments: not `repr`, not `JobInfo`, not an error message.
 """
 
@@ -15,12 +16,12 @@ from decimal import Decimal
 from typing import Any, TypedDict, overload
 from uuid import UUID, uuid4
 
-import psycopg
 from typing_extensions import Unpack
 
 from . import sql
+from .adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
-from .calls import Call, Connection, Row, run
+from .calls import Call, Row
 from .errors import JobNotFoundError, NoResultError, OptionsError
 from .options import Duration, to_seconds
 
@@ -462,10 +463,10 @@ def finished_counts_by_name_call() -> Call[dict[str, FinishedCounts]]:
 
 
 @overload
-def enqueue_on(conn: psycopg.AsyncConnection[Any], job: NewJob) -> Awaitable[UUID]: ...
+def enqueue_on(conn: SomeAsyncConnection, job: NewJob) -> Awaitable[UUID]: ...
 @overload
-def enqueue_on(conn: psycopg.Connection[Any], job: NewJob) -> UUID: ...
-def enqueue_on(conn: Connection, job: NewJob) -> UUID | Awaitable[UUID]:
+def enqueue_on(conn: SomeSyncConnection, job: NewJob) -> UUID: ...
+def enqueue_on(conn: AnyConnection, job: NewJob) -> UUID | Awaitable[UUID]:
     """Queue `job` on the caller's connection and return its id (awaitable when async).
 
     In the caller's transaction the job commits or rolls back with it; on an
@@ -475,12 +476,12 @@ def enqueue_on(conn: Connection, job: NewJob) -> UUID | Awaitable[UUID]:
 
 
 @overload
-def enqueue_all_on(
-    conn: psycopg.AsyncConnection[Any], jobs: Iterable[NewJob]
-) -> Awaitable[list[UUID]]: ...
+def enqueue_all_on(conn: SomeAsyncConnection, jobs: Iterable[NewJob]) -> Awaitable[list[UUID]]: ...
 @overload
-def enqueue_all_on(conn: psycopg.Connection[Any], jobs: Iterable[NewJob]) -> list[UUID]: ...
-def enqueue_all_on(conn: Connection, jobs: Iterable[NewJob]) -> list[UUID] | Awaitable[list[UUID]]:
+def enqueue_all_on(conn: SomeSyncConnection, jobs: Iterable[NewJob]) -> list[UUID]: ...
+def enqueue_all_on(
+    conn: AnyConnection, jobs: Iterable[NewJob]
+) -> list[UUID] | Awaitable[list[UUID]]:
     """Queue every job in one statement on the caller's connection; ids in order.
 
     They commit or roll back together with the caller's transaction.
@@ -489,30 +490,30 @@ def enqueue_all_on(conn: Connection, jobs: Iterable[NewJob]) -> list[UUID] | Awa
 
 
 @overload
-def job_on(conn: psycopg.AsyncConnection[Any], job_id: UUID) -> Awaitable[JobInfo | None]: ...
+def job_on(conn: SomeAsyncConnection, job_id: UUID) -> Awaitable[JobInfo | None]: ...
 @overload
-def job_on(conn: psycopg.Connection[Any], job_id: UUID) -> JobInfo | None: ...
-def job_on(conn: Connection, job_id: UUID) -> JobInfo | Awaitable[JobInfo | None] | None:
+def job_on(conn: SomeSyncConnection, job_id: UUID) -> JobInfo | None: ...
+def job_on(conn: AnyConnection, job_id: UUID) -> JobInfo | Awaitable[JobInfo | None] | None:
     """What the queue knows of job `job_id`, or `None` (awaitable when async)."""
     return run(conn, job_call(job_id))
 
 
 @overload
 def jobs_on(
-    conn: psycopg.AsyncConnection[Any],
+    conn: SomeAsyncConnection,
     state: JobState | str | None = None,
     name: str | None = None,
     limit: int = 50,
 ) -> Awaitable[list[JobInfo]]: ...
 @overload
 def jobs_on(
-    conn: psycopg.Connection[Any],
+    conn: SomeSyncConnection,
     state: JobState | str | None = None,
     name: str | None = None,
     limit: int = 50,
 ) -> list[JobInfo]: ...
 def jobs_on(
-    conn: Connection,
+    conn: AnyConnection,
     state: JobState | str | None = None,
     name: str | None = None,
     limit: int = 50,
@@ -522,9 +523,9 @@ def jobs_on(
 
 
 @overload
-def counts_on(conn: psycopg.AsyncConnection[Any]) -> Awaitable[Counts]: ...
+def counts_on(conn: SomeAsyncConnection) -> Awaitable[Counts]: ...
 @overload
-def counts_on(conn: psycopg.Connection[Any]) -> Counts: ...
-def counts_on(conn: Connection) -> Counts | Awaitable[Counts]:
+def counts_on(conn: SomeSyncConnection) -> Counts: ...
+def counts_on(conn: AnyConnection) -> Counts | Awaitable[Counts]:
     """How many jobs are in each state (awaitable when async)."""
     return run(conn, counts_call())

@@ -34,10 +34,12 @@ given its schema)."""
 # --- Enqueue ---------------------------------------------------------------------------
 
 ENQUEUE = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
-    VALUES (%(id)s, %(name)s, %(args)s::jsonb, %(max_attempts)s, %(priority)s,
+    VALUES (%(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
             COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
             %(timeout_ms)s)"""
-"""Queue one job; run_at is the given time, or now plus a delay on the database's clock."""
+"""Queue one job; run_at is the given time, or now plus a delay on the database's clock.
+The arguments travel as text (`::text::jsonb`), so a `jsonb` codec an asyncpg user set on
+their connection cannot encode them a second time."""
 
 ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms)
     SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
