@@ -252,6 +252,8 @@ PUBLIC = [
     "ArgumentsError",
     "AxaQueueError",
     "Counts",
+    "DrainError",
+    "DrainResult",
     "Health",
     "JobContext",
     "JobHandler",

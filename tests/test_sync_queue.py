@@ -61,9 +61,11 @@ async def test_the_sync_pool_and_the_async_pool_have_the_same_session_settings(d
 # What only the async `Queue` offers: defining and running workers (handlers, limits,
 # schedules, observers, middleware, run), setting up and checking the tables, housekeeping, and the
 # schedules' table. A sync web request queues and inspects jobs; it runs none of these.
+# `drain_sync` is the Queue's way to do what a SyncQueue's `drain` does.
 ONLY_ASYNC = {
     "archive_schedules",
     "check",
+    "drain_sync",
     "handle",
     "handler",
     "handlers",

@@ -17,7 +17,7 @@ from uuid import UUID, uuid4
 import psycopg
 import pytest
 
-from axa_queue import NewJob, OptionsError, Queue
+from axa_queue import JobContext, NewJob, OptionsError, Queue, current_job
 from conftest import eventually, running, status_of
 
 SECRET = "943 476 5919"
@@ -144,14 +144,18 @@ async def test_inline_mode_runs_the_handler_now_in_the_caller_and_queues_nothing
     caller = asyncio.current_task()
     got: list[tuple[Any, Any]] = []
 
+    contexts: list[JobContext] = []
+
     @queue.handler("Report")
     async def report(args: Report) -> None:
         got.append((args, asyncio.current_task()))
+        contexts.append(current_job())
         if args.id < 0:
             raise ValueError("no negative reports")
 
-    assert await report.perform_later(Report(1), priority=5) is None
+    run_id = await report.perform_later(Report(1), priority=5, max_attempts=3)
     assert got == [(Report(1), caller)]
+    assert contexts == [JobContext(run_id, "Report", 1, 3)], "the id returned is the run's"
     with pytest.raises(ValueError, match="no negative reports"):
         await report.perform_later(Report(-1))
     assert rows(admin) == 0
@@ -183,8 +187,8 @@ async def test_background_mode_runs_the_handler_as_a_task_here_and_queues_nothin
             raise ValueError("told to fail")
         ran.set()
 
-    assert await report.perform_later(Report(-1)) is None, "a failure is not raised here"
-    assert await report.perform_later(Report(2)) is None
+    assert isinstance(await report.perform_later(Report(-1)), UUID), "a failure is not raised"
+    assert isinstance(await report.perform_later(Report(2)), UUID)
     await asyncio.wait_for(ran.wait(), 10)
     assert got[-1][0] == Report(2) and got[-1][1] is not caller
     assert rows(admin) == 0

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from .acts import MAX_REASON_CHARS, Act, ActKind, ActResult, acts_on, cancel, retry
 from .context import JobContext, current_job
+from .drain import DrainResult
 from .errors import (
     ArgumentsError,
     AxaQueueError,
+    DrainError,
     JobNotFoundError,
     NoResultError,
     NotACodeError,
@@ -56,6 +58,8 @@ __all__ = [
     "ArgumentsError",
     "AxaQueueError",
     "Counts",
+    "DrainError",
+    "DrainResult",
     "Health",
     "JobContext",
     "JobHandler",

@@ -9,6 +9,7 @@
      │    └── ScheduleError             a schedule is malformed or registered twice
      ├── SchemaError                    the tables, columns or triggers are missing or off
      ├── NotOpenError                   the queue was used before `open()`
+     ├── DrainError                     a drain (tests) timed out, or could not start
      ├── JobNotFoundError (LookupError) no job with that id (retention may have deleted it)
      ├── NoResultError (LookupError)    the job has not completed, so it has no result
      └── WaitTimeoutError (TimeoutError) `wait()` ran out of time before the job finished
@@ -24,6 +25,7 @@ from uuid import UUID
 __all__ = [
     "ArgumentsError",
     "AxaQueueError",
+    "DrainError",
     "JobNotFoundError",
     "NoResultError",
     "NotACodeError",
@@ -87,6 +89,13 @@ class NotOpenError(AxaQueueError):
             "the queue is not open: call `await queue.open()` (or use `async with queue:`) "
             "before enqueueing or inspecting jobs"
         )
+
+
+class DrainError(AxaQueueError):
+    """`queue.drain()` could not finish: jobs were still ready or running when its
+    timeout ran out (a stuck handler, or jobs that keep queuing jobs), or it could not
+    start (the queue's worker already runs in this process, a name it has no handler
+    for). The message says which, with the counts so far; never a job's arguments."""
 
 
 class JobNotFoundError(AxaQueueError, LookupError):

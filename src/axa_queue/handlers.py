@@ -10,10 +10,11 @@ of it built from the stored fields, each converted and checked by its declared t
 with a `TypeError` naming the field, never a value or an unknown key).
 
 The returned `JobHandler` can queue itself: `await report.perform_later(args,
-priority=5)`. The queue's mode decides what that does (`QueueOptions.mode`, else the
-`AXA_QUEUE_MODE` variable): `queue` stores a row (the default), `inline` runs the
-handler now in the caller and raises what it raises (for tests and scripts), and
-`background` runs it as a task in this process, with no row and no retries.
+priority=5)`, which is `queue.enqueue(report.job(args, priority=5))`: the queue's mode
+decides what that does (`QueueOptions.mode`, else the `AXA_QUEUE_MODE` variable, see
+`modes`): `queue` stores a row (the default), `inline` runs the handler now in the
+caller and raises what it raises (for tests and scripts), and `background` runs it as a
+task in this process, with no row and no retries.
 
 `async def` handlers run on the event loop; plain `def` handlers run in a thread, so
 a CPU-heavy or blocking handler never holds up heartbeats.
@@ -26,10 +27,9 @@ import contextvars
 import dataclasses
 import functools
 import inspect
-import json
 import logging
 import typing
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from typing import Any, Generic, Protocol, TypeVar
 from uuid import UUID
@@ -56,15 +56,14 @@ HandlerFunction = (
 
 
 class Performer(Protocol):
-    """What `perform_later` needs of its queue (`Queue` is one): its options (for the
-    mode), a way to queue a job, and a way to start a background task."""
+    """What a handler needs of its queue (`Queue` is one): its options (the attempt
+    limit of a fresh `JobContext`) and a way to queue a job, which honours the queue's
+    mode (`perform_later`)."""
 
     @property
     def options(self) -> QueueOptions: ...
 
     async def enqueue(self, job: NewJob) -> UUID: ...
-
-    def start_background(self, name: str, work: Coroutine[Any, Any, Any]) -> None: ...
 
 
 def _argument_type(fn: Callable[..., object]) -> type | None:
@@ -199,22 +198,13 @@ class JobHandler(Generic[A]):
         self,
         args: A,
         **options: Unpack[JobOptions],
-    ) -> UUID | None:
-        """Run this handler with `args` as the queue's mode says.
+    ) -> UUID:
+        """Run this handler with `args` as the queue's mode says, exactly as
+        `queue.enqueue(self.job(args, ...))` does.
 
         `queue` (the default): store a job and return its id. `inline`: run it now, in
-        the caller, raising what it raises; returns `None`. `background`: start it as a
-        task in this process and return `None`; a failure is logged, not retried.
+        the caller, raising what it raises. `background`: start it as a task in this
+        process; a failure is logged, not retried. Both store nothing and return the
+        id their run was given (its `JobContext.id`), which no row has.
         """
-        job = self.job(args, **options)
-        mode = self.queue.options.resolved_mode()
-        if mode == "queue":
-            return await self.queue.enqueue(job)
-        # Round-trip through JSON, as a queued job would, so a test in inline mode
-        # catches arguments that could not be queued.
-        decoded = self.decode(json.loads(job.encoded_args()))
-        if mode == "inline":
-            await self.invoke(decoded)
-            return None
-        self.queue.start_background(self.name, self.invoke(decoded))
-        return None
+        return await self.queue.enqueue(self.job(args, **options))

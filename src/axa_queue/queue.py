@@ -22,11 +22,12 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Unpack
 
-from . import maintenance, schedules, schema, sql
+from . import maintenance, modes, schedules, schema, sql
 from .acts import Act, acts_call
 from .calls import Call, by_name, run_async
 from .connector import Connected, Connector
-from .errors import AxaQueueError, NotOpenError, OptionsError, ScheduleError
+from .drain import DrainResult, drain, drain_blocking
+from .errors import AxaQueueError, DrainError, NotOpenError, OptionsError, ScheduleError
 from .handlers import HandlerFunction, JobHandler
 from .health import HEALTH_TIMEOUT, Health
 from .jobs import (
@@ -50,13 +51,13 @@ from .lifespan import Hosted
 from .maintenance import Recovered
 from .middleware import Middleware
 from .middleware import check as check_middleware
-from .options import DSN_VARIABLES, Duration, QueueOptions, to_seconds
+from .options import DSN_VARIABLES, Duration, Mode, QueueOptions, to_seconds
 from .registry import Registry, RunObserver
 from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .sync import SyncQueue
 from .waits import Waiters
-from .worker import STUCK_AFTER, Worker
+from .worker import STUCK_AFTER, Phase, Worker
 
 __all__ = ["DSN_VARIABLES", "Queue"]
 
@@ -360,17 +361,44 @@ class Queue(Connected):
     ) -> UUID:
         """Queue a job (a `NewJob`, or a name with its arguments and options) on the
         queue's own connection, in one round trip, and return its id. It outlives any
-        rollback of the caller's: use `enqueue_on` to queue in a transaction."""
+        rollback of the caller's: use `enqueue_on` to queue in a transaction.
+
+        In the `inline` or `background` mode (`QueueOptions.mode`, `AXA_QUEUE_MODE`) the
+        job's handler runs in this process instead, now in the caller or as a task, and
+        nothing is stored; the id returned is its run's (`JobContext.id`); see `modes`."""
         job = as_new_job(job, args, **options)
-        return await self._run(enqueue_call(job))
+        mode = self.options.resolved_mode()
+        if mode == "queue":
+            return await self._run(enqueue_call(job))
+        return await self._perform(job, mode)
 
     async def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
-        """Queue every job in one statement: all are queued or none. Ids in order."""
-        return await self._run(enqueue_many_call(list(jobs)))
+        """Queue every job in one statement: all are queued or none. Ids in order.
+
+        In the `inline` mode each job runs in turn, in the caller, and the first to
+        raise stops the rest; in the `background` mode each starts as a task (see
+        `enqueue`)."""
+        batch = list(jobs)
+        mode = self.options.resolved_mode()
+        if mode == "queue":
+            return await self._run(enqueue_many_call(batch))
+        return [await self._perform(job, mode) for job in batch]
+
+    async def _perform(self, job: NewJob, mode: Mode) -> UUID:
+        """Run `job` in this process as `mode` says, instead of storing it (`modes`)."""
+        handler = modes.handler_for(self.handlers, job, mode)
+        context = modes.context_of(job, self.options)
+        if mode == "inline":
+            await modes.run_here(handler, job, context)
+        else:
+            self.start_background(job.name, modes.run_here(handler, job, context))
+        return context.id
 
     def sync(self) -> SyncQueue:
-        """A `SyncQueue` on the same database and options, for synchronous code."""
-        return SyncQueue(self.dsn, self.options)
+        """A `SyncQueue` on the same database and options, for synchronous code. It
+        knows this queue's handlers, for the `inline` and `background` modes and
+        `drain()`."""
+        return SyncQueue(self.dsn, self.options, registry=self.registry)
 
     def start_background(self, name: str, work: Coroutine[Any, Any, Any]) -> None:
         """Run `work` as a task of this process (the `background` mode); `close()` waits."""
@@ -573,6 +601,59 @@ class Queue(Connected):
         if why is not None:
             return Health(False, why)
         return Health(True, "ok")
+
+    async def drain(
+        self,
+        names: Iterable[str] | str | None = None,
+        *,
+        timeout: Duration = 30,
+        include_delayed: bool = False,
+    ) -> DrainResult:
+        """For tests: run, in this process, the ready jobs this queue handles (or only
+        those of `names`) until none is ready, and say how their runs ended.
+
+        It runs a real worker (claims, fencing, timeouts, retries, observers) with no
+        housekeeping or schedules, so a job queued by a job runs too. A retry waiting
+        for its backoff, or a job queued for later, is left, unless `include_delayed`
+        makes every waiting job due (again and again, until none waits). Raises
+        `DrainError` after `timeout` with jobs still ready or running (those running
+        are aborted and left `running`), or when this queue's `run()` is working in
+        this process. The queue need not be open."""
+        self._refuse_drain_while_running()
+        return await drain(
+            self.registry,
+            self.connector,
+            names,
+            timeout=timeout,
+            include_delayed=include_delayed,
+        )
+
+    def drain_sync(
+        self,
+        names: Iterable[str] | str | None = None,
+        *,
+        timeout: Duration = 30,
+        include_delayed: bool = False,
+    ) -> DrainResult:
+        """`drain()` from synchronous code (a Django or Flask test), on an event loop of
+        its own; refused where an event loop is running. `queue.sync().drain()` is the
+        same."""
+        self._refuse_drain_while_running()
+        return drain_blocking(
+            self.registry,
+            self.connector,
+            names,
+            timeout=timeout,
+            include_delayed=include_delayed,
+        )
+
+    def _refuse_drain_while_running(self) -> None:
+        if self.worker is not None and self.worker.phase < Phase.STOPPED:
+            raise DrainError(
+                "drain() was called while this queue's run() is working in this process: "
+                "its worker already runs these jobs; stop run() first, or drain instead "
+                "of running a worker in tests"
+            )
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run jobs, schedules and housekeeping until `stop` is set; jobs in progress then

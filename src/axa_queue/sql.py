@@ -236,6 +236,36 @@ what it was changed to (NULL: nothing).
 A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
 statement is rare, so it does not ask whether anyone waits."""
 
+# --- Draining (tests) ------------------------------------------------------------------
+
+DRAIN_READY = """SELECT count(*) AS ready FROM axa_queue
+    WHERE status = 'queued' AND name = ANY(%(names)s::text[]) AND run_at <= now()"""
+"""How many jobs of the drained names are ready: a drain ends when, its worker idle,
+none is. Due is judged by `now()`, as `EXCHANGE`'s claim judges it."""
+
+DRAIN_DUE_NOW = """UPDATE axa_queue SET run_at = now(), updated_at = COALESCE(%(now)s::timestamptz, now())
+    WHERE status = 'queued' AND name = ANY(%(names)s::text[]) AND run_at > now()
+    RETURNING id"""
+"""Make every waiting job of the drained names due now (`drain(include_delayed=True)`:
+a retry's backoff and a delayed job are not waited for); returns the jobs moved."""
+
+DRAIN_REVIEW = """SELECT count(*) AS needs_review FROM axa_queue
+    WHERE id = ANY(%(ids)s::uuid[]) AND status = 'needs_review'"""
+"""How many of the jobs whose runs lost their claim during a drain now wait for review."""
+
+ENQUEUED = """SELECT id, name, args, status, priority, attempts, max_attempts, timeout_ms,
+    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM created_at) AS created_at
+    FROM axa_queue WHERE %(name)s::text IS NULL OR name = %(name)s
+    ORDER BY axa_queue.created_at, id"""
+"""Every stored job (or every one of a name), oldest first, with its arguments: the one
+statement that returns them to the caller, for tests (`axa_queue.testing.enqueued`);
+times as epoch seconds, as `JOB` reads them."""
+
+END_SESSIONS = """SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND application_name = %(name)s"""
+"""End the sessions a test left open on its schema (`axa_queue.testing.fresh_schema`
+names them after it), so the schema can be dropped."""
+
 # --- Housekeeping ----------------------------------------------------------------------
 
 RECOVER_STALE = """WITH recovered AS (

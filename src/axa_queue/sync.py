@@ -25,10 +25,11 @@ import psycopg
 from psycopg_pool import ConnectionPool
 from typing_extensions import Unpack
 
-from . import sql
+from . import modes, sql
 from .acts import Act, acts_call
 from .calls import Call, run_sync
 from .connector import Connected, Connector
+from .drain import DrainResult, drain_blocking
 from .jobs import (
     Counts,
     JobInfo,
@@ -45,7 +46,8 @@ from .jobs import (
     jobs_call,
     result_call,
 )
-from .options import Duration, QueueOptions
+from .options import Duration, Mode, QueueOptions
+from .registry import Registry
 from .waits import wait_sync
 
 __all__ = ["SyncQueue"]
@@ -54,13 +56,25 @@ T = TypeVar("T")
 
 
 class SyncQueue(Connected):
-    """Queue and inspect jobs from synchronous code; the pool opens on first use."""
+    """Queue and inspect jobs from synchronous code; the pool opens on first use.
 
-    def __init__(self, dsn: str | None = None, options: QueueOptions | None = None) -> None:
+    Made by `queue.sync()`, it knows that queue's handlers (`registry`), which the
+    `inline` and `background` modes and `drain()` run; made on its own, it has none."""
+
+    def __init__(
+        self,
+        dsn: str | None = None,
+        options: QueueOptions | None = None,
+        *,
+        registry: Registry | None = None,
+    ) -> None:
         self.connector = Connector(options if options is not None else QueueOptions(), dsn)
         """How it connects: the same settings as `Queue`'s."""
+        self.registry = registry if registry is not None else Registry()
+        """The handlers of the queue it was made from (`Queue.sync()`), else none."""
         self._pool: ConnectionPool | None = None
         self._lock = threading.Lock()
+        self._background: set[threading.Thread] = set()
 
     def __repr__(self) -> str:
         return f"<SyncQueue {'open' if self._pool is not None else 'closed'}>"
@@ -77,7 +91,10 @@ class SyncQueue(Connected):
             return self._pool
 
     def close(self) -> None:
-        """Close the pool (it opens again on next use)."""
+        """Wait for the threads the `background` mode started, then close the pool (it
+        opens again on next use)."""
+        for thread in list(self._background):
+            thread.join()
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
@@ -122,13 +139,51 @@ class SyncQueue(Connected):
         args: Any = None,
         **options: Unpack[JobOptions],
     ) -> UUID:
-        """Queue a job (a `NewJob`, or a name with arguments and options); returns its id."""
+        """Queue a job (a `NewJob`, or a name with arguments and options); returns its id.
+        The `inline` and `background` modes run its handler here instead, as `Queue.enqueue`
+        says: inline in this very thread (an async handler on an event loop of its own),
+        in the background in a thread of its own."""
         job = as_new_job(job, args, **options)
-        return self._run(enqueue_call(job))
+        mode = self.options.resolved_mode()
+        if mode == "queue":
+            return self._run(enqueue_call(job))
+        return self._perform(job, mode)
 
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
-        """Queue every job in one statement: all or none. Ids in order."""
-        return self._run(enqueue_many_call(list(jobs)))
+        """Queue every job in one statement: all or none. Ids in order. The `inline` and
+        `background` modes run each in turn, as `Queue.enqueue_all` says."""
+        batch = list(jobs)
+        mode = self.options.resolved_mode()
+        if mode == "queue":
+            return self._run(enqueue_many_call(batch))
+        return [self._perform(job, mode) for job in batch]
+
+    def _perform(self, job: NewJob, mode: Mode) -> UUID:
+        """Run `job` here as `mode` says, instead of storing it (`modes`)."""
+        handler = modes.handler_for(self.registry.handlers, job, mode)
+        context = modes.context_of(job, self.options)
+        if mode == "inline":
+            modes.run_blocking(handler, job, context)
+        else:
+            modes.start_thread(handler, job, context, self._background)
+        return context.id
+
+    def drain(
+        self,
+        names: Iterable[str] | str | None = None,
+        *,
+        timeout: Duration = 30,
+        include_delayed: bool = False,
+    ) -> DrainResult:
+        """For tests: run the ready jobs of the queue this was made from (`queue.sync()`)
+        until none is ready, on an event loop of its own; see `Queue.drain`."""
+        return drain_blocking(
+            self.registry,
+            self.connector,
+            names,
+            timeout=timeout,
+            include_delayed=include_delayed,
+        )
 
     def job(self, job_id: UUID | str) -> JobInfo | None:
         """What the queue knows of one job (never its arguments), or `None`."""

@@ -77,7 +77,7 @@ class Worker:
         self,
         registry: Registry,
         connector: Connector,
-        pool: AsyncConnectionPool,
+        pool: AsyncConnectionPool | None,
         *,
         schema: str = "public",
         notifies: bool = False,
@@ -100,9 +100,12 @@ class Worker:
         self.exchange = Exchange(
             self.state, self.connections, self.runner, self.claims, registry, options
         )
-        self.housekeeping = Housekeeping(
-            pool, registry, options, self.state, self.connections, self.troubles
+        self.housekeeping = (
+            None
+            if pool is None
+            else Housekeeping(pool, registry, options, self.state, self.connections, self.troubles)
         )
+        """Maintenance rounds and stale recovery; none without a pool (a drain's worker)."""
 
     # --- what others read ------------------------------------------------------------
 
@@ -172,8 +175,9 @@ class Worker:
         background = [
             self._spawn(self.exchange.loop(), "exchange"),
             self._spawn(self.claims.heartbeat_loop(), "heartbeat"),
-            self._spawn(self.housekeeping.loop(), "maintenance"),
         ]
+        if self.housekeeping is not None:
+            background.append(self._spawn(self.housekeeping.loop(), "maintenance"))
         if self.registry.schedules and self.tick is not None:
             every = self.options.seconds("poll_interval")
             loop = tick_loop(self.tick, every, state, self.troubles)

@@ -72,10 +72,8 @@ def _act(
         by = request.user.get_username()
         results: list[ActResult] = []
         with transaction.atomic(using=alias):
-            connection = connections[alias]
-            connection.ensure_connection()
             for job in queryset:
-                results.append(act(connection.connection, job.id, by, form.cleaned_data["reason"]))
+                results.append(act(connections[alias], job.id, by, form.cleaned_data["reason"]))
         applied = sum(1 for r in results if r.applied)
         admin_view.message_user(request, f"{done} {applied} of {len(results)} job(s).")
         skipped = [r for r in results if not r.applied]
