@@ -5,7 +5,10 @@ by `migrate` (`migrated`), and a way to run the tasks found, in this process (`d
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -24,7 +27,16 @@ from axa_queue.contrib.django import worker  # noqa: E402
 from axa_queue.contrib.django.backend import tasks_api  # noqa: E402
 from django_site.shop import tasks  # noqa: E402
 
-__all__ = ["SITE", "django_db", "drain", "migrated", "tasks", "tasks_api", "until"]
+__all__ = [
+    "SITE",
+    "django_db",
+    "drain",
+    "migrated",
+    "tasks",
+    "tasks_api",
+    "until",
+    "worker_running",
+]
 
 SITE = os.path.join(os.path.dirname(__file__), "django_site")
 """The tests' Django project, with its manage.py."""
@@ -71,6 +83,31 @@ def migrated(django_db: str) -> str:
 def drain(**options: Any) -> Any:
     """Run the ready tasks in this process, as `manage.py axa_queue worker` would."""
     return worker.tasks_queue().drain_sync(**options)
+
+
+@contextlib.contextmanager
+def worker_running() -> Iterator[None]:
+    """Run the tasks' queue (as `manage.py axa_queue worker` does) in a thread of its own
+    for the block; stopped gracefully after it."""
+    queue = worker.tasks_queue()
+    started = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def main() -> None:
+        box["loop"] = asyncio.get_running_loop()
+        box["stop"] = asyncio.Event()
+        async with queue:
+            started.set()
+            await queue.run(box["stop"])
+
+    thread = threading.Thread(target=lambda: asyncio.run(main()))
+    thread.start()
+    try:
+        assert started.wait(30), "the worker did not start"
+        yield
+    finally:
+        box["loop"].call_soon_threadsafe(box["stop"].set)
+        thread.join(30)
 
 
 def until(check: Callable[[], bool], timeout: float = 30.0) -> None:
