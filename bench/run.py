@@ -12,6 +12,9 @@ table shows medians and ratios:
   each is one statement in one round trip) against a raw single-row INSERT;
   `enqueue_all` of 10,000 jobs against one multi-row `INSERT ... VALUES`, `COPY` and
   `INSERT ... SELECT FROM unnest(...)`, all into the same (axa-queue's) table.
+- **integrations**: `enqueue_on` one by one and `enqueue_all_on` of 100 on each kind
+  of connection accepted (Django's, SQLAlchemy's sync and async on psycopg and on
+  asyncpg, asyncpg's; `bench/integrations.py`) against psycopg's own connection.
 - **drain**: pre-queued no-op jobs run by axa-queue with 1, 10 and 50 loops in one
   process and with 2 processes x 10 loops, against the floor's (a) claim-one, (b)
   claim-a-batch-of-100-with-one-statement-per-job and (fused) claim-a-batch-and-finish-
@@ -77,6 +80,7 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import floor  # noqa: E402  (bench/floor.py, beside this file)
+import integrations  # noqa: E402  (bench/integrations.py, beside this file)
 
 DEFAULT_DSN = "postgresql://root@127.0.0.1:5432/test"
 BUSY_LIMIT = 0.2
@@ -323,6 +327,20 @@ async def _enqueue_single_raw(dsn: str, jobs: int, warmup: int) -> float:
         for one in args:
             await cur.execute(query, (uuid.uuid4(), JOB, Jsonb(one)), prepare=True)
         return jobs / (time.perf_counter() - t0)
+
+
+def enqueue_through(dsn: str, kind: str, jobs: int, batch: int) -> float:
+    """Jobs/s of `jobs` jobs queued on a connection of `kind` (`integrations.KINDS`) in
+    one transaction, one by one (`batch` 1) or `batch` at a time, in a fresh schema."""
+    with scratch_schema(dsn) as sdsn:
+        setup_tables(sdsn, done_table=False)
+        prepare_for_timing(sdsn)
+        rate = integrations.enqueue_rate(kind, sdsn, jobs, batch)
+        with psycopg.connect(sdsn) as conn:
+            row = conn.execute("SELECT count(*) FROM axa_queue WHERE name = 'noop'").fetchone()
+        if row is None or row[0] != jobs:
+            raise AssertionError(f"expected {jobs} queued jobs through {kind}, found {row}")
+        return rate
 
 
 def enqueue_single(dsn: str, jobs: int, side: Literal["axa", "raw"], warmup: int = 20) -> float:
@@ -1234,7 +1252,11 @@ class Config:
     big_ready: int = 1_000
     big_backlog: int = 100_000
     big_samples: int = 30
-    workloads: tuple[str, ...] = ("enqueue", "drain", "latency", "bigtable")
+    integration_jobs: int = 2_000
+    """Jobs queued one by one on each kind of connection (ten times as many in batches)."""
+    integration_batch: int = 100
+    """Jobs per `enqueue_all_on` through each kind of connection."""
+    workloads: tuple[str, ...] = ("enqueue", "integrations", "drain", "latency", "bigtable")
     vacuum_catalogs: bool = True
     """VACUUM the system catalogs the schemas churn before each round (untimed)."""
 
@@ -1248,6 +1270,7 @@ QUICK = {
     "big_finished": 300_000,
     "big_delayed": 30_000,
     "big_samples": 15,
+    "integration_jobs": 500,
 }
 """What `--quick` changes: a smoke run of about a minute."""
 
@@ -1344,6 +1367,19 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                     ),
                 )
             )
+    if "integrations" in config.workloads:
+        for kind in integrations.KINDS:
+            for mode, batch in (("single", 1), ("batch", config.integration_batch)):
+                jobs = config.integration_jobs * (1 if batch == 1 else 10)
+                found.append(
+                    (
+                        f"enqueue through {kind}, {mode}",
+                        _rate(
+                            f"integrations.{kind}.{mode}",
+                            partial(enqueue_through, dsn, kind, jobs, batch),
+                        ),
+                    )
+                )
     if "drain" in config.workloads:
         for loops in config.loops:
             jobs = config.drain_jobs_one_loop if loops == 1 else config.drain_jobs
@@ -1507,6 +1543,20 @@ def goals(report: Report) -> list[tuple[str, str, bool | None]]:
                 t.statements == t.enqueues and t.round_trips == t.enqueues,
             )
         )
+    for kind in integrations.KINDS:
+        if integrations.BASELINE[kind] == kind:
+            continue
+        for mode in ("single", "batch"):
+            goal(
+                f"enqueue through {kind}, {mode}, >= 0.9 x psycopg",
+                _ratio(
+                    m(f"integrations.{kind}.{mode}"),
+                    m(f"integrations.{integrations.BASELINE[kind]}.{mode}"),
+                ),
+                0.9,
+                True,
+                "x",
+            )
     goal(
         "enqueue_all >= raw multi-row INSERT (ratio >= 1)",
         _ratio(m("enqueue.bulk.axa"), m("enqueue.bulk.values")),
@@ -1622,6 +1672,24 @@ def format_report(report: Report) -> str:
                 f"  wire trace of {t.enqueues} enqueues: {t.statements} statements, "
                 f"{t.round_trips} round trips"
             )
+    if "integrations" in c.workloads:
+        lines.append(
+            "enqueue through each integration (jobs/s; floor: psycopg's connection, sync for "
+            "sync kinds, async for async ones)"
+        )
+        for kind in integrations.KINDS:
+            for mode in ("single", "batch"):
+                size = c.integration_jobs if mode == "single" else c.integration_jobs * 10
+                how = (
+                    f"one by one ({size:,})"
+                    if mode == "single"
+                    else (f"enqueue_all_on {c.integration_batch} ({size:,})")
+                )
+                row(
+                    f"  {kind}, {how}",
+                    m(f"integrations.{kind}.{mode}"),
+                    m(f"integrations.{integrations.BASELINE[kind]}.{mode}"),
+                )
     if "drain" in c.workloads:
         lines.append(f"drain (jobs/s; floor: {c.floor_connections} connections, {c.floor_mode})")
         base = m("drain.floor.batch")
@@ -1795,7 +1863,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--big-backlog", type=int, help=f"0 leaves out the backlog states (default {d.big_backlog})"
     )
     parser.add_argument(
-        "--only", help="comma-separated workloads: enqueue, drain, latency, bigtable"
+        "--only",
+        help="comma-separated workloads: enqueue, integrations, drain, latency, bigtable",
     )
     parser.add_argument("--plans", action="store_true", help="print the claim's plans")
     parser.add_argument(

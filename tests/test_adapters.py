@@ -4,6 +4,7 @@ asyncpg's, each committing and rolling back with the caller's transaction."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -21,7 +22,12 @@ import pytest
 import sqlalchemy
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncSession,
+    async_scoped_session,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
 from axa_queue import (
@@ -139,6 +145,7 @@ KINDS = [
     "sqlalchemy scoped session",
     "sqlalchemy connection",
     "sqlalchemy async session",
+    "sqlalchemy async scoped session",
     "sqlalchemy async connection",
     "sqlalchemy asyncpg session",
     "sqlalchemy asyncpg connection",
@@ -203,6 +210,12 @@ async def opened(kind: str, dsn: str, schema: str) -> AsyncIterator[Opened]:
             if kind.endswith("connection"):
                 async with aengine.connect() as aconn:
                     yield Opened(aconn, aconn.commit, aconn.rollback, sync=False)
+            elif "scoped" in kind:
+                ascoped = async_scoped_session(
+                    async_sessionmaker(aengine), scopefunc=asyncio.current_task
+                )
+                yield Opened(ascoped, ascoped.commit, ascoped.rollback, sync=False)
+                await ascoped.remove()
             else:
                 async with async_sessionmaker(aengine)() as asession:
                     yield Opened(asession, asession.commit, asession.rollback, sync=False)
@@ -482,3 +495,69 @@ async def test_anything_else_is_refused_with_what_is_accepted_and_how_to_get_a_c
         assert SECRET not in str(raised.value)
     finally:
         await apool.close()
+
+
+# --- SQLAlchemy and Alembic migrations (docs/integrations.md) --------------------------
+
+
+def psycopg_engine(dsn: str, schema: str) -> sqlalchemy.Engine:
+    return sqlalchemy.create_engine(
+        url_of(dsn, "postgresql+psycopg"), connect_args={"options": f"-c search_path={schema}"}
+    )
+
+
+async def test_the_alembic_recipe_makes_tables_that_check_accepts_and_runs_again_unchanged(
+    dsn: str, schema: str, make_queue: Callable[..., Awaitable[Any]]
+) -> None:
+    from alembic import op
+    from alembic.migration import MigrationContext
+    from alembic.operations import Operations
+
+    from axa_queue.schema import SETUP_LOCK, VERSION, statements_of
+
+    def upgrade() -> None:  # the recipe's migration, word for word
+        op.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
+        for version in range(1, VERSION + 1):
+            for statement in statements_of(version):
+                op.execute(statement)
+
+    engine = psycopg_engine(dsn, schema)
+    for _ in range(2):  # statements safe to repeat: a second upgrade changes nothing
+        with (
+            engine.begin() as connection,
+            Operations.context(MigrationContext.configure(connection)),
+        ):
+            upgrade()
+    engine.dispose()
+    queue = await make_queue(setup=False)  # check only: raises SchemaError if anything lacks
+    assert (await queue.counts()).ready == 0
+
+
+async def test_the_setup_statements_run_through_sqlalchemy_as_the_docs_say(
+    dsn: str, schema: str, admin: psycopg.Connection[Any]
+) -> None:
+    engine = psycopg_engine(dsn, schema)
+    with engine.connect() as connection, pytest.raises(sqlalchemy.exc.ProgrammingError) as why:
+        for statement in SETUP_STATEMENTS:
+            connection.exec_driver_sql(statement)
+    assert "placeholder" in str(why.value)
+    with engine.begin() as connection:
+        quiet = connection.execution_options(no_parameters=True)
+        for statement in SETUP_STATEMENTS:
+            quiet.exec_driver_sql(statement)
+    with engine.begin() as connection:
+        for statement in SETUP_STATEMENTS:
+            connection.execute(sqlalchemy.text(statement))
+    engine.dispose()
+    aengine = create_async_engine(
+        url_of(dsn, "postgresql+asyncpg"),
+        connect_args={"server_settings": {"search_path": schema}},
+    )
+    async with aengine.begin() as aconnection:
+        for statement in SETUP_STATEMENTS:
+            await aconnection.exec_driver_sql(statement)
+    await aengine.dispose()
+    message = admin.execute(
+        "SELECT prosrc FROM pg_proc WHERE proname = 'axa_job_acts_refuse'"
+    ).fetchone()
+    assert message is not None and "'% on % is refused" in message[0], "the % kept as written"

@@ -38,6 +38,8 @@ TINY = bench.Config(
     big_ready=50,
     big_backlog=500,
     big_samples=3,
+    integration_jobs=20,
+    integration_batch=5,
 )
 
 
@@ -68,6 +70,9 @@ def test_every_workload_runs_once(database_url: str) -> None:
     ):
         assert len(report.samples[key]) == 1, key
         assert report.samples[key][0] > 0, key
+    for kind in bench.integrations.KINDS:
+        for mode in ("single", "batch"):
+            assert len(report.samples[f"integrations.{kind}.{mode}"]) == 1, (kind, mode)
     assert report.trace == bench.Trace(20, 20, 20)  # one statement, one round trip each
     assert report.claim is not None
     labels = [case.label for case in report.claim.cases]
@@ -83,7 +88,8 @@ def test_every_workload_runs_once(database_url: str) -> None:
     table = bench.format_report(report)
     assert "goals" in table
     assert "drain" in table and "latency" in table and "claim on a big table" in table
-    assert len(bench.goals(report)) == 12
+    assert "  sqlalchemy asyncpg, enqueue_all_on 5 (200)" in table
+    assert len(bench.goals(report)) == 12 + 2 * 5  # two per integration kind
 
 
 def _ran(conn: psycopg.Connection[Any], key: uuid.UUID, attempts: int = 1) -> None:

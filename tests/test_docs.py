@@ -2,7 +2,8 @@
 
 Every fenced block in README.md and docs/*.md names its language. Each ```python
 block is a complete program: it is run as a script in a fresh Python process, with
-`AXA_QUEUE_DSN` set to this test's own schema (and nothing else from the queue's
+`AXA_QUEUE_DSN` set to this test's own schema (a `postgresql://` URL, as a user's
+`DATABASE_URL` is) (and nothing else from the queue's
 environment), so `asyncio.run`, module-level queues and signals behave as for a user
 who pastes it into a file. A block meant to run until stopped (a worker) is preceded by
 
@@ -28,8 +29,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote, urlencode
 
 import pytest
+from psycopg.conninfo import conninfo_to_dict
 
 from axa_queue import QueueOptions
 
@@ -132,14 +135,31 @@ def test_every_code_block_names_its_language_and_none_hides_python(block: Block)
         assert block.tag == "python", f"{block.where}: a doc-test directive on a non-Python block"
 
 
+def as_url(dsn: str) -> str:
+    """The conninfo `dsn` as a `postgresql://` URL, its other parameters (the test's
+    `options` and `application_name`) in the query: what a user's `DATABASE_URL` looks
+    like, which SQLAlchemy and asyncpg take as well as psycopg."""
+    parts = conninfo_to_dict(dsn)
+    user = quote(str(parts.pop("user", "")), safe="")
+    password = parts.pop("password", None)
+    login = f"{user}:{quote(str(password), safe='')}@" if password else f"{user}@" if user else ""
+    host = str(parts.pop("host", ""))
+    port = parts.pop("port", None)
+    where = f"{host}:{port}" if port else host
+    dbname = quote(str(parts.pop("dbname", "")), safe="")
+    query = urlencode({key: str(value) for key, value in parts.items()}, quote_via=quote)
+    return f"postgresql://{login}{where}/{dbname}" + (f"?{query}" if query else "")
+
+
 def _environment(dsn: str) -> dict[str, str]:
-    """The caller's environment with the queue's variables replaced by this test's DSN."""
+    """The caller's environment with the queue's variables replaced by this test's DSN
+    (as a URL)."""
     env = {
         name: value
         for name, value in os.environ.items()
         if not (name.startswith("AXA_QUEUE_") or name == "DATABASE_URL")
     }
-    env["AXA_QUEUE_DSN"] = dsn
+    env["AXA_QUEUE_DSN"] = as_url(dsn)
     env["PYTHONUNBUFFERED"] = "1"  # so the marker is seen as soon as it is printed
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p
@@ -338,3 +358,12 @@ def test_every_variable_the_docs_name_is_one_the_code_or_the_tests_read() -> Non
     read = environment_variables_read() | environment_variables_read(ROOT / "tests")
     assert "AXA_TEST_DATABASE_URL" in read
     assert not named - read, f"the docs name variables nothing reads: {sorted(named - read)}"
+
+
+def test_the_url_given_to_the_blocks_reaches_the_tests_schema(dsn: str, schema: str) -> None:
+    import psycopg
+
+    url = as_url(dsn)
+    assert url.startswith("postgresql://") and "search_path" in url
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SHOW search_path").fetchone() == (schema,)

@@ -3,7 +3,7 @@
 The functions that take the caller's connection (`enqueue_on`, `enqueue_all_on`,
 `cancel`, `retry`, `job_on`, `jobs_on`, `counts_on`, `acts_on`) accept:
 
-- psycopg `Connection` and `AsyncConnection` (sent as `calls.run` sends them);
+- psycopg `Connection` and `AsyncConnection` (`calls.run_sync`, `calls.run_async`);
 - Django's `connection` or `connections[alias]` (the PostgreSQL backend on psycopg 3):
   connected if it is not yet, the statement sent on Django's own psycopg connection,
   so Django's `atomic` (or its autocommit) decides when it commits;
@@ -253,9 +253,10 @@ async def _on_async_session(session: Any, call: Call[T]) -> T:
 
 async def _on_async_sqlalchemy(conn: Any, call: Call[T]) -> T:
     """Send `call` on a SQLAlchemy `AsyncConnection`, in the transaction it holds (begun
-    here when none is). On `postgresql+psycopg` it goes to psycopg's connection; on
-    `postgresql+asyncpg`, through SQLAlchemy's driver cursor, which starts asyncpg's
-    transaction as SQLAlchemy's own statements do."""
+    here when none is). On `postgresql+psycopg` it goes to psycopg's connection. On
+    `postgresql+asyncpg`, SQLAlchemy starts asyncpg's transaction only with its first
+    statement: until it has, the call goes through SQLAlchemy's driver cursor, which
+    starts it as SQLAlchemy's own statements do; once it has, to asyncpg directly."""
     if conn.sync_connection is None:
         await conn.start()
     if not conn.in_transaction():
@@ -264,6 +265,8 @@ async def _on_async_sqlalchemy(conn: Any, call: Call[T]) -> T:
     if isinstance(raw, psycopg.AsyncConnection):
         return await run_async(raw, call)
     if type(raw).__module__.partition(".")[0] == "asyncpg":
+        if raw.is_in_transaction():  # SQLAlchemy's transaction has started on asyncpg
+            return await _on_asyncpg(raw, call)
         query, args = asyncpg_statement(call)
         rows, count = await conn.run_sync(_through_cursor, query, args)
         return call.read(rows, count)

@@ -2,22 +2,24 @@
 or an async psycopg connection, written once.
 
 Each operation callers can do on their own connection (enqueue, acts, job info,
-counts) is a `Call`: the SQL, its parameters, and how to read the rows back. `run`
-sends a call on whichever kind of connection it is given and returns the value, or
-an awaitable of it for an `AsyncConnection`. The operations are defined once; only
-these few lines of waiting differ between sync and async.
+counts) is a `Call`: the SQL, its parameters, and how to read the rows back.
+`run_sync` and `run_async` send a call on a psycopg connection; `adapters.run` sends
+it on whichever kind of connection a caller gives (Django's, SQLAlchemy's and
+asyncpg's too) and returns the value, or an awaitable of it for an async one. The
+operations are defined once; only these few lines of waiting differ between sync and
+async.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, Union, cast, overload
+from typing import Any, Generic, TypeVar, Union, cast
 
 import psycopg
 from psycopg.rows import RowFactory, namedtuple_row
 
-__all__ = ["Call", "Connection", "Row", "by_name", "run", "run_async", "run_sync"]
+__all__ = ["Call", "Connection", "Row", "by_name", "run_async", "run_sync"]
 
 T = TypeVar("T")
 Row = Any
@@ -63,19 +65,3 @@ async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
         await cursor.execute(call.query, call.params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return call.read(rows, cursor.rowcount)
-
-
-@overload
-def run(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> Awaitable[T]: ...
-@overload
-def run(conn: psycopg.Connection[Any], call: Call[T]) -> T: ...
-def run(conn: Connection, call: Call[T]) -> T | Awaitable[T]:
-    """Send `call` on `conn`: the value for a sync connection, an awaitable for an async one."""
-    if isinstance(conn, psycopg.AsyncConnection):
-        return run_async(conn, call)
-    if isinstance(conn, psycopg.Connection):
-        return run_sync(conn, call)
-    raise TypeError(
-        f"expected a psycopg Connection or AsyncConnection, got {type(conn).__name__}; "
-        "with a pool, use `with pool.connection() as conn:`"
-    )
