@@ -40,8 +40,9 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from .. import sql
+from ..adapters import run
 from ..arguments import to_json
-from ..calls import Call, Row, run, run_async, run_sync
+from ..calls import Call, Row, run_async, run_sync
 from ..drain import DrainResult
 from ..errors import AxaQueueError, OptionsError
 from ..jobs import JobState, moment

@@ -189,12 +189,17 @@ class AxaQueueBackend(_backends.BaseTaskBackend):
         super().__init__(alias, params)
         self.enqueue_on_commit = bool(params.get("ENQUEUE_ON_COMMIT", True))
         self._queue: SyncQueue | None = None
+        self._dsn: str | None = None
 
     @property
     def queue(self) -> SyncQueue:
-        """The queue's own sync pool, made on first use from the settings."""
-        if self._queue is None:
-            self._queue = SyncQueue(conf.dsn(), conf.queue_options())
+        """The queue's own sync pool, on the database the settings name now: made on
+        first use, and again when that changes (a test pointing Django elsewhere)."""
+        dsn = conf.dsn()
+        if self._queue is None or self._dsn != dsn:
+            self.close()
+            self._queue = SyncQueue(dsn, conf.queue_options())
+            self._dsn = dsn
         return self._queue
 
     def close(self) -> None:
