@@ -34,6 +34,7 @@ from ...options import DSN_VARIABLES, POOLER_VARIABLE, SCHEMA_VARIABLE
 __all__ = [
     "DEFAULT_TASK_MODULES",
     "KEYS",
+    "SETTING",
     "database_alias",
     "dsn",
     "environment",
@@ -42,6 +43,9 @@ __all__ = [
     "setting",
     "task_modules",
 ]
+
+SETTING = "AXA_QUEUE"
+"""The name of the Django setting (a dict) this app reads; not an environment variable."""
 
 KEYS = ("DATABASE", "QUEUE", "OPTIONS", "TASK_MODULES")
 """The keys `AXA_QUEUE` may have."""
@@ -52,7 +56,7 @@ DEFAULT_TASK_MODULES = ("tasks",)
 
 def setting(key: str, default: Any = None) -> Any:
     """`AXA_QUEUE[key]`, or `default`. An unknown key is refused, naming it."""
-    given = getattr(settings, "AXA_QUEUE", None) or {}
+    given = getattr(settings, SETTING, None) or {}
     if not isinstance(given, dict):
         raise ImproperlyConfigured(f"AXA_QUEUE must be a dict, got a {type(given).__name__}")
     unknown = sorted(set(given) - set(KEYS))
