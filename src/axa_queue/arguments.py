@@ -16,6 +16,10 @@ Inside one, `date`, `datetime` (ISO 8601 text), `Decimal`, `UUID` (text) and `En
 dataclass gets them back as they were (`from_json`). Outside a dataclass they are
 refused: the handler would get a string back, so say how (a dataclass, or convert).
 
+What a handler returns (its job's result) is checked the same way (`result_json`), but
+a value that cannot be stored fails the run's attempt rather than raising where it was
+made: there is no caller to raise to.
+
 `from_json` builds the handler's dataclass from the stored JSON and checks it: unknown
 keys, missing fields and values of the wrong type fail the attempt with a `TypeError`
 naming the declared field and the type it expects, never the value or the unknown keys.

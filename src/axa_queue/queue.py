@@ -287,12 +287,13 @@ class Queue(Connected):
                 pause = min(pause * 2, 5.0)
 
     async def close(self) -> None:
-        """Wait for background tasks started by `perform_later`, then close the pool."""
+        """Wait for background tasks started by `perform_later`, then close the pool;
+        `wait()`s still in progress raise `NotOpenError`."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-        await self.waiters.close()
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        pool, self._pool = self._pool, None
+        await self.waiters.close()  # waits in progress wake, find the queue closed, raise
+        if pool is not None:
             await pool.close()
 
     async def __aenter__(self) -> Queue:

@@ -25,7 +25,9 @@ CHANNEL = "axa_queue"
 
 DONE_CHANNEL = "axa_queue_done"
 """The channel of finished jobs, for waiters; the payload is `<the table's oid> <id> <id>
-...`, or `<oid> *` (look at every job waited for). Sent only while someone waits."""
+...` (`EXCHANGE`, `CANCEL` and `MARK_LOST` name one job each), or `<oid> *` (look at
+every job waited for: stale recovery finishing more than 150). Sent only while someone
+waits, but by `CANCEL`, `MARK_LOST` and `RECOVER_STALE`, which are rare."""
 
 CURRENT_SCHEMA = "SELECT current_schema()"
 """The schema the tables resolve to, which notifications name (unless the queue is
@@ -73,15 +75,15 @@ EXCHANGE = """WITH RECURSIVE endings AS (
         FROM endings r
         WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-        RETURNING q.id::text AS id, q.attempts, q.status
-    ), told AS (
-        SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' '
-                         || CASE WHEN f.n > 150 THEN '*' ELSE f.ids END)
-        FROM (SELECT count(*) AS n, string_agg(id, ' ') AS ids
-              FROM finished WHERE status <> 'queued') f
-        WHERE CASE WHEN f.n = 0 THEN false
-                   ELSE NOT pg_try_advisory_xact_lock(1635213687, 'axa_queue'::regclass::oid::int4)
-              END
+        RETURNING q.id::text AS id, q.attempts,
+            CASE WHEN q.status = 'queued' THEN false
+                 WHEN pg_advisory_xact_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)::text
+                      IS NULL THEN false
+                 WHEN pg_try_advisory_lock(1635213688, 'axa_queue'::regclass::oid::int4)
+                      THEN NOT pg_advisory_unlock(1635213688, 'axa_queue'::regclass::oid::int4)
+                 ELSE pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
+                      ::text IS NOT NULL
+            END AS told
     ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
         UNION ALL
@@ -118,7 +120,6 @@ EXCHANGE = """WITH RECURSIVE endings AS (
     )
     SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
            NULL AS priority, NULL AS run_at FROM finished
-    WHERE (SELECT count(*) FROM told) >= 0
     UNION ALL
     SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at FROM claimed"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
@@ -161,17 +162,28 @@ plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
 
-Waiters (`Queue.wait`): when the statement finishes jobs (completed or failed, not
-queued again) and someone waits for jobs of this table, it notifies `DONE_CHANNEL` once,
-with the table's oid and the finished ids (`*` for more than 150: every waiter looks).
-Whether anyone waits is one advisory lock, keyed by the table's oid, that every waiting
-connection holds shared (`WAITING`): the statement tries to take it exclusively until
-its commit, and only when that fails does it notify, so a queue nobody waits on pays no
-NOTIFY (whose commit lock serialises every notifying transaction) and no payload. A
-waiter takes its lock after LISTEN and before it looks at the row: an exchange holding
-the lock then has it until it commits, so the waiter's look sees its ending; one that
-tries after is refused and notifies. Two exchanges at once may refuse each other and
-notify for no one: a wasted notification, never a lost one."""
+Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
+again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
+table's oid and the job's id, in `finished`'s RETURNING (`told`, which no one reads: a
+data-modifying CTE's RETURNING is computed for every row). Two advisory locks, keyed by
+the table's oid, say when (`WAITING` is the other side):
+
+- the waiting lock (1635213688): every waiting connection holds it shared for as long
+  as it waits. The statement tries it exclusively and, when it gets it, lets it go at
+  once (in the same expression: nothing can fail in between): nobody waits, so no
+  NOTIFY, whose commit lock serialises every notifying transaction. Refused, it
+  notifies. Two exchanges at once almost never meet on it (it is held for a moment),
+  and if they do, one notifies for no one: wasted, never lost.
+- the ending lock (1635213687): the statement holds it shared from before it asks
+  whether anyone waits until it commits (exchanges never conflict on it). A new
+  waiting connection, once it holds the waiting lock, takes the ending lock
+  exclusively and lets it go: that waits for every statement that may have asked
+  before it came to commit, and only then does it read the rows it waits for. So an
+  ending is either committed before a waiter reads, or notified.
+
+One lock taken, and one taken and let go, per ending: under a microsecond each (a
+`told` CTE over `finished` run by an InitPlan cost 10% more server CPU per statement at
+one ending a statement; this costs nothing measurable)."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
@@ -552,12 +564,18 @@ LISTEN = "LISTEN axa_queue"
 LISTEN_DONE = "LISTEN axa_queue_done"
 """Receive word of finished jobs (`DONE_CHANNEL`), for `Queue.wait`."""
 
-WAITING = """SELECT 'axa_queue'::regclass::oid::text AS tag
-    FROM (SELECT pg_advisory_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)) AS held"""
-"""Say this session waits for jobs of the table to finish: hold the advisory lock every
-statement that finishes jobs tries, so they notify `DONE_CHANNEL` (see `EXCHANGE`), until
-the session ends. Sent after `LISTEN_DONE`; it waits while a statement finishing jobs
-holds the lock, until that commits. Returns the table's oid, which notifications name."""
+WAITING = """SELECT CASE
+    WHEN pg_advisory_lock_shared(1635213688, 'axa_queue'::regclass::oid::int4)::text IS NULL
+        THEN NULL
+    WHEN pg_advisory_lock(1635213687, 'axa_queue'::regclass::oid::int4)::text IS NULL THEN NULL
+    WHEN pg_advisory_unlock(1635213687, 'axa_queue'::regclass::oid::int4)
+        THEN 'axa_queue'::regclass::oid::text
+    END AS tag"""
+"""Say this session waits for jobs of the table to finish, until it ends: hold the
+waiting lock shared, so statements that finish jobs notify `DONE_CHANNEL`; then take
+and let go the ending lock, which waits for every such statement that may have asked
+before to commit (see `EXCHANGE`). Sent after `LISTEN_DONE`, before reading any row
+waited for. Returns the table's oid, which notifications name."""
 
 SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
 """The claim's estimates can tempt the JIT, which costs far more than the query. Set

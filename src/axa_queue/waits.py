@@ -9,15 +9,15 @@ not finished.
 How a wake-up is never lost (see `sql.EXCHANGE` for the sending side):
 
 1. the waiter's connection `LISTEN`s on `sql.DONE_CHANNEL`;
-2. then takes, shared, the advisory lock every statement that finishes jobs tries
-   (`sql.WAITING`): a statement holding it until its commit makes the waiter wait for
-   that commit, and one that tries after is refused and so notifies;
+2. then holds, shared, the waiting lock that every statement finishing jobs tries (so
+   from then on they notify), and takes and lets go the ending lock, which waits for
+   every such statement that asked before to commit (`sql.WAITING`);
 3. only then reads the row; it reads it again on each notification naming the job (or
    `*`), after the connection is made again when it broke, and once more when its time
    is up, before `WaitTimeoutError`.
 
-The statements that finish jobs notify only while some connection holds that lock, so
-a queue nobody waits on pays nothing. One `Waiters` serves every `Queue.wait` of a
+The statements that finish jobs notify only while some connection holds the waiting
+lock, so a queue nobody waits on sends no notification. One `Waiters` serves every `Queue.wait` of a
 queue on one connection, closed `LINGER` seconds after its last waiter left;
 `SyncQueue.wait` holds a connection of its own while it waits. With `listen=False`, or
 behind a transaction pooler (which cannot carry LISTEN), a waiter reads the row every
@@ -36,15 +36,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
-import psycopg
-
 from . import sql
 from .calls import by_name
 from .connector import Connector
 from .errors import JobNotFoundError, WaitTimeoutError
 from .jobs import JobInfo, JobState
 from .options import Duration, QueueOptions, to_seconds
-from .retries import first_line
+from .retries import summary
 
 __all__ = ["FINISHED", "LINGER", "Waiters", "finished", "listens", "wait_sync", "woken"]
 
@@ -197,13 +195,13 @@ class Waiters:
                     pause = 0.1
                     async for note in conn.notifies():
                         self._wake(woken(note.payload, tag))
-            except psycopg.Error as error:
+            except Exception as error:  # a database error, or anything else: try again
                 if not ready.done():
                     ready.set_exception(error)
                     return
                 log.warning(
                     "lost the connection that waits for jobs to finish; making it again",
-                    extra={"error": first_line(error), "retry_in": pause},
+                    extra={"error": summary(error), "retry_in": pause},
                 )
             self._wake(None)
             await asyncio.sleep(pause)
@@ -216,10 +214,12 @@ class Waiters:
             self.task = None
 
     async def close(self) -> None:
-        """Close the connection (waiters still waiting then read their rows no more)."""
+        """Close the connection, and wake every waiter to read its row once more (on a
+        queue closed, that raises `NotOpenError`)."""
         if self.idle is not None:
             self.idle.cancel()
             self.idle = None
+        self._wake(None)
         task, self.task = self.task, None
         if task is not None:
             task.cancel()
