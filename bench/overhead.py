@@ -28,12 +28,10 @@ import time
 import uuid
 from typing import Any
 
-from axa_queue import Queue, QueueOptions
+from axa_queue import Queue, QueueOptions, logs
+from axa_queue import context as job_context
 from axa_queue.worker.runs import Runner
 from axa_queue.worker.state import Run, State
-
-from axa_queue import context as job_context
-from axa_queue import logs
 
 JOB_FIELDS = hasattr(logs, "add_job_fields")
 """Whether this tree adds the job's fields to log records (absent before)."""

@@ -211,6 +211,23 @@ async def test_an_inline_run_gets_a_job_of_its_own(make_queue) -> None:
     assert direct({}) != first.id  # called directly: a fresh job as its second argument
 
 
+async def test_a_background_run_gets_a_job_of_its_own_in_its_task(make_queue) -> None:
+    queue = await make_queue(mode="background")
+    seen = Seen()
+
+    @queue.handler("Later")
+    async def later(args: dict[str, Any]) -> None:
+        seen.jobs.append(current_job())
+        seen.done.set()
+
+    assert await later.perform_later({}) is None
+    await asyncio.wait_for(seen.done.wait(), 10)
+    [job] = seen.jobs
+    assert (job.name, job.attempt) == ("Later", 1)
+    with pytest.raises(NotInAJobError):
+        current_job()  # the caller's context is untouched
+
+
 # --- middleware --------------------------------------------------------------------------
 
 
@@ -373,6 +390,8 @@ async def test_a_third_party_loggers_records_carry_the_job_in_async_and_sync_han
     @queue.handler("SyncCharge")
     def charge_sync(args: dict[str, Any]) -> None:
         library.info("charging a card in a thread")
+        # axa-queue's own lines name their job themselves (here another one): no clash
+        logging.getLogger("axa_queue.maintenance").info("recovered", extra={"job_id": "other"})
 
     first = await queue.enqueue("AsyncCharge", {"card": SECRET})
     second = await queue.enqueue("SyncCharge", {"card": SECRET})
@@ -391,6 +410,8 @@ async def test_a_third_party_loggers_records_carry_the_job_in_async_and_sync_han
         (str(first), "AsyncCharge", 1),
         (str(second), "SyncCharge", 1),
     }
+    [ours] = [r for r in lines.records if r.getMessage() == "recovered"]
+    assert ours.job_id == "other" and not hasattr(ours, "job_name")  # type: ignore[attr-defined]
     outside = logging.getLogger("cardlib.client").makeRecord("x", logging.INFO, "", 0, "", (), None)
     assert not hasattr(outside, "job_id")  # outside a run, nothing is added
     assert SECRET not in lines.out.getvalue()

@@ -65,14 +65,23 @@ _NEVER = frozenset({"args", "arguments", "job_args", "args_text"})
 JOB_FIELDS = ("job_id", "job_name", "job_attempt")
 """The attributes every log record made during a run carries: the job's id (text), name
 and attempt. Inside a handler, do not pass them in `extra` (logging refuses to overwrite
-a record's attribute): they are there already."""
+a record's attribute): they are there already. axa-queue's own loggers are left out:
+their lines name the job they are about in their own fields (`job_id`, `job`,
+`attempt`), which may be another job than the run's (`recover_stale` called by a
+handler), and must never collide."""
+
+
+def _ours(logger: str) -> bool:
+    return logger == "axa_queue" or logger.startswith("axa_queue.")
+
 
 _installed = False
 _installing = threading.Lock()
 
 
 def add_job_fields() -> None:
-    """Make every log record made during a run carry `JOB_FIELDS` (idempotent). It wraps
+    """Make every log record made during a run (but axa-queue's own) carry `JOB_FIELDS`
+    (idempotent). It wraps
     the process's log record factory (`logging.setLogRecordFactory`), so it applies to
     every logger and every handler, whatever the logging configuration; outside a run it
     costs one context variable read per record. A factory set later that wraps the
@@ -88,7 +97,7 @@ def add_job_fields() -> None:
         def job_record(*args: Any, **kwargs: Any) -> logging.LogRecord:
             record = previous(*args, **kwargs)
             job = running_or_none()
-            if job is not None:
+            if job is not None and not _ours(record.name):
                 record.job_id = str(job.id)
                 record.job_name = job.name
                 record.job_attempt = job.attempt
