@@ -12,7 +12,9 @@ caller's open transaction, committed at the end (the commit is timed too):
 - batch: `enqueue_all_on` of `batch` jobs, `jobs // batch` times.
 
 Kinds: psycopg `Connection` and `AsyncConnection` (the baselines), Django's
-`connections[alias]` (in `transaction.atomic`), a SQLAlchemy `Session`, an
+`connections[alias]` (in `transaction.atomic`; as Django sets it up by default, binding
+parameters in the client and preparing nothing, and `prepared`, with
+`server_side_binding` and `prepare_threshold` as psycopg's own connection has them), a SQLAlchemy `Session`, an
 `AsyncSession` on `postgresql+psycopg` and on `postgresql+asyncpg`, and an asyncpg
 `Connection` (in `conn.transaction()`). A sync kind is compared with psycopg's sync
 connection, an async one with psycopg's `AsyncConnection`: the ratio is the
@@ -35,11 +37,22 @@ from psycopg.conninfo import conninfo_to_dict
 
 from axa_queue import NewJob, enqueue_all_on, enqueue_on
 
-SYNC_KINDS = ("psycopg", "django", "sqlalchemy")
+SYNC_KINDS = ("psycopg", "django", "django prepared", "sqlalchemy")
 ASYNC_KINDS = ("psycopg async", "sqlalchemy async", "sqlalchemy asyncpg", "asyncpg")
 KINDS = SYNC_KINDS + ASYNC_KINDS
 """Every kind measured; the first of each group is its baseline."""
 BASELINE = {kind: "psycopg" for kind in SYNC_KINDS} | {k: "psycopg async" for k in ASYNC_KINDS}
+
+
+@dataclass(frozen=True)
+class Rate:
+    """What one case measured."""
+
+    jobs_per_s: float
+    cpu_us_per_job: float
+    """This process's CPU time per job (the benchmark's client: the library, the
+    integration, the driver), which other work on the machine barely moves, unlike
+    jobs/s: the integration's own cost shows here."""
 
 
 @dataclass(frozen=True)
@@ -68,8 +81,11 @@ def _asyncpg_kwargs(dsn: str) -> dict[str, Any]:
     }
 
 
-def _django(dsn: str) -> Any:
-    """`connections[alias]` of a Django project whose database is `dsn`."""
+def _django(dsn: str, prepared: bool = False) -> Any:
+    """`connections[alias]` of a Django project whose database is `dsn`: as Django sets
+    it up by default (parameters bound in the client, nothing prepared: safe behind
+    any pooler), or `prepared` (`server_side_binding`, `prepare_threshold` 5, as
+    psycopg's own connection does)."""
     import django
     from django.conf import settings
     from django.db import connections
@@ -78,7 +94,10 @@ def _django(dsn: str) -> Any:
         settings.configure(DATABASES={}, USE_TZ=True, INSTALLED_APPS=[])
         django.setup()
     parts = conninfo_to_dict(dsn)
-    alias = f"bench_{_search_path(dsn)}"
+    alias = f"bench_{_search_path(dsn)}{'_prepared' if prepared else ''}"
+    options: dict[str, Any] = {"options": str(parts.get("options", ""))}
+    if prepared:
+        options |= {"server_side_binding": True, "prepare_threshold": 5}
     connections.settings[alias] = connections.configure_settings(
         {
             "default": {},
@@ -89,7 +108,7 @@ def _django(dsn: str) -> Any:
                 "PASSWORD": parts.get("password", ""),
                 "HOST": parts.get("host", ""),
                 "PORT": str(parts.get("port", "")),
-                "OPTIONS": {"options": str(parts.get("options", ""))},
+                "OPTIONS": options,
             },
         }
     )[alias]
@@ -102,10 +121,10 @@ def opened_sync(kind: str, dsn: str) -> Iterator[Opened]:
     if kind == "psycopg":
         with psycopg.connect(dsn) as conn:
             yield Opened(conn, conn.commit)
-    elif kind == "django":
+    elif kind in ("django", "django prepared"):
         from django.db import transaction
 
-        connection = _django(dsn)
+        connection = _django(dsn, prepared=kind == "django prepared")
         try:
             block = transaction.atomic(using=connection.alias)
             block.__enter__()
@@ -169,13 +188,13 @@ def _chunks(args: list[dict[str, Any]], batch: int) -> list[list[dict[str, Any]]
     return [args[start : start + batch] for start in range(0, len(args), batch)]
 
 
-def _enqueue_sync(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> float:
+def _enqueue_sync(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> Rate:
     args = [{"k": str(i)} for i in range(jobs)]
     with opened_sync(kind, dsn) as case:
         for i in range(warmup):  # prepared statements, caches: as in a process running a while
             enqueue_on(case.conn, NewJob("warm", {"k": i}))
             enqueue_all_on(case.conn, [NewJob("warm")] * min(batch, 10))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if batch == 1:
             for one in args:
                 enqueue_on(case.conn, NewJob("noop", one))
@@ -183,16 +202,16 @@ def _enqueue_sync(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> fl
             for chunk in _chunks(args, batch):
                 enqueue_all_on(case.conn, [NewJob("noop", one) for one in chunk])
         case.commit()
-        return jobs / (time.perf_counter() - t0)
+        return Rate(jobs / (time.perf_counter() - t0), (time.process_time() - c0) / jobs * 1e6)
 
 
-async def _enqueue_async(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> float:
+async def _enqueue_async(kind: str, dsn: str, jobs: int, batch: int, warmup: int) -> Rate:
     args = [{"k": str(i)} for i in range(jobs)]
     async with opened_async(kind, dsn) as case:
         for i in range(warmup):
             await enqueue_on(case.conn, NewJob("warm", {"k": i}))
             await enqueue_all_on(case.conn, [NewJob("warm")] * min(batch, 10))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         if batch == 1:
             for one in args:
                 await enqueue_on(case.conn, NewJob("noop", one))
@@ -200,11 +219,11 @@ async def _enqueue_async(kind: str, dsn: str, jobs: int, batch: int, warmup: int
             for chunk in _chunks(args, batch):
                 await enqueue_all_on(case.conn, [NewJob("noop", one) for one in chunk])
         await case.commit()
-        return jobs / (time.perf_counter() - t0)
+        return Rate(jobs / (time.perf_counter() - t0), (time.process_time() - c0) / jobs * 1e6)
 
 
-def enqueue_rate(kind: str, dsn: str, jobs: int, batch: int = 1, warmup: int = 20) -> float:
-    """Jobs/s of queuing `jobs` jobs on a connection of `kind` to `dsn` (the tables must
+def enqueue_rate(kind: str, dsn: str, jobs: int, batch: int = 1, warmup: int = 20) -> Rate:
+    """Jobs/s and client CPU per job of queuing `jobs` jobs on a connection of `kind` to `dsn` (the tables must
     be there) in one transaction, commit included; `batch` > 1 queues them with
     `enqueue_all_on`, `batch` at a time. Sync kinds run outside any event loop."""
     if kind in SYNC_KINDS:

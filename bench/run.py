@@ -329,7 +329,7 @@ async def _enqueue_single_raw(dsn: str, jobs: int, warmup: int) -> float:
         return jobs / (time.perf_counter() - t0)
 
 
-def enqueue_through(dsn: str, kind: str, jobs: int, batch: int) -> float:
+def enqueue_through(dsn: str, kind: str, jobs: int, batch: int) -> integrations.Rate:
     """Jobs/s of `jobs` jobs queued on a connection of `kind` (`integrations.KINDS`) in
     one transaction, one by one (`batch` 1) or `batch` at a time, in a fresh schema."""
     with scratch_schema(dsn) as sdsn:
@@ -1321,6 +1321,14 @@ def _rate(key: str, run: Callable[[], float]) -> Case:
     return lambda: {key: run()}
 
 
+def _through(key: str, run: Callable[[], integrations.Rate]) -> Case:
+    def measure() -> dict[str, float]:
+        got = run()
+        return {key: got.jobs_per_s, f"cpu.{key}": got.cpu_us_per_job}
+
+    return measure
+
+
 def _drained(key: str, run: Callable[[], Drain]) -> Case:
     def measure() -> dict[str, float]:
         got = run()
@@ -1374,7 +1382,7 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                 found.append(
                     (
                         f"enqueue through {kind}, {mode}",
-                        _rate(
+                        _through(
                             f"integrations.{kind}.{mode}",
                             partial(enqueue_through, dsn, kind, jobs, batch),
                         ),
@@ -1689,6 +1697,18 @@ def format_report(report: Report) -> str:
                     f"  {kind}, {how}",
                     m(f"integrations.{kind}.{mode}"),
                     m(f"integrations.{integrations.BASELINE[kind]}.{mode}"),
+                )
+        lines.append(
+            "  client CPU per job (microseconds; the integration's own cost, which other "
+            "work moves little)"
+        )
+        for kind in integrations.KINDS:
+            for mode in ("single", "batch"):
+                row(
+                    f"  {kind}, {mode}",
+                    m(f"cpu.integrations.{kind}.{mode}"),
+                    m(f"cpu.integrations.{integrations.BASELINE[kind]}.{mode}"),
+                    1,
                 )
     if "drain" in c.workloads:
         lines.append(f"drain (jobs/s; floor: {c.floor_connections} connections, {c.floor_mode})")

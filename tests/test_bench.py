@@ -89,7 +89,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
     assert "goals" in table
     assert "drain" in table and "latency" in table and "claim on a big table" in table
     assert "  sqlalchemy asyncpg, enqueue_all_on 5 (200)" in table
-    assert len(bench.goals(report)) == 12 + 2 * 5  # two per integration kind
+    assert len(bench.goals(report)) == 12 + 2 * 6  # two per integration kind
 
 
 def _ran(conn: psycopg.Connection[Any], key: uuid.UUID, attempts: int = 1) -> None:

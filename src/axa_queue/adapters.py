@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import weakref
 from collections import namedtuple
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
@@ -204,7 +205,9 @@ def _sqlalchemy_sender(kind: type) -> Sender | None:
     from sqlalchemy.engine import Connection as SAConnection
     from sqlalchemy.orm import Session, scoped_session
 
-    if issubclass(kind, (Session, scoped_session)):
+    if issubclass(kind, scoped_session):
+        return lambda scoped, call: _on_session(scoped(), call)
+    if issubclass(kind, Session):
         return _on_session
     if issubclass(kind, SAConnection):
         return _on_sqlalchemy
@@ -212,7 +215,9 @@ def _sqlalchemy_sender(kind: type) -> Sender | None:
         from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
     except ImportError:  # pragma: no cover - SQLAlchemy without its asyncio extension
         return None
-    if issubclass(kind, (AsyncSession, async_scoped_session)):
+    if issubclass(kind, async_scoped_session):
+        return lambda scoped, call: _on_async_session(scoped(), call)
+    if issubclass(kind, AsyncSession):
         return _on_async_session
     if issubclass(kind, AsyncConnection):
         return _on_async_sqlalchemy
@@ -228,10 +233,24 @@ def _dialect_refusal(conn: Any, wanted: str) -> TypeError:
     )
 
 
+_session_connections: weakref.WeakKeyDictionary[Any, tuple[Any, Any]] = weakref.WeakKeyDictionary()
+"""For each `Session` and `AsyncSession`, its transaction and the connection that
+transaction holds: asking the session again (for an `AsyncSession`, a trip through
+SQLAlchemy's greenlet) cost more than the rest of a call, and within one transaction
+the answer does not change."""
+
+
 def _on_session(session: Any, call: Call[T]) -> T:
-    """Send `call` on the connection of a SQLAlchemy `Session` (beginning the session's
-    transaction, as any statement would)."""
-    return _on_sqlalchemy(session.connection(), call)
+    """Send `call` on the connection of a SQLAlchemy `Session` (or the one a
+    `scoped_session` holds for this scope), beginning the session's transaction as any
+    statement would."""
+    transaction = session.get_transaction()
+    held = _session_connections.get(session)
+    if held is not None and held[0] is transaction and transaction.is_active:
+        return _on_sqlalchemy(held[1], call)
+    conn = session.connection()
+    _session_connections[session] = (session.get_transaction(), conn)
+    return _on_sqlalchemy(conn, call)
 
 
 def _on_sqlalchemy(conn: Any, call: Call[T]) -> T:
@@ -247,8 +266,16 @@ def _on_sqlalchemy(conn: Any, call: Call[T]) -> T:
 
 
 async def _on_async_session(session: Any, call: Call[T]) -> T:
-    """Send `call` on the connection of a SQLAlchemy `AsyncSession`."""
-    return await _on_async_sqlalchemy(await session.connection(), call)
+    """Send `call` on the connection of a SQLAlchemy `AsyncSession` (or the one an
+    `async_scoped_session` holds for this scope), beginning its transaction as any
+    statement would."""
+    transaction = session.sync_session.get_transaction()
+    held = _session_connections.get(session)
+    if held is not None and held[0] is transaction and transaction.is_active:
+        return await _on_async_sqlalchemy(held[1], call)
+    conn = await session.connection()
+    _session_connections[session] = (session.sync_session.get_transaction(), conn)
+    return await _on_async_sqlalchemy(conn, call)
 
 
 async def _on_async_sqlalchemy(conn: Any, call: Call[T]) -> T:
