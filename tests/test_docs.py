@@ -10,7 +10,14 @@ who pastes it into a file. A block meant to run until stopped (a worker) is prec
     <!-- doc-test: interrupt after "TEXT" -->
 
 and is sent SIGINT once it printed TEXT, as a user's Ctrl-C: it must then exit 0
-without a traceback.
+without a traceback. A block that is a test file for the user's own tests
+(docs/testing.md) is preceded by
+
+    <!-- doc-test: pytest -->
+
+and is run by pytest instead, in a project of its own where the package is installed
+with its entry points (`userproject`), so the plugin's fixtures come as they come to a
+user: every test in it must pass.
 
 The configuration page names every `QueueOptions` field and every environment variable
 the package reads, so a new one cannot go undocumented.
@@ -34,6 +41,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+import userproject
 from axa_queue import QueueOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +58,7 @@ HIDING_PYTHON = frozenset(
 """Tags that render as Python but would not be run: write ```python instead."""
 
 INTERRUPT = re.compile(r'<!--\s*doc-test:\s*interrupt after "([^"]+)"\s*-->')
+PYTEST = re.compile(r"<!--\s*doc-test:\s*pytest\s*-->")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>.*)$")
 
 
@@ -64,6 +73,8 @@ class Block:
     code: str
     interrupt_after: str | None
     """The text after which the block is sent SIGINT, for blocks that run until stopped."""
+    pytest: bool = False
+    """Whether the block is a test file, run by pytest with the plugin (see the module)."""
 
     @property
     def where(self) -> str:
@@ -100,6 +111,7 @@ def blocks_of(path: Path) -> list[Block]:
                 tag=tag,
                 code="\n".join(body) + "\n",
                 interrupt_after=directive[1] if directive else None,
+                pytest=PYTEST.search(previous) is not None,
             )
         )
         i = j + 1
@@ -131,7 +143,7 @@ def test_every_code_block_names_its_language_and_none_hides_python(block: Block)
             f"{block.where}: this ```{block.tag} block looks like Python; write ```python "
             "and make it a complete program"
         )
-    if block.interrupt_after is not None:
+    if block.interrupt_after is not None or block.pytest:
         assert block.tag == "python", f"{block.where}: a doc-test directive on a non-Python block"
 
 
@@ -233,7 +245,9 @@ def _run(block: Block, script: Path, dsn: str) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.where for b in PYTHON_BLOCKS])
-def test_the_python_block_runs_as_written(block: Block, dsn: str, tmp_path: Path) -> None:
+def test_the_python_block_runs_as_written(
+    block: Block, dsn: str, database_url: str, tmp_path: Path
+) -> None:
     try:
         ast.parse(block.code, filename=block.where)
     except SyntaxError as error:
@@ -243,11 +257,47 @@ def test_the_python_block_runs_as_written(block: Block, dsn: str, tmp_path: Path
 
         if not is_available():
             pytest.skip("the block needs the [embedded] extra")
+    if block.pytest:
+        _run_tests(block, tmp_path, database_url)
+        return
     script = tmp_path / "block.py"
     script.write_text(f"# {block.where}\n{block.code}", encoding="utf-8")
     status, stdout, stderr = _run(block, script, dsn)
     assert status == 0, f"{block.where}: exit status {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     assert "Traceback" not in stderr, f"{block.where}: printed a traceback\n{stderr}"
+
+
+def _tests_in(code: str) -> int:
+    """How many tests pytest should collect from a test file: its `test_*` functions."""
+    return sum(
+        1
+        for node in ast.parse(code).body
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.name.startswith("test_")
+    )
+
+
+def _run_tests(block: Block, project: Path, server: str) -> None:
+    """Run a test-file block with pytest in a user's project: every test must pass."""
+    count = _tests_in(block.code)
+    assert count, f"{block.where}: a pytest block without a test_ function"
+    (project / "test_block.py").write_text(f"# {block.where}\n{block.code}", encoding="utf-8")
+    outcome = userproject.run_pytest(project, server)
+    assert outcome.status == 0 and f"{count} passed" in outcome.output, (
+        f"{block.where}: pytest did not pass all {count} tests\n{outcome.output}"
+    )
+
+
+def test_the_harness_runs_a_pytest_block_and_fails_it_when_a_test_fails(
+    tmp_path: Path, database_url: str
+) -> None:
+    code = (
+        "async def test_fine(axa_queue_dsn):\n    assert axa_queue_dsn\n\n\n"
+        "def test_wrong():\n    assert 1 == 2\n"
+    )
+    block = Block(ROOT / "docs" / "testing.md", 1, "python", code, None, pytest=True)
+    with pytest.raises(AssertionError, match=r"did not pass all 2 tests(.|\n)*1 failed, 1 passed"):
+        _run_tests(block, tmp_path, database_url)
 
 
 def test_the_harness_runs_a_block_that_names_something_it_never_defined_and_fails_it(

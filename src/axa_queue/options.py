@@ -35,7 +35,8 @@ Duration = Union[timedelta, float, int]  # noqa: UP007 - a runtime alias on Pyth
 """A length of time: a `timedelta`, or a number of seconds."""
 
 Mode = Literal["queue", "inline", "background"]
-"""What `perform_later` does: queue a row, run now in the caller, or run as a task here."""
+"""What queuing a job (`enqueue`, `enqueue_all`, `perform_later`) does: store a row, run
+it now in the caller, or run it in the background here (see `modes`)."""
 
 MODE_VARIABLE = "AXA_QUEUE_MODE"
 """The environment variable that picks the mode when `QueueOptions.mode` is not set."""
@@ -138,7 +139,9 @@ class QueueOptions:
     They count as `running` (and report in) while they wait, so a crash leaves them to
     stale recovery like jobs in progress, and a stop runs them. Off by default."""
     mode: Mode | None = None
-    """What `perform_later` does; `None` reads `AXA_QUEUE_MODE`, else `"queue"`."""
+    """What queuing a job on the queue's own connection does (`enqueue`, `enqueue_all`,
+    `perform_later`, of `Queue` and `SyncQueue`; see `modes`); `None` reads
+    `AXA_QUEUE_MODE`, else `"queue"`. `enqueue_on` always stores its job."""
     listen: bool = True
     """Wake on LISTEN/NOTIFY as well as polling. Behind a transaction pooler, which
     cannot carry LISTEN, workers only poll (`pooler="transaction"` says so once)."""
