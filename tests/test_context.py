@@ -198,8 +198,9 @@ async def test_an_inline_run_gets_a_job_of_its_own(make_queue) -> None:
         seen.jobs.append(job)
         seen.jobs.append(current_job())
 
-    assert await inline.perform_later({}) is None
+    ran = await inline.perform_later({})  # the run's id (no row has it)
     first, same = seen.jobs
+    assert ran == first.id
     assert first is same and (first.attempt, first.max_attempts, first.name) == (1, 2, "Inline")
     with pytest.raises(NotInAJobError):
         current_job()
@@ -220,9 +221,10 @@ async def test_a_background_run_gets_a_job_of_its_own_in_its_task(make_queue) ->
         seen.jobs.append(current_job())
         seen.done.set()
 
-    assert await later.perform_later({}) is None
+    ran = await later.perform_later({})
     await asyncio.wait_for(seen.done.wait(), 10)
     [job] = seen.jobs
+    assert ran == job.id
     assert (job.name, job.attempt) == ("Later", 1)
     with pytest.raises(NotInAJobError):
         current_job()  # the caller's context is untouched

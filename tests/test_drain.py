@@ -125,12 +125,6 @@ async def test_a_run_in_a_drain_is_held_to_its_timeout(make_queue, admin) -> Non
     assert status_of(admin, job_id)[:2] == ("failed", "timed out after 0.2 s")
 
 
-@pytest.mark.xfail(
-    raises=AssertionError,
-    strict=True,
-    reason="the worker sets the JobContext of its runs with the job-context work of issue "
-    "12 (worker/runs.py); drop this mark once it is merged",
-)
 async def test_a_run_in_a_drain_gets_its_job_context(make_queue, admin) -> None:
     queue = await make_queue()
     contexts: list[JobContext] = []

@@ -116,7 +116,7 @@ async def run_here(handler: JobHandler[Any], job: NewJob, context: JobContext) -
     context), as `context`; raises what it raises."""
     value = _arguments(handler, job)
     with running_job(context):
-        await handler.invoke(value, _IN_CONTEXT)
+        await handler.invoke(value, _IN_CONTEXT, job=context)
 
 
 def run_blocking(handler: JobHandler[Any], job: NewJob, context: JobContext) -> None:
@@ -129,13 +129,13 @@ def run_blocking(handler: JobHandler[Any], job: NewJob, context: JobContext) -> 
             try:
                 asyncio.get_running_loop()
             except RuntimeError:
-                asyncio.run(handler.invoke(value))
+                asyncio.run(handler.invoke(value, job=context))
                 return
             raise OptionsError(
                 f"job {job.name!r} has an async handler, which synchronous code cannot run "
                 "on a thread whose event loop is running: use the async Queue there"
             )
-        result = handler(value)
+        result = handler(value, context)
         if inspect.isawaitable(result):
             asyncio.run(_awaited(result))
 
