@@ -92,12 +92,17 @@ known_tasks: dict[str, Any] = {}
 """Every task made with this backend in this process, by module path (its job name)."""
 
 
-def _normalize_json(value: Any) -> Any:
+def _import_normalize_json() -> Callable[[Any], Any]:
     try:
-        normalize = importlib.import_module("django.utils.json").normalize_json
-    except (ImportError, AttributeError):
-        normalize = importlib.import_module("django_tasks.utils").normalize_json
-    return normalize(value)
+        found: Callable[[Any], Any] = importlib.import_module("django.utils.json").normalize_json
+    except (ImportError, AttributeError):  # before Django 6: the backport's own
+        found = importlib.import_module("django_tasks.utils").normalize_json
+    return found
+
+
+_normalize_json = _import_normalize_json()
+"""Django's `normalize_json`: a value as JSON has it (tuples as lists, bytes as text),
+as Django's own backends store arguments and return values."""
 
 
 class AxaQueueTask(_base.Task):
