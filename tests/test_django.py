@@ -6,6 +6,7 @@ connection handling."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -222,3 +223,17 @@ def test_use_django_adds_its_hooks_once() -> None:
     assert use_django(use_django(queue)) is queue
     assert len(queue.registry.threads.around_run) == 1
     assert len(queue.registry.threads.thread_end) == 1
+
+
+@pytest.mark.usefixtures("migrated")
+def test_call_command_runs_an_axa_queue_command_in_this_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    before = os.environ.get("AXA_QUEUE_DSN")
+    tasks.calculate_meaning_of_life.enqueue()
+    call_command("axa_queue", "counts", "--json")
+    assert json.loads(capsys.readouterr().out)["ready"] == 1
+    with pytest.raises(SystemExit) as refused:
+        call_command("axa_queue", "show", "not-an-id")
+    assert refused.value.code == 2 and "not a valid UUID" in capsys.readouterr().err
+    assert os.environ.get("AXA_QUEUE_DSN") == before  # the settings' DSN only for the command

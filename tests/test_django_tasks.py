@@ -181,3 +181,28 @@ def test_a_view_queues_its_task_in_its_own_transaction(admin: psycopg.Connection
     assert response.status_code == 500
     assert admin.execute("SELECT count(*) FROM axa_queue").fetchone()[0] == 1
     assert admin.execute("SELECT count(*) FROM orders").fetchone()[0] == 1
+
+
+def test_djangos_task_signals_are_sent_as_a_task_is_queued_starts_and_finishes() -> None:
+    signals = __import__(f"{tasks_api.__name__}.signals", fromlist=["signals"])
+    seen: list[tuple[str, str, str]] = []
+
+    def note(kind: str) -> Any:
+        def receiver(sender: Any, task_result: Any, **_: Any) -> None:
+            seen.append((kind, task_result.id, str(task_result.status)))
+
+        return receiver
+
+    receivers = {name: note(name) for name in ("enqueued", "started", "finished")}
+    for name, receiver in receivers.items():
+        getattr(signals, f"task_{name}").connect(receiver)
+    try:
+        ok = tasks.calculate_meaning_of_life.enqueue()
+        bad = tasks.fail.enqueue("declined")
+        drain()
+    finally:
+        for name, receiver in receivers.items():
+            getattr(signals, f"task_{name}").disconnect(receiver)
+    assert ("enqueued", ok.id, "READY") in seen
+    assert ("started", ok.id, "RUNNING") in seen and ("finished", ok.id, "SUCCESSFUL") in seen
+    assert ("started", bad.id, "RUNNING") in seen and ("finished", bad.id, "FAILED") in seen

@@ -319,64 +319,84 @@ def result_of(task: Any, row: Any, backend: str) -> Any:
 def runner(task: Any) -> Callable[[Any], Any]:
     """The handler that runs `task` for its jobs: async for a coroutine function (on
     the worker's loop), else sync (in a job thread); the return value normalized as
-    Django does; an exception raised again as `raised_as` it."""
-    context = _context_for if task.takes_context else None
+    Django does; an exception raised again as `raised_as` it. Django's `task_started`
+    and `task_finished` signals are sent around each run, as Django's backends do."""
 
     if iscoroutinefunction(task.func):
 
         async def run_async(arguments: dict[str, Any]) -> Any:
-            args, kwargs = _arguments(arguments)
-            if context is not None:
-                args = [context(task), *args]
+            run = _Run(task, arguments)
             try:
-                value = await task.acall(*args, **kwargs)
+                value = await task.acall(*run.args, **run.kwargs)
             except Exception as error:
-                raise raised_as(error) from error
-            return _normalize_json(value)
+                raise run.failed(error) from error
+            return run.completed(value)
 
         return run_async
 
-    def run(arguments: dict[str, Any]) -> Any:
-        args, kwargs = _arguments(arguments)
-        if context is not None:
-            args = [context(task), *args]
+    def run_sync(arguments: dict[str, Any]) -> Any:
+        run = _Run(task, arguments)
         try:
-            value = task.call(*args, **kwargs)
+            value = task.call(*run.args, **run.kwargs)
         except Exception as error:
-            raise raised_as(error) from error
-        return _normalize_json(value)
+            raise run.failed(error) from error
+        return run.completed(value)
 
-    return run
-
-
-def _arguments(arguments: Any) -> tuple[list[Any], dict[str, Any]]:
-    if not isinstance(arguments, dict):
-        raise TypeError("a task's job arguments must be {'args': [...], 'kwargs': {...}}")
-    return list(arguments.get("args") or []), dict(arguments.get("kwargs") or {})
+    return run_sync
 
 
-def _context_for(task: Any) -> Any:
-    """The `TaskContext` of the run in progress (its job id and attempt)."""
-    from ... import NotInAJobError, current_job
+class _Run:
+    """One run of a task: its arguments (the `TaskContext` first, if the task takes
+    it), its `TaskResult` as Django's signals see it, and how it ended."""
 
-    try:
-        job = current_job()
-        job_id, attempt = str(job.id), job.attempt
-    except NotInAJobError:  # before the worker sets the current job
-        job_id, attempt = "", 1
-    now = dt.datetime.now(dt.timezone.utc)
-    result = AxaTaskResult(
-        task=task,
-        id=job_id,
-        status=Status.RUNNING,
-        enqueued_at=None,
-        started_at=now,
-        finished_at=None,
-        last_attempted_at=now,
-        args=[],
-        kwargs={},
-        backend=task.backend,
-        errors=[],
-        worker_ids=[f"attempt-{n}" for n in range(1, attempt + 1)],
-    )
-    return _base.TaskContext(task_result=result)
+    def __init__(self, task: Any, arguments: Any) -> None:
+        from ... import NotInAJobError, current_job
+
+        if not isinstance(arguments, dict):
+            raise TypeError("a task's job arguments must be {'args': [...], 'kwargs': {...}}")
+        self.args = list(arguments.get("args") or [])
+        self.kwargs = dict(arguments.get("kwargs") or {})
+        try:
+            job = current_job()
+            job_id, attempt = str(job.id), job.attempt
+        except NotInAJobError:  # not in a worker's run
+            job_id, attempt = "", 1
+        now = dt.datetime.now(dt.timezone.utc)
+        self.result = AxaTaskResult(
+            task=task,
+            id=job_id,
+            status=Status.RUNNING,
+            enqueued_at=None,
+            started_at=now,
+            finished_at=None,
+            last_attempted_at=now,
+            args=self.args,
+            kwargs=self.kwargs,
+            backend=task.backend,
+            errors=[],
+            worker_ids=[f"attempt-{n}" for n in range(1, attempt + 1)],
+        )
+        self.sender = type(tasks_api.task_backends[task.backend])
+        if task.takes_context:
+            self.args = [_base.TaskContext(task_result=self.result), *self.args]
+        _signals.task_started.send(sender=self.sender, task_result=self.result)
+
+    def completed(self, value: Any) -> Any:
+        """The task returned `value`: normalized, as it is stored."""
+        value = _normalize_json(value)
+        self._finish(Status.SUCCESSFUL)
+        object.__setattr__(self.result, "_return_value", value)
+        _signals.task_finished.send(sender=self.sender, task_result=self.result)
+        return value
+
+    def failed(self, error: BaseException) -> TaskFailure:
+        """The task raised `error`: what the run raises instead (`raised_as`)."""
+        failure = raised_as(error)
+        self._finish(Status.FAILED)
+        self.result.errors.append(task_error(f"{type(failure).__qualname__}: {failure}"))
+        _signals.task_finished.send(sender=self.sender, task_result=self.result)
+        return failure
+
+    def _finish(self, status: Any) -> None:
+        object.__setattr__(self.result, "status", status)
+        object.__setattr__(self.result, "finished_at", dt.datetime.now(dt.timezone.utc))
