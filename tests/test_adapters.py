@@ -561,3 +561,31 @@ async def test_the_setup_statements_run_through_sqlalchemy_as_the_docs_say(
         "SELECT prosrc FROM pg_proc WHERE proname = 'axa_job_acts_refuse'"
     ).fetchone()
     assert message is not None and "'% on % is refused" in message[0], "the % kept as written"
+
+
+async def test_a_sqlalchemy_connection_on_another_driver_is_refused_naming_the_dialect() -> None:
+    engine = sqlalchemy.create_engine("sqlite://")
+    with Session(engine) as session, pytest.raises(TypeError) as refused:
+        enqueue_on(session, NewJob("mail.send", {"phone": SECRET}))
+    engine.dispose()
+    assert "the sqlite+pysqlite dialect; axa-queue takes postgresql+psycopg" in str(refused.value)
+    assert SECRET not in str(refused.value)
+
+
+class Psycopg2Connection:
+    """Stands for a psycopg2 connection under Django (psycopg2 is not installed here)."""
+
+    __module__ = "psycopg2.extensions"
+
+
+async def test_a_django_connection_on_psycopg2_is_refused_saying_what_to_check(
+    dsn: str, schema: str
+) -> None:
+    with django_alias(dsn, schema) as connection:
+        connection.ensure_connection()
+        real, connection.connection = connection.connection, Psycopg2Connection()
+        try:
+            with pytest.raises(TypeError, match=r"runs on psycopg2, not psycopg 3.*import psyc"):
+                enqueue_on(connection, NewJob("mail.send"))
+        finally:
+            connection.connection = real
