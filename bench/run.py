@@ -942,12 +942,10 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 # --- the claim on a big table ----------------------------------------------------------------
 
 
-CLAIM_PARAMETERS = (
-    "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "results",
-)  # fmt: skip
-"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$8` of the PREPAREd form."""
+CLAIM_PARAMETERS = ("completed", "completed_attempts", "endings", "free", "wanted", "losing", "now")
+"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$6` of the PREPAREd form."""
 
-CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[], timestamptz, json"
+CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[], timestamptz"
 """Their types, for PREPARE."""
 
 
@@ -963,7 +961,6 @@ def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]
         "wanted": json.dumps(wanted),
         "losing": "{}",
         "now": None,
-        "results": "[]",
     }
 
 

@@ -170,17 +170,13 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     failed = json.dumps(
         [{"id": str(one), "attempts": 1, "status": "failed", "error": "boom", "delay": 0}]
     )
-    names = [
-        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "results",
-    ]  # fmt: skip
+    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz, json"
-    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, '[]'").format(
+    types = "uuid[], int[], json, int, json, uuid[], timestamptz"
+    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL").format(
         pgsql.Literal(f"{{{one}}}")
     )
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, '[]'").format(
-        pgsql.Literal(failed)
-    )
+    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL").format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]
@@ -197,12 +193,10 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     queue = await make_queue()
     await queue.enqueue_all(NewJob("Backlog", {"n": n}, priority=n % 3) for n in range(30_000))
     admin.execute("ANALYZE axa_queue")
-    names = [
-        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "results",
-    ]  # fmt: skip
+    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz, json"
-    claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, '[]'").format(
+    types = "uuid[], int[], json, int, json, uuid[], timestamptz"
+    claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL").format(
         pgsql.Literal(json.dumps([{"name": "Backlog", "cap": 10}]))
     )
     plan = _generic_plan(admin, numbered, types, claim)

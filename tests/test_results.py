@@ -160,10 +160,13 @@ async def test_a_return_value_that_cannot_be_stored_fails_the_attempt_naming_the
     assert SECRET not in caplog.text and SECRET not in logged
 
 
-def test_a_storable_return_value_is_encoded_compactly_and_never_twice() -> None:
+def test_a_return_value_is_encoded_compactly_or_refused_by_its_type() -> None:
     assert result_json({"a": [1, "b"]}, "Job") == ('{"a":[1,"b"]}', None)
+    assert result_json(None, "Job") == ("null", None)  # the worker stores no text for None
     text, problem = result_json(object(), "Job")
-    assert text is None and problem is not None and "JSON cannot hold a object" in problem
+    assert text is None and problem is not None
+    assert problem.startswith("job 'Job' returned an object that cannot be stored as its result")
+    assert "JSON cannot hold an object" in problem
 
 
 async def test_the_result_of_a_job_not_completed_says_its_state_and_an_unknown_one_is_not_found(

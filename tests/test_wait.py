@@ -314,7 +314,7 @@ def test_the_waiters_channel_and_lock_are_the_ones_every_ending_statement_uses()
     assert f"pg_advisory_lock_shared{WAITING_LOCK}" in sql.WAITING
     assert f"pg_advisory_lock{ENDING_LOCK}" in sql.WAITING
     assert f"pg_advisory_unlock{ENDING_LOCK}" in sql.WAITING
-    assert f"pg_advisory_xact_lock_shared{ENDING_LOCK}" in sql.EXCHANGE
+    assert f"pg_try_advisory_xact_lock_shared{ENDING_LOCK}" in sql.EXCHANGE
     assert f"pg_try_advisory_lock{WAITING_LOCK}" in sql.EXCHANGE
     assert f"pg_advisory_unlock{WAITING_LOCK}" in sql.EXCHANGE
 
@@ -357,3 +357,33 @@ async def test_a_waiter_whose_connection_broke_listens_again_and_still_sees_its_
     gate.set()
     assert (await waiter).state is JobState.COMPLETED
     await eventually(lambda: waits_listening(queue) == 1)
+
+
+async def test_a_waiter_held_up_behind_a_slow_ending_holds_up_no_worker(
+    make_queue, admin, dsn: str
+) -> None:
+    # A statement finishing jobs holds the ending lock and waits (a row lock, say); a
+    # waiter arriving waits for it. Workers meanwhile go on: their endings only try the
+    # ending lock, and notify when a waiter is taking it.
+    queue = await make_queue()
+    queue.handle("Quick", lambda args: "done")
+    slow = await queue.enqueue("Slow", {}, run_in=3600)
+    with psycopg.connect(dsn) as ending:
+        ending.execute(f"SELECT pg_advisory_xact_lock_shared{ENDING_LOCK}")
+        waiter = asyncio.create_task(queue.wait(slow, timeout=60))
+        await eventually(lambda: lock_waits(admin, "pg_advisory_lock(1635213687") == 1)
+        other = await make_queue()
+        quick = await other.enqueue("Quick", {})
+        async with running(queue):
+            await eventually(lambda: status_of(admin, quick)[0] == "completed")
+        assert not waiter.done()
+        assert (await other.wait(quick, timeout=0)).state is JobState.COMPLETED
+        # Waits that run out of time while held up there still end, as timeouts.
+        with pytest.raises(WaitTimeoutError, match="it is still queued"):
+            await other.wait(slow, timeout=0.2)
+        with SyncQueue(dsn) as jobs, pytest.raises(WaitTimeoutError, match="still queued"):
+            await asyncio.to_thread(jobs.wait, slow, 0.2)
+        ending.rollback()
+    await eventually(lambda: waits_listening(queue) == 1)
+    cancel(admin, slow, by="ops:test", reason="not_needed")
+    assert (await waiter).state is JobState.CANCELLED

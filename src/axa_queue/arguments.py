@@ -106,10 +106,11 @@ def result_json(value: Any, job: str) -> tuple[str | None, str | None]:
         problem = problem.replace(said, meant)
     kind = type(value).__name__
     itself = f"it holds a {kind}, which JSON cannot hold"
+    a_kind = f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
     if problem.startswith(itself):  # the value itself, not something inside it
-        problem = f"JSON cannot hold a {kind}{problem[len(itself) :]}"
+        problem = f"JSON cannot hold {a_kind}{problem[len(itself) :]}"
     return None, (
-        f"job {job!r} returned a {kind} that cannot be stored as its result: {problem} "
+        f"job {job!r} returned {a_kind} that cannot be stored as its result: {problem} "
         "(return JSON values: dict, list, str, int, float, bool, None, or a dataclass of them)"
     )
 

@@ -60,11 +60,8 @@ EXCHANGE = """WITH RECURSIVE endings AS (
                NULL::jsonb AS result
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
-        SELECT v.id, v.attempts, 'completed', NULL, 0, v.result
-        FROM json_to_recordset(%(results)s::json) AS v(id uuid, attempts int, result jsonb)
-        UNION ALL
-        SELECT r.*, NULL FROM json_to_recordset(%(endings)s::json)
-            AS r(id uuid, attempts int, status text, error text, delay float8)
+        SELECT * FROM json_to_recordset(%(endings)s::json)
+            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb)
     ), finished AS (
         UPDATE axa_queue q
         SET status = r.status, error = r.error, result = r.result,
@@ -77,8 +74,9 @@ EXCHANGE = """WITH RECURSIVE endings AS (
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
         RETURNING q.id::text AS id, q.attempts,
             CASE WHEN q.status = 'queued' THEN false
-                 WHEN pg_advisory_xact_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)::text
-                      IS NULL THEN false
+                 WHEN NOT pg_try_advisory_xact_lock_shared(1635213687, 'axa_queue'::regclass::oid::int4)
+                      THEN pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
+                           ::text IS NOT NULL
                  WHEN pg_try_advisory_lock(1635213688, 'axa_queue'::regclass::oid::int4)
                       THEN NOT pg_advisory_unlock(1635213688, 'axa_queue'::regclass::oid::int4)
                  ELSE pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
@@ -135,12 +133,12 @@ into a hash join over the whole table. Writing endings and claiming together hal
 statements per job: the loop that frees a place writes its ending and fills the place.
 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
-`completed_attempts`: their attempts, in the same order); completed runs whose handler
-returned a value (not `None`) as a JSON array (`results`: `[{"id", "attempts",
-"result"}]`, the result already JSON, so the client only concatenates text); the other
-endings and the wanted names as JSON arrays (`[{"id", "attempts", "status", "error",
-"delay"}]` and `[{"name", "cap"}]`). Every ending writes its `result` (NULL but for
-those in `results`). Each is one text parameter: far cheaper for the client to build
+`completed_attempts`: their attempts, in the same order); the other endings, completed
+runs whose handler returned a value (not `None`) among them, and the wanted names as
+JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result"}]`, a missing
+key read as NULL, the result already JSON so the client only puts text together; and
+`[{"name", "cap"}]`). Every ending writes its `result`: NULL but for a completed run
+that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
 more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
@@ -165,8 +163,9 @@ filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
 Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
 again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
 table's oid and the job's id, in `finished`'s RETURNING (`told`, which no one reads: a
-data-modifying CTE's RETURNING is computed for every row). Two advisory locks, keyed by
-the table's oid, say when (`WAITING` is the other side):
+data-modifying CTE's RETURNING is computed for every row; a CASE tries its conditions
+in order, so the waiting lock, once taken, is always let go). Two advisory locks, keyed
+by the table's oid, say when (`WAITING` is the other side):
 
 - the waiting lock (1635213688): every waiting connection holds it shared for as long
   as it waits. The statement tries it exclusively and, when it gets it, lets it go at
@@ -179,7 +178,10 @@ the table's oid, say when (`WAITING` is the other side):
   waiting connection, once it holds the waiting lock, takes the ending lock
   exclusively and lets it go: that waits for every statement that may have asked
   before it came to commit, and only then does it read the rows it waits for. So an
-  ending is either committed before a waiter reads, or notified.
+  ending is either committed before a waiter reads, or notified. The statement only
+  tries the ending lock: refused (a waiting connection is taking it), it notifies
+  without asking, and never waits behind a waiter, which may itself wait behind an
+  exchange held up by a row lock.
 
 One lock taken, and one taken and let go, per ending: under a microsecond each (a
 `told` CTE over `finished` run by an InitPlan cost 10% more server CPU per statement at
@@ -560,6 +562,11 @@ as `JOB` reads them."""
 
 LISTEN = "LISTEN axa_queue"
 """Receive wake-ups for new jobs."""
+
+WAITING_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
+"""How long `WAITING` may wait for its locks on `SyncQueue.wait`'s own connection (the
+wait's time left, as `<n>ms`; `0` for no limit): it waits behind statements finishing
+jobs, one of which may itself wait for a row lock."""
 
 LISTEN_DONE = "LISTEN axa_queue_done"
 """Receive word of finished jobs (`DONE_CHANNEL`), for `Queue.wait`."""

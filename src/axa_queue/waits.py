@@ -36,6 +36,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 from uuid import UUID
 
+import psycopg
+
 from . import sql
 from .calls import by_name
 from .connector import Connector
@@ -125,7 +127,16 @@ class Waiters:
             self.idle = None
         try:
             if listens(options):
-                await self._listening()
+                left = None if deadline is None else max(deadline - loop.time(), 0.0)
+                try:
+                    await asyncio.wait_for(self._listening(), left)
+                except asyncio.TimeoutError:
+                    # Still waiting for endings in progress to commit: no read is sure
+                    # yet but one that finds the job finished.
+                    info = _known(job_id, await self.read(job_id))
+                    if finished(info):
+                        return info
+                    raise WaitTimeoutError(job_id, seconds or 0.0, info.state.value) from None
                 every = None
             else:
                 every = options.seconds("poll_interval")
@@ -258,7 +269,17 @@ def wait_sync(
     key = str(job_id)
     with connector.connect_sync() as conn:
         conn.execute(sql.LISTEN_DONE)
-        row: Any = conn.cursor(row_factory=by_name).execute(sql.WAITING).fetchone()
+        left = None if deadline is None else deadline - time.monotonic()
+        limit = "0" if left is None else f"{max(int(left * 1000), 1)}ms"
+        conn.execute(sql.WAITING_LOCK_TIMEOUT, (limit,))
+        try:
+            row: Any = conn.cursor(row_factory=by_name).execute(sql.WAITING).fetchone()
+        except psycopg.errors.LockNotAvailable:
+            # Still waiting for endings in progress to commit when the time was up.
+            info = _known(job_id, read(job_id))
+            if finished(info):
+                return info
+            raise WaitTimeoutError(job_id, seconds or 0.0, info.state.value) from None
         tag = str(row.tag)
         while True:
             info = _known(job_id, read(job_id))
