@@ -24,7 +24,7 @@ from django.db import connections
 from django.test import override_settings
 from psycopg.conninfo import conninfo_to_dict
 
-from axa_queue import Queue
+from axa_queue import Queue, SchemaError
 from axa_queue.contrib.django import conf, use_django
 from axa_queue.contrib.django.migrations import __path__ as migrations_path
 from axa_queue.schema import MIGRATIONS
@@ -237,3 +237,26 @@ def test_call_command_runs_an_axa_queue_command_in_this_process(
         call_command("axa_queue", "show", "not-an-id")
     assert refused.value.code == 2 and "not a valid UUID" in capsys.readouterr().err
     assert os.environ.get("AXA_QUEUE_DSN") == before  # the settings' DSN only for the command
+
+
+@pytest.mark.usefixtures("django_db")
+def test_a_migration_held_up_by_a_lock_says_so_within_the_setup_lock_timeout(
+    dsn: str, admin: psycopg.Connection[Any]
+) -> None:
+    call_command("migrate", "axa_queue", "0002", verbosity=0)
+    asyncio.run(_set_up(dsn))  # a worker's setup made version 3 meanwhile...
+    admin.execute("DELETE FROM axa_schema_version WHERE version = 3")  # ...but not recorded
+    with psycopg.connect(dsn) as holder:
+        holder.execute("LOCK TABLE axa_queue IN ACCESS SHARE MODE")  # a transaction reading
+        with (
+            override_settings(AXA_QUEUE={"OPTIONS": {"setup_lock_timeout": 0.2}}),
+            pytest.raises(SchemaError, match=r"within 0\.2 s .* run migrate again"),
+        ):
+            call_command("migrate", "axa_queue", verbosity=0)
+    call_command("migrate", "axa_queue", verbosity=0)
+    assert axa_queue_check(dsn).returncode == 0
+
+
+async def _set_up(dsn: str) -> None:
+    async with Queue(dsn):
+        pass

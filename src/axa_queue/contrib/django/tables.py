@@ -14,11 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import migrations
+import psycopg
+from django.db import DatabaseError, migrations
 from psycopg import sql as pgsql
 
+from ... import SchemaError, sql
 from ... import schema as queue_schema
-from ... import sql
 from . import conf
 
 __all__ = ["apply", "operation"]
@@ -57,8 +58,18 @@ def apply(version: int) -> Any:
             if schema is not None:
                 cursor.execute(sql.LOCAL_SEARCH_PATH, [schema])
             if _needed(cursor, version, schema):
-                for statement in queue_schema.statements_of(version):
-                    cursor.execute(statement)  # no parameters: a `%` stays as written
+                try:
+                    for statement in queue_schema.statements_of(version):
+                        cursor.execute(statement)  # no parameters: a `%` stays as written
+                except DatabaseError as error:
+                    if isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+                        raise SchemaError(
+                            f"could not bring the job queue's tables to schema version "
+                            f"{version} within {timeout / 1000:g} s (setup_lock_timeout): "
+                            "another transaction holds a lock on them; run migrate again "
+                            "when the database is quiet"
+                        ) from None
+                    raise
             # The migration's own record goes where Django's tables are.
             cursor.execute(sql.LOCAL_SEARCH_PATH, [search_path])
 
