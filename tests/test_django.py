@@ -25,7 +25,7 @@ from django.test import override_settings
 from psycopg.conninfo import conninfo_to_dict
 
 from axa_queue import Queue, SchemaError
-from axa_queue.contrib.django import conf, use_django
+from axa_queue.contrib.django import conf, use_django, worker
 from axa_queue.contrib.django.migrations import __path__ as migrations_path
 from axa_queue.schema import MIGRATIONS
 from djangotest import (  # noqa: F401
@@ -260,3 +260,14 @@ def test_a_migration_held_up_by_a_lock_says_so_within_the_setup_lock_timeout(
 async def _set_up(dsn: str) -> None:
     async with Queue(dsn):
         pass
+
+
+@pytest.mark.usefixtures("migrated")
+def test_the_tasks_join_the_applications_own_queue_when_the_settings_name_it(dsn: str) -> None:
+    from django_site.shop import jobs
+
+    with override_settings(AXA_QUEUE={"QUEUE": "django_site.shop.jobs:queue"}):
+        queue = worker.tasks_queue()
+    assert queue is jobs.queue
+    assert {"Restock", "django_site.shop.tasks.send_email"} <= set(queue.handlers)
+    assert queue.registry.threads.around_run  # Django's connection handling, too

@@ -112,7 +112,7 @@ class AxaQueueTask(_base.Task):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        known_tasks[self.module_path] = self
+        known_tasks.setdefault(self.module_path, self)  # the @task itself, made first
 
 
 class TaskFailure(Exception):
