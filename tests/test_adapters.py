@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -85,8 +86,8 @@ def django_ready() -> None:
     import django
     from django.conf import settings
 
-    if not settings.configured:
-        settings.configure(DATABASES={}, USE_TZ=True, INSTALLED_APPS=[])
+    if not settings.configured:  # the project of the Django tests (tests/django_site)
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_site.settings")
     django.setup()
 
 

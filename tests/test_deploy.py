@@ -296,6 +296,16 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
     )
 
 
+def test_a_program_that_runs_the_commands_starts_the_worker_processes_itself() -> None:
+    from axa_queue.supervisor import Settings, child_command
+
+    program = (sys.executable, "/srv/shop/manage.py", "axa_queue")
+    command = child_command(
+        Settings(target="shop.jobs:queue", workers=2, wait_for_database=0, program=program)
+    )
+    assert command[:5] == [*program, "worker", "shop.jobs:queue"]
+
+
 async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
     dsn: str, make_queue, monkeypatch
 ) -> None:

@@ -1,7 +1,8 @@
 """Registry: what this process has in code for its queue, registered at import time.
 
 The handlers by job name, the per-name limits, the schedules, the run observers and
-the middleware. `Queue` owns one and registers into it (`Queue.handler`, `limit`,
+the middleware and the calls made in the threads sync handlers run in
+(`ThreadHooks`). `Queue` owns one and registers into it (`Queue.handler`, `limit`,
 `schedule`, `observe`, `middleware`); the worker's services read it, and never the
 `Queue`.
 """
@@ -18,12 +19,26 @@ from .middleware import Middleware
 from .retries import describe
 from .schedules import Schedule
 
-__all__ = ["Registry", "RunObserver"]
+__all__ = ["Registry", "RunObserver", "ThreadHooks"]
 
 log = logging.getLogger("axa_queue.worker")
 
 RunObserver = Callable[[str, str, float], None]
 """Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""
+
+
+@dataclass(eq=False)
+class ThreadHooks:
+    """Calls made in the threads sync handlers run in, for code whose resources belong to
+    a thread (Django's database connections: `axa_queue.contrib.django` adds
+    `close_old_connections` around each run and `connections.close_all` at the end).
+
+    `around_run` are called, in that thread, before and after each sync run; one that
+    raises before the run fails the run, after it is logged. `thread_end` are called as a
+    thread ends (when the worker stops); what they raise is logged."""
+
+    around_run: list[Callable[[], None]] = field(default_factory=list)
+    thread_end: list[Callable[[], None]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -35,6 +50,8 @@ class Registry:
     """At most this many runs of the name at once in this process."""
     schedules: list[Schedule] = field(default_factory=list)
     observers: list[RunObserver] = field(default_factory=list)
+    threads: ThreadHooks = field(default_factory=ThreadHooks)
+    """What the threads of sync handlers call around each run and as they end."""
     middleware: list[Middleware] = field(default_factory=list)
     """Wrapped around every run, the first outermost (see `middleware`)."""
 

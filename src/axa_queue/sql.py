@@ -370,6 +370,15 @@ JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, time
 """The newest jobs, optionally of one state and name, without their arguments; times
 as epoch seconds, as `JOB` reads them, so one odd row never breaks the listing."""
 
+TASK_RESULT = """SELECT id, name, args, status, error, attempts, priority, result,
+    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
+    FROM axa_queue WHERE id = %s"""
+"""One job as Django's tasks framework reports it (`axa_queue.contrib.django`'s
+`get_result`): with its arguments and its result, which Django's `TaskResult` carries
+for the application's own code (never logged or shown); times as epoch seconds, as `JOB`
+reads them."""
+
 COUNTS = """SELECT
     count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
     count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
@@ -430,6 +439,10 @@ LOCAL_SEARCH_PATH = "SELECT set_config('search_path', %s, true)"
 for the caller's own statements on `queue.connection()`: a transaction-local setting,
 which a transaction pooler carries, where rewriting the caller's SQL could change the
 text of its literals."""
+
+SEARCH_PATH = "SELECT current_setting('search_path') AS search_path"
+"""The transaction's `search_path`, to set it back (`LOCAL_SEARCH_PATH`) after statements
+run in the queue's schema in a transaction that goes on (a Django migration's)."""
 
 PING = "SELECT 1"
 """Whether the database answers."""

@@ -105,15 +105,19 @@ class Settings:
     """The least important events logged: `debug`, `info`, `warning` or `error`."""
     log_tracebacks: bool = False
     """Whether a failed run's log line carries its traceback."""
+    program: tuple[str, ...] = ()
+    """The command line that runs the `axa-queue` commands, up to the command's name;
+    empty for this Python's `-m axa_queue.cli`. A program that must prepare the process
+    before the queue's module is imported gives its own: `manage.py axa_queue` starts
+    its children through `manage.py`, so each sets Django up."""
 
 
 def child_command(settings: Settings) -> list[str]:
     """The command line of a worker process run by a supervisor: `axa-queue worker` on
-    `settings`, in this Python, without setup (the supervisor has done it, once)."""
+    `settings` (through `settings.program`, else in this Python), without setup (the
+    supervisor has done it, once)."""
     command = [
-        sys.executable,
-        "-m",
-        "axa_queue.cli",
+        *(settings.program or (sys.executable, "-m", "axa_queue.cli")),
         "worker",
         settings.target,
         "--no-setup",

@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -28,11 +29,13 @@ __all__ = [
     "MOMENT",
     "BadInput",
     "Failed",
+    "Invocation",
     "Printed",
     "answer",
     "checked_dsn",
     "connection_options",
     "dsn_option",
+    "invocation",
     "json_option",
     "reported",
     "where",
@@ -134,6 +137,30 @@ def reported(dsn: str | None) -> Iterator[None]:
         raise Failed(str(error)) from None
     except AxaQueueError as error:  # SchemaError, JobNotFoundError, DemoError, ...
         raise Failed(str(error)) from None
+
+
+# --- who runs the commands -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """How the commands were run, when not as `axa-queue` itself: a program that runs
+    them (`manage.py axa_queue`, in `axa_queue.contrib.django`) gives one as click's
+    `obj`."""
+
+    program: tuple[str, ...] = ()
+    """The command line that runs these commands again, up to the command's name, for
+    the worker processes of `worker --processes` (see `supervisor.Settings.program`);
+    empty: this Python's `-m axa_queue.cli`."""
+    default_target: str | None = None
+    """The queue `worker` runs when it is given no MODULE:ATTR."""
+
+
+def invocation() -> Invocation:
+    """The `Invocation` the commands were run with, or the plain one."""
+    ctx = click.get_current_context(silent=True)
+    found = ctx.find_object(Invocation) if ctx is not None else None
+    return found if found is not None else Invocation()
 
 
 # --- the one way to ask a queue --------------------------------------------------------------

@@ -21,6 +21,7 @@ from .conventions import (
     checked_dsn,
     connection_options,
     dsn_option,
+    invocation,
     reported,
 )
 from .text import one_line
@@ -90,7 +91,7 @@ def _need_metrics() -> None:
 
 
 @click.command()
-@click.argument("target", metavar="MODULE:ATTR")
+@click.argument("target", metavar="MODULE:ATTR", required=False)
 @click.option(
     "--workers",
     type=int,
@@ -168,7 +169,7 @@ def _need_metrics() -> None:
 )
 @dsn_option
 def worker(
-    target: str,
+    target: str | None,
     workers: int | None,
     processes: int | None,
     setup: bool,
@@ -186,6 +187,10 @@ def worker(
     SIGTERM or Ctrl-C stops it gracefully: no new jobs are taken and jobs in progress
     finish. A second signal aborts them; stale recovery queues them again later.
     """
+    given = invocation()
+    target = target or given.default_target
+    if target is None:
+        raise BadInput("Missing argument 'MODULE:ATTR'.")
     logs.configure(log_format, log_level.upper())
     queue = load_queue(target)
     with reported(None):
@@ -213,6 +218,7 @@ def worker(
                 log_format=log_format,
                 log_level=log_level,
                 log_tracebacks=queue.options.log_tracebacks,
+                program=given.program,
             )
             code = asyncio.run(
                 supervisor.supervise(

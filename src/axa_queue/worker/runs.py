@@ -50,7 +50,7 @@ class Runner:
         self.registry = registry
         self.options = options
         self.identity = identity
-        self.executor = JobThreads(state.slots, "axa-queue-job")
+        self.executor = JobThreads(state.slots, "axa-queue-job", registry.threads)
         self.tracebacks = options.log_tracebacks
         logs.add_job_fields()
         self.aborting = False
@@ -186,7 +186,7 @@ class Runner:
             error, one.attempts, one.limit, to_timedelta(self.options.retry_backoff)
         )
         if status == "completed":
-            del result  # the handler's value, here to be kept with the job (not yet)
+            del result  # kept, as JSON, in one.result
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "job completed", extra={**one.fields(), "duration": round(one.seconds, 6)}

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from queue import SimpleQueue
 from typing import Any
 
+from ..registry import ThreadHooks
+from ..retries import describe
+
 __all__ = ["JobThreads"]
+
+log = logging.getLogger("axa_queue.worker")
 
 
 class JobThreads(Executor):
@@ -16,11 +22,15 @@ class JobThreads(Executor):
     daemons, so a handler still running when the worker stops (a thread cannot be
     stopped; its job is left to stale recovery) does not keep the process alive: the
     standard pool's threads are joined at exit, which made a stop hang until the
-    handler returned."""
+    handler returned.
 
-    def __init__(self, max_workers: int, name: str) -> None:
+    `hooks` (the registry's) are called in each thread around each run and as the
+    thread ends: see `ThreadHooks`."""
+
+    def __init__(self, max_workers: int, name: str, hooks: ThreadHooks | None = None) -> None:
         self._max = max_workers
         self._name = name
+        self._hooks = hooks if hooks is not None else ThreadHooks()
         self._work: SimpleQueue[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]] | None]
         self._work = SimpleQueue()
         self._threads: list[threading.Thread] = []
@@ -44,22 +54,44 @@ class JobThreads(Executor):
             return future
 
     def _serve(self) -> None:
-        while True:
-            item = self._work.get()
-            if item is None:
-                self._work.put(None)  # for the next thread
-                return
-            future, fn, args = item
-            del item
-            if future.set_running_or_notify_cancel():
-                try:
-                    result = fn(*args)
-                except BaseException as error:
-                    future.set_exception(error)
-                else:
-                    future.set_result(result)
-                del future, fn, args
-            self._idle.release()
+        try:
+            while True:
+                item = self._work.get()
+                if item is None:
+                    self._work.put(None)  # for the next thread
+                    return
+                future, fn, args = item
+                del item
+                if future.set_running_or_notify_cancel():
+                    try:
+                        result = self._run(fn, args)
+                    except BaseException as error:
+                        future.set_exception(error)
+                    else:
+                        future.set_result(result)
+                    del future, fn, args
+                self._idle.release()
+        finally:
+            self._call(self._hooks.thread_end, "as a job thread ended")
+
+    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+        """`fn(*args)` between the calls `around_run` (a call that raises before it
+        fails the run; after it, it is logged)."""
+        around = self._hooks.around_run
+        for hook in around:
+            hook()
+        try:
+            return fn(*args)
+        finally:
+            self._call(around, "after a sync run")
+
+    @staticmethod
+    def _call(hooks: list[Callable[[], None]], when: str) -> None:
+        for hook in hooks:
+            try:
+                hook()
+            except Exception as error:
+                log.error(f"a thread hook failed {when}", extra={"error": describe(error)})
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:

@@ -1,0 +1,1 @@
+"""A small Django project whose tasks run on axa-queue."""

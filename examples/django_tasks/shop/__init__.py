@@ -1,0 +1,1 @@
+"""The shop: orders, and a task that sends each order's receipt."""

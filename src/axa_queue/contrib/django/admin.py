@@ -1,0 +1,150 @@
+"""The admin: read-only lists of jobs and of acts (never a job's arguments or result:
+the models have no field for them), and two actions on jobs, cancel and retry (which
+releases a job from review), each asking for a reason on a page of its own and
+recording the logged-in user's username as `by`, in the same transaction as Django's
+own work on the queue's database (`axa_queue.cancel` / `axa_queue.retry`).
+
+The actions need the permission `axa_queue.act_on_job` (a superuser has it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.core.exceptions import ValidationError
+from django.db import connections, transaction
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from ... import ActResult, NotACodeError, cancel, retry
+from ...acts import MAX_REASON_CHARS, check_code
+from . import conf
+from .models import Job, JobAct
+
+__all__ = ["ActForm", "JobActAdmin", "JobAdmin"]
+
+
+class ActForm(forms.Form):
+    """The reason for an act, checked as the acts table checks it (`check_code`)."""
+
+    reason = forms.CharField(
+        max_length=MAX_REASON_CHARS,
+        strip=False,
+        help_text="A short code, like customer_asked or fixed_upstream: kept with the act.",
+    )
+
+    def clean_reason(self) -> str:
+        reason: str = self.cleaned_data["reason"]
+        try:
+            return check_code(reason, "reason")
+        except NotACodeError as error:
+            raise ValidationError(str(error)) from None
+
+
+class _ReadOnly(admin.ModelAdmin):
+    """Nothing added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+def _act(
+    admin_view: JobAdmin,
+    request: HttpRequest,
+    queryset: Any,
+    act: Any,
+    title: str,
+    done: str,
+) -> TemplateResponse | None:
+    """Ask for the reason; with it, do `act` to each selected job, as the user."""
+    form = ActForm(request.POST if "apply" in request.POST else None)
+    if "apply" in request.POST and form.is_valid():
+        alias = conf.database_alias()
+        by = request.user.get_username()
+        results: list[ActResult] = []
+        with transaction.atomic(using=alias):
+            for job in queryset:
+                results.append(act(connections[alias], job.id, by, form.cleaned_data["reason"]))
+        applied = sum(1 for r in results if r.applied)
+        admin_view.message_user(request, f"{done} {applied} of {len(results)} job(s).")
+        skipped = [r for r in results if not r.applied]
+        if skipped:
+            states = sorted({str(r.found) for r in skipped})
+            admin_view.message_user(
+                request,
+                f"{len(skipped)} job(s) were left as they were: they were {', '.join(states)}.",
+                messages.WARNING,
+            )
+        return None
+    context = {
+        **admin_view.admin_site.each_context(request),
+        "title": title,
+        "form": form,
+        "jobs": list(queryset),
+        "action": request.POST.get("action"),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "opts": admin_view.model._meta,
+    }
+    return TemplateResponse(request, "admin/axa_queue/act.html", context)
+
+
+@admin.register(Job)
+class JobAdmin(_ReadOnly):
+    """Jobs, newest first, by state and name; cancel and retry as actions."""
+
+    list_display = ("id", "name", "status", "attempts", "priority", "run_at", "updated_at", "error")
+    list_filter = ("status",)
+    search_fields = ("name",)
+    fields = (
+        "id",
+        "name",
+        "status",
+        "attempts",
+        "max_attempts",
+        "priority",
+        "timeout_ms",
+        "error",
+        "run_at",
+        "started_at",
+        "created_at",
+        "updated_at",
+    )
+    readonly_fields = fields
+    actions = ("cancel_jobs", "retry_jobs")
+
+    def has_act_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may cancel and retry jobs."""
+        return bool(request.user.has_perm("axa_queue.act_on_job"))
+
+    @admin.action(description="Cancel the selected jobs (those still queued)", permissions=["act"])
+    def cancel_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
+        """Cancel each selected job still queued, for the reason asked."""
+        return _act(self, request, queryset, cancel, "Cancel jobs", "Cancelled")
+
+    @admin.action(
+        description="Retry the selected jobs (failed, or released from review)",
+        permissions=["act"],
+    )
+    def retry_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
+        """Queue again each selected job that failed or waits for review."""
+        return _act(self, request, queryset, retry, "Retry jobs", "Queued again")
+
+
+@admin.register(JobAct)
+class JobActAdmin(_ReadOnly):
+    """The acts people did, newest first."""
+
+    list_display = ("at", "act", "job_name", "job_id", "by", "reason", "attempts", "db_role")
+    list_filter = ("act",)
+    search_fields = ("job_name", "by")
+    fields = list_display
+    readonly_fields = list_display

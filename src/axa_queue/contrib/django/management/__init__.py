@@ -1,0 +1,1 @@
+"""Django management commands of `axa_queue.contrib.django`."""
