@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
-
 from zoneinfo import ZoneInfo
 
 import psycopg
@@ -89,6 +88,11 @@ class Schedule:
         if self.expression is not None or self.timezone is not None:
             self._check_cron()
             return
+        if self.interval is None:
+            raise ScheduleError(
+                f"the schedule {name!r} needs an interval (Schedule.every) or a cron "
+                "expression (Schedule.cron)"
+            )
         try:
             length = to_timedelta(self.interval, "interval")
         except OptionsError as error:
@@ -296,6 +300,7 @@ async def tick_one(
     which needs what `due` read: `found`) on an autocommit `conn`: no transaction is
     ever left open between awaits."""
     job = schedule.job
+    moves: dict[str, Any]
     if schedule.interval is not None:
         statement, moves = sql.SCHEDULE_TICK, {"interval": schedule.interval.total_seconds()}
     else:
