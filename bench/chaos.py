@@ -140,8 +140,7 @@ SCHEMA = [
             VALUES (NEW.id, NEW.name, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END,
                     NEW.status, NEW.attempts,
                     CASE WHEN current_query() LIKE 'WITH RECURSIVE endings%%' THEN 'exchange'
-                         WHEN current_query() LIKE 'UPDATE axa_queue%%SET status = CASE%%'
-                              THEN 'recovery'
+                         WHEN current_query() LIKE 'WITH recovered AS%%' THEN 'recovery'
                          WHEN current_query() LIKE 'WITH found AS%%' THEN 'lost'
                          WHEN current_query() LIKE 'WITH due AS%%' THEN 'schedule'
                          ELSE 'other' END,

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 
 import pytest
 
-from axa_queue import JobState, NewJob, OptionsError, Queue, QueueOptions, SyncQueue, cancel
+from axa_queue import (
+    JobState,
+    NewJob,
+    NoResultError,
+    OptionsError,
+    Queue,
+    QueueOptions,
+    SyncQueue,
+    WaitTimeoutError,
+    cancel,
+)
+from conftest import running
 
 
 def test_sync_code_queues_inspects_and_acts_on_jobs_without_an_event_loop(dsn, admin) -> None:
@@ -69,7 +81,9 @@ ONLY_ASYNC = {
     "handle",
     "handler",
     "handlers",
+    "health",
     "is_open",
+    "lifespan",
     "limit",
     "limits",
     "middleware",
@@ -79,6 +93,7 @@ ONLY_ASYNC = {
     "purge",
     "recover_stale",
     "run",
+    "running",
     "schedule",
     "schedule_list",
     "schedules",
@@ -106,3 +121,24 @@ def test_the_sync_queue_offers_what_the_queue_offers_with_the_same_parameters() 
             assert list(inspect.signature(twin).parameters.values()) == list(
                 inspect.signature(mine).parameters.values()
             ), name
+
+
+async def test_sync_wait_and_result_answer_as_the_async_ones_do(make_queue) -> None:
+    queue = await make_queue()
+    queue.handle("Sum", lambda args: {"sum": sum(args["n"])})
+    done = await queue.enqueue("Sum", {"n": [1, 2, 3]})
+    later = await queue.enqueue("Sum", {"n": [4]}, run_in=3600)
+    with SyncQueue(queue.dsn, queue.options) as jobs:
+        waiting = asyncio.create_task(asyncio.to_thread(jobs.wait, done, 30))
+        async with running(queue):
+            synced = await waiting
+        assert synced == await queue.wait(done, timeout=0)
+        assert jobs.result(done) == await queue.result(done) == {"sum": 6}
+        with pytest.raises(NoResultError, match="it is queued"):
+            jobs.result(later)
+        with pytest.raises(NoResultError, match="it is queued"):
+            await queue.result(later)
+        with pytest.raises(WaitTimeoutError, match="it is still queued"):
+            await asyncio.to_thread(jobs.wait, later, 0.1)
+        with pytest.raises(WaitTimeoutError, match="it is still queued"):
+            await queue.wait(later, 0.1)

@@ -16,6 +16,10 @@ Inside one, `date`, `datetime` (ISO 8601 text), `Decimal`, `UUID` (text) and `En
 dataclass gets them back as they were (`from_json`). Outside a dataclass they are
 refused: the handler would get a string back, so say how (a dataclass, or convert).
 
+What a handler returns (its job's result) is checked the same way (`result_json`), but
+a value that cannot be stored fails the run's attempt rather than raising where it was
+made: there is no caller to raise to.
+
 `from_json` builds the handler's dataclass from the stored JSON and checks it: unknown
 keys, missing fields and values of the wrong type fail the attempt with a `TypeError`
 naming the declared field and the type it expects, never the value or the unknown keys.
@@ -36,7 +40,7 @@ from uuid import UUID
 
 from .errors import ArgumentsError
 
-__all__ = ["MAX_ARGS_DEPTH", "from_json", "storable_problem", "to_json"]
+__all__ = ["MAX_ARGS_DEPTH", "from_json", "result_json", "storable_problem", "to_json"]
 
 MAX_ARGS_DEPTH = 100
 """The deepest a job's arguments may nest (objects and arrays within each other).
@@ -75,6 +79,40 @@ def to_json(value: Any, job: str) -> str:
     except (ValueError, TypeError, RecursionError):  # a number too long to print, ...
         problem = "they hold a value JSON cannot hold"
     raise ArgumentsError(f"the arguments of job {job!r} cannot be queued: {problem}")
+
+
+RESULT_WORDS = (
+    ("they hold", "it holds"),
+    ("they nest", "it nests"),
+    ("they have", "it has"),
+    ("pass the arguments as a dataclass", "return a dataclass"),
+    ("are converted both ways", "are stored as JSON text"),
+)
+"""How a problem with arguments is said of a return value."""
+
+
+def result_json(value: Any, job: str) -> tuple[str | None, str | None]:
+    """What job `job`'s handler returned, as JSON text to store as its result, checked
+    as arguments are (plain JSON values, a dataclass as its fields, no NUL character or
+    lone surrogate, nested at most `MAX_ARGS_DEPTH` deep): `(text, None)`, or `(None,
+    why not)`, a sentence naming the job and the type, never a value."""
+    try:
+        return _ENCODER.encode(_plain(value, 0, typed=False)), None
+    except _Refused as refused:
+        problem = str(refused)
+    except (ValueError, TypeError, RecursionError):  # a number too long to print, ...
+        problem = "they hold a value JSON cannot hold"
+    for said, meant in RESULT_WORDS:
+        problem = problem.replace(said, meant)
+    kind = type(value).__name__
+    itself = f"it holds a {kind}, which JSON cannot hold"
+    a_kind = f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+    if problem.startswith(itself):  # the value itself, not something inside it
+        problem = f"JSON cannot hold {a_kind}{problem[len(itself) :]}"
+    return None, (
+        f"job {job!r} returned {a_kind} that cannot be stored as its result: {problem} "
+        "(return JSON values: dict, list, str, int, float, bool, None, or a dataclass of them)"
+    )
 
 
 def _text(value: str, what: str) -> str:

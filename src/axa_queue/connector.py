@@ -104,6 +104,13 @@ class Connector:
             await conn.execute(sql.SESSION_SETTINGS)
         return conn
 
+    def connect_sync(self) -> psycopg.Connection[Any]:
+        """One sync autocommit connection of the caller's own, with the queue's connect
+        settings and no session settings (`SyncQueue.wait` listens on it)."""
+        return psycopg.Connection.connect(
+            self.resolve("SyncQueue"), autocommit=True, **self.kwargs(sync=True)
+        )
+
     def pool(self, name: str = "axa-queue") -> QuickPool:
         """The async pool (not yet open) of `Queue`: autocommit connections."""
         return QuickPool(

@@ -10,7 +10,10 @@
      ├── SchemaError                    the tables, columns or triggers are missing or off
      ├── NotOpenError                   the queue was used before `open()`
      ├── DrainError                     a drain (tests) timed out, or could not start
-     └── JobNotFoundError (LookupError) no job with that id (retention may have deleted it)
+     ├── NotInAJobError (LookupError)   `current_job()` outside a job's run
+     ├── JobNotFoundError (LookupError) no job with that id (retention may have deleted it)
+     ├── NoResultError (LookupError)    the job has not completed, so it has no result
+     └── WaitTimeoutError (TimeoutError) `wait()` ran out of time before the job finished
 
 Database failures are psycopg's own errors (`psycopg.Error` and its subclasses), passed
 through unchanged so their `sqlstate` and diagnostics stay available.
@@ -25,11 +28,14 @@ __all__ = [
     "AxaQueueError",
     "DrainError",
     "JobNotFoundError",
+    "NoResultError",
     "NotACodeError",
+    "NotInAJobError",
     "NotOpenError",
     "OptionsError",
     "ScheduleError",
     "SchemaError",
+    "WaitTimeoutError",
 ]
 
 
@@ -102,6 +108,36 @@ class JobNotFoundError(AxaQueueError, LookupError):
             f"no job {job_id}: it does not exist, or retention deleted it after it finished"
         )
         self.job_id = job_id
+
+
+class NoResultError(AxaQueueError, LookupError):
+    """The job has no result yet, or never will: it has not completed (`state` says
+    where it is). A completed job whose handler returned `None` has a result, `None`."""
+
+    def __init__(self, job_id: UUID, state: str) -> None:
+        why = {
+            "queued": "it is queued; wait for it with `wait()` first",
+            "running": "it is running; wait for it with `wait()` first",
+            "failed": "it failed; its error is in `job(id).error`",
+            "cancelled": "it was cancelled before it ran",
+            "needs_review": "it waits for review (its run lost its claim); a person "
+            "releases it with `retry()`",
+        }.get(state, f"it is {state}")
+        super().__init__(f"job {job_id} has no result: {why}")
+        self.job_id = job_id
+        self.state = state
+
+
+class WaitTimeoutError(AxaQueueError, TimeoutError):
+    """`wait()` ran out of time before the job finished; the job goes on as it was."""
+
+    def __init__(self, job_id: UUID, seconds: float, state: str) -> None:
+        super().__init__(
+            f"job {job_id} did not finish within {seconds:g} s: it is still {state}; "
+            "wait again, or give a longer timeout"
+        )
+        self.job_id = job_id
+        self.state = state
 
 
 class NotInAJobError(AxaQueueError, LookupError):

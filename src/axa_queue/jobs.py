@@ -22,7 +22,7 @@ from . import sql, tracing
 from .adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
 from .calls import Call, Row
-from .errors import OptionsError
+from .errors import JobNotFoundError, NoResultError, OptionsError
 from .options import Duration, to_seconds
 
 __all__ = [
@@ -384,6 +384,23 @@ def job_call(job_id: UUID) -> Call[JobInfo | None]:
     """The call that reads one job."""
     job_id = job_id_of(job_id)
     return Call(sql.JOB, (job_id,), lambda rows, _n: job_info(rows[0]) if rows else None)
+
+
+def _result_of(job_id: UUID, rows: list[Row]) -> Any:
+    if not rows:
+        raise JobNotFoundError(job_id)
+    row = rows[0]
+    if row.status != JobState.COMPLETED.value:
+        raise NoResultError(job_id, row.status)
+    return row.result
+
+
+def result_call(job_id: UUID) -> Call[Any]:
+    """The call that reads a completed job's result: what its handler returned, as JSON
+    values (`None` when it returned `None`; a dataclass comes back as a dict of its
+    fields). `JobNotFoundError` for no such job, `NoResultError` for one not completed."""
+    job_id = job_id_of(job_id)
+    return Call(sql.RESULT, (job_id,), lambda rows, _n: _result_of(job_id, rows))
 
 
 def jobs_call(

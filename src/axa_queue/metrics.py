@@ -59,6 +59,7 @@ from prometheus_client.registry import Collector
 
 from .calls import run_async
 from .errors import AxaQueueError
+from .health import HEALTH_TIMEOUT
 from .jobs import (
     Counts,
     FinishedCounts,
@@ -116,9 +117,6 @@ DURATION_BUCKETS = (
 FINISHED_EVERY = 300.0
 """Seconds between counts of finished jobs in `QueueCollector.refresh_every`: they take
 a scan of every finished row retention keeps, where the live counts read small indexes."""
-
-HEALTH_TIMEOUT = 5.0
-"""Seconds the health check waits for the database before saying it is unreachable."""
 
 STUCK_GAUGE = "axa_queue_worker_stuck_seconds"
 """The gauge of how long a worker's statements have all failed (see `RunMetrics`)."""
@@ -285,10 +283,11 @@ class QueueCollector(Collector):
 
 
 class HealthCheck:
-    """Asks, from any thread, whether `queue`'s pool reaches the database: a `SELECT 1`
-    run on the queue's event loop `loop`, given `timeout` seconds; and, while the queue
-    runs a worker, whether that worker's statements have all failed for `stuck_after`
-    seconds (the database answers, but the worker cannot claim or record jobs)."""
+    """Asks, from any thread, `queue.health()` on the queue's event loop `loop`: whether
+    its pool reaches the database within `timeout` seconds, and, while the queue runs a
+    worker, whether that worker crashed or its statements have all failed for
+    `stuck_after` seconds (the database answers, but the worker cannot claim or record
+    jobs); for a supervisor, also its worker processes' stuck gauge."""
 
     def __init__(
         self,
@@ -311,18 +310,14 @@ class HealthCheck:
         if self.loop.is_closed() or not self.queue.is_open:
             return False, "the worker is not running"
         future = asyncio.run_coroutine_threadsafe(
-            asyncio.wait_for(self.queue.ping(), self.timeout), self.loop
+            self.queue.health(stuck_after=self.stuck_after, timeout=self.timeout), self.loop
         )
         try:
-            future.result(self.timeout + 1.0)
-        except (concurrent.futures.TimeoutError, asyncio.TimeoutError):
+            ok, why = future.result(self.timeout + 1.0)
+        except concurrent.futures.TimeoutError:
             future.cancel()
-            return False, f"the database did not answer within {self.timeout:g} s"
-        except (psycopg.Error, AxaQueueError) as error:
-            return False, f"cannot reach the database: {first_line(error)}"
-        worker = self.queue.worker
-        why = None if worker is None else worker.trouble(self.stuck_after)
-        if why is not None:
+            return False, f"the event loop did not answer within {self.timeout + 1.0:g} s"
+        if not ok:
             return False, why
         if self.processes is not None:
             stuck = self.processes.get_sample_value(STUCK_GAUGE) or 0.0

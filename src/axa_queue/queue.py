@@ -27,8 +27,9 @@ from .acts import Act, acts_call
 from .calls import Call, by_name, run_async
 from .connector import Connected, Connector
 from .drain import DrainResult, drain, drain_blocking
-from .errors import DrainError, NotOpenError, OptionsError, ScheduleError
+from .errors import AxaQueueError, DrainError, NotOpenError, OptionsError, ScheduleError
 from .handlers import HandlerFunction, JobHandler
+from .health import HEALTH_TIMEOUT, Health
 from .jobs import (
     Counts,
     JobInfo,
@@ -44,7 +45,9 @@ from .jobs import (
     job_call,
     job_id_of,
     jobs_call,
+    result_call,
 )
+from .lifespan import Hosted
 from .maintenance import Recovered
 from .middleware import Middleware
 from .middleware import check as check_middleware
@@ -53,7 +56,8 @@ from .registry import Registry, RunObserver
 from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .sync import SyncQueue
-from .worker import Phase, Worker
+from .waits import Waiters
+from .worker import STUCK_AFTER, Phase, Worker
 
 __all__ = ["DSN_VARIABLES", "Queue"]
 
@@ -99,6 +103,9 @@ class Queue(Connected):
         self._background: set[asyncio.Task[Any]] = set()
         self.ticker = schedules.Ticker(self.registry.schedules)
         self.worker: Worker | None = None
+        self.waiters = Waiters(self.connector, self.job)
+        """Every `wait()` in progress, woken through one listening connection."""
+        self._hosted: Hosted | None = None
 
     @property
     def handlers(self) -> dict[str, JobHandler[Any]]:
@@ -280,11 +287,13 @@ class Queue(Connected):
                 pause = min(pause * 2, 5.0)
 
     async def close(self) -> None:
-        """Wait for background tasks started by `perform_later`, then close the pool."""
+        """Wait for background tasks started by `perform_later`, then close the pool;
+        `wait()`s still in progress raise `NotOpenError`."""
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
-        if self._pool is not None:
-            pool, self._pool = self._pool, None
+        pool, self._pool = self._pool, None
+        await self.waiters.close()  # waits in progress wake, find the queue closed, raise
+        if pool is not None:
             await pool.close()
 
     async def __aenter__(self) -> Queue:
@@ -410,6 +419,23 @@ class Queue(Connected):
     async def job(self, job_id: UUID | str) -> JobInfo | None:
         """What the queue knows of one job (never its arguments), or `None`."""
         return await self._run(job_call(job_id_of(job_id)))
+
+    async def wait(self, job_id: UUID | str, timeout: Duration | None = None) -> JobInfo:
+        """Wait until the job has finished and return it: `completed`, `failed`,
+        `cancelled`, or `needs_review` (a person must look at it: nothing more happens
+        to it by itself). Woken by a notification, from any process, never by reading
+        the table in a loop (see `waits`). Raises `WaitTimeoutError` (a `TimeoutError`)
+        after `timeout` (seconds or a `timedelta`; `None`: no limit), leaving the job
+        as it is, and `JobNotFoundError` for no such job."""
+        return await self.waiters.wait(job_id_of(job_id), timeout)
+
+    async def result(self, job_id: UUID | str) -> Any:
+        """What the completed job's handler returned, as JSON values (`None` when it
+        returned `None`; a dataclass comes back as a dict of its fields). Raises
+        `JobNotFoundError` for no such job (or one retention deleted) and
+        `NoResultError`, saying its state, for a job not completed: `wait()` for it
+        first. The result is private like the arguments: never logged or shown."""
+        return await self._run(result_call(job_id_of(job_id)))
 
     async def jobs(
         self, state: JobState | str | None = None, name: str | None = None, limit: int = 50
@@ -556,6 +582,79 @@ class Queue(Connected):
                 "its worker already runs these jobs; stop run() first, or drain instead "
                 "of running a worker in tests"
             )
+
+    @contextlib.asynccontextmanager
+    async def running(self, *, setup: bool = True) -> AsyncIterator[Queue]:
+        """Run the worker for the block, in a task of this event loop, for an
+        application that has its own (an ASGI app, a service's main):
+
+            async with queue.running():
+                await serve_forever()
+
+        Opens the queue first unless it is open (and closes it after), setting the
+        tables up (`setup=True`) or only checking them. A crash of the worker is logged
+        and reported by `health()` (see `lifespan.Hosted`). Leaving the block stops it
+        as `axa-queue worker` stops on SIGTERM: no new jobs, jobs in progress finish
+        within `shutdown_grace` (when set). One at a time per queue."""
+        if self._hosted is not None:
+            raise AxaQueueError(
+                "the queue is already running its worker here (queue.running() or "
+                "queue.lifespan): enter it once per process"
+            )
+        opened = not self.is_open
+        if opened:
+            await self.open(setup=setup)
+        grace = self.options.shutdown_grace
+        try:
+            self._hosted = Hosted(self.run, None if grace is None else to_seconds(grace))
+            yield self
+        finally:
+            try:
+                if self._hosted is not None:
+                    await self._hosted.close()
+            finally:
+                self._hosted = None
+                if opened:
+                    await self.close()
+
+    def lifespan(self, app: object) -> contextlib.AbstractAsyncContextManager[None]:
+        """`FastAPI(lifespan=queue.lifespan)` or `Starlette(lifespan=queue.lifespan)`:
+        the app's lifespan runs the worker, as `running()` does (with setup). To run
+        more at startup, enter it in a lifespan of your own:
+        `async with queue.running(): yield`."""
+        return self._lifespan()
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self) -> AsyncIterator[None]:
+        async with self.running():
+            yield
+
+    async def health(
+        self, *, stuck_after: float = STUCK_AFTER, timeout: float = HEALTH_TIMEOUT
+    ) -> Health:
+        """Whether this queue can do its work: `Health(True, "ok")`, or
+        `Health(False, why)` when it is not open, the worker of `running()` crashed,
+        the database does not answer within `timeout` seconds, or the worker's
+        statements (or a background service) have failed for `stuck_after` seconds.
+        For an application's health route; `/health` of `axa-queue worker` says the same."""
+        if not self.is_open:
+            return Health(False, "the worker is not running (the queue is not open)")
+        hosted = self._hosted
+        if hosted is not None and hosted.crash is not None:
+            return Health(False, f"the worker crashed: {hosted.crash}")
+        if hosted is not None and hosted.task.done():
+            return Health(False, "the worker is not running (it stopped)")
+        try:
+            await asyncio.wait_for(self.ping(), timeout)
+        except asyncio.TimeoutError:
+            return Health(False, f"the database did not answer within {timeout:g} s")
+        except (psycopg.Error, AxaQueueError) as error:
+            return Health(False, f"cannot reach the database: {first_line(error)}")
+        worker = self.worker
+        why = None if worker is None else worker.trouble(stuck_after)
+        if why is not None:
+            return Health(False, why)
+        return Health(True, "ok")
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run jobs, schedules and housekeeping until `stop` is set; jobs in progress then

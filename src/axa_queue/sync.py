@@ -44,9 +44,11 @@ from .jobs import (
     job_call,
     job_id_of,
     jobs_call,
+    result_call,
 )
 from .options import Duration, Mode, QueueOptions
 from .registry import Registry
+from .waits import wait_sync
 
 __all__ = ["SyncQueue"]
 
@@ -186,6 +188,15 @@ class SyncQueue(Connected):
     def job(self, job_id: UUID | str) -> JobInfo | None:
         """What the queue knows of one job (never its arguments), or `None`."""
         return self._run(job_call(job_id_of(job_id)))
+
+    def wait(self, job_id: UUID | str, timeout: Duration | None = None) -> JobInfo:
+        """Wait until the job has finished and return it (see `Queue.wait`), on a
+        connection of its own while it waits."""
+        return wait_sync(self.connector, self.job, job_id_of(job_id), timeout)
+
+    def result(self, job_id: UUID | str) -> Any:
+        """What the completed job's handler returned (see `Queue.result`)."""
+        return self._run(result_call(job_id_of(job_id)))
 
     def jobs(
         self, state: JobState | str | None = None, name: str | None = None, limit: int = 50

@@ -156,21 +156,25 @@ class Exchange:
         conn = await self.connections.for_exchange()
         ids: list[str] = []
         attempts: list[str] = []
-        others: list[dict[str, Any]] = []
+        others: list[str] = []
         for one in batch:
-            if one.status == "completed":
+            if one.status == "completed" and one.result is None:
                 ids.append(one.id)
                 attempts.append(str(one.attempts))
-            else:
+            elif one.status == "completed":  # its result is JSON text already: put together
                 others.append(
-                    {
-                        "id": one.id,
-                        "attempts": one.attempts,
-                        "status": one.status,
-                        "error": one.error,
-                        "delay": one.delay,
-                    }
+                    f'{{"id":"{one.id}","attempts":{one.attempts},"status":"completed",'
+                    f'"result":{one.result}}}'
                 )
+            else:
+                ending = {
+                    "id": one.id,
+                    "attempts": one.attempts,
+                    "status": one.status,
+                    "error": one.error,
+                    "delay": one.delay,
+                }
+                others.append(json.dumps(ending, ensure_ascii=False))
         sent = time.monotonic()
         try:
             cursor = conn.cursor(row_factory=_rows(self.options.max_attempts, sent))
@@ -180,7 +184,7 @@ class Exchange:
                     # Array literals: ids are uuid text and attempts digits, nothing to quote.
                     "completed": "{" + ",".join(ids) + "}",
                     "completed_attempts": "{" + ",".join(attempts) + "}",
-                    "endings": json.dumps(others, ensure_ascii=False) if others else "[]",
+                    "endings": "[" + ",".join(others) + "]",
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
                     "losing": "{" + ",".join(self.state.losing) + "}",

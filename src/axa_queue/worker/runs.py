@@ -20,6 +20,7 @@ from typing import Any
 from uuid import UUID
 
 from .. import logs
+from ..arguments import result_json
 from ..context import JobContext, enter, leave
 from ..handlers import JobHandler
 from ..middleware import through
@@ -150,6 +151,8 @@ class Runner:
                         result = await self._call(handler, one.args_text, job)
                 finally:
                     leave(token)
+                if result is not None:
+                    one.result, error = result_json(result, one.name)
         except asyncio.CancelledError as failure:
             if one.stopped is None:
                 if self._aborted():
@@ -178,6 +181,7 @@ class Runner:
             raised = None
         if error is not None:
             error = cut_error(error)
+            one.result = None
         status, delay = decisions.ending(
             error, one.attempts, one.limit, to_timedelta(self.options.retry_backoff)
         )

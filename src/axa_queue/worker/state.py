@@ -75,6 +75,9 @@ class Run:
     trace_context: str | None = None
     """The trace context stored when the job was queued (JSON text), or `None`: what
     `JobContext.trace_context` is read from (see `tracing`)."""
+    result: str | None = field(default=None, repr=False)
+    """What its handler returned, as JSON text, once it has completed; `None` when it
+    returned `None` (the row's result stays NULL). Private like the arguments."""
 
     def stop(self, kind: str, reason: str) -> None:
         """Stop this run's handler: its claim is gone, or its time is up."""
