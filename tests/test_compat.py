@@ -208,6 +208,21 @@ async def test_a_schedule_we_tick_is_not_queued_again_by_the_crate(make_queue, a
         assert row is not None and row[1] is False, "the due time was taken already"
 
 
+async def test_the_crate_lists_a_cron_schedule_as_one_without_interval_and_leaves_it_alone(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(axa_queue.Schedule.cron("nightly", "0 3 * * *", NewJob("J")))
+    assert await queue.tick_schedules() == 0
+    before = admin.execute("SELECT due_at, cron, timezone FROM axa_schedule").fetchone()
+    listed = admin.execute(crate.SCHEDULES).fetchall()
+    assert [(r[0], r[1]) for r in listed] == [("nightly", None)], "interval_ms is NULL"
+    # A crate process without it in code archives only rows unseen for its stale period.
+    assert admin.execute(crate.SCHEDULE_ARCHIVE, crate.params(["other"], 60)).rowcount == 0
+    after = admin.execute("SELECT due_at, cron, timezone FROM axa_schedule").fetchone()
+    assert before == after and after is not None and after[1:] == ("0 3 * * *", "UTC")
+
+
 async def test_a_job_queued_by_the_crate_wakes_our_worker_well_before_its_poll_interval(
     make_queue, admin, schema
 ) -> None:
