@@ -153,7 +153,7 @@ class Schedule:
         runs once, at the first minute after the gap (02:30 runs at 03:00), and a time
         in the hour they repeat runs once, the first time it is shown; an expression
         with `*` in its minute or hour field follows real time instead (docs:
-        configuration.md, Schedules).
+        configuration.md, Cron schedules).
 
         Raises `ScheduleError` for a bad name, an expression that is not five fields or
         has a bad field (the message names it), one that is never due, or an unknown
