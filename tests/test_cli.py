@@ -23,8 +23,10 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 import psycopg
@@ -465,6 +467,24 @@ def test_schedules_lists_each_schedule_with_its_last_job(ready: str) -> None:
     assert [s["name"] for s in listed] == ["nightly"]
     assert listed[0]["interval"] == 3600 and listed[0]["last_state"] == "queued"
     assert "nightly" in cli("schedules", dsn=ready).stdout
+
+
+def test_schedules_shows_a_cron_schedules_expression_zone_and_next_due_time(ready: str) -> None:
+    async def tick() -> None:
+        queue = Queue(ready)
+        queue.schedule(Schedule.cron("paris", "30 2 * * *", NewJob("Report"), tz="Europe/Paris"))
+        async with queue:
+            assert await queue.tick_schedules() == 0, "a cron schedule is not due at once"
+
+    asyncio.run(tick())
+    (listed,) = json.loads(cli("schedules", "--json", dsn=ready).stdout)
+    assert listed["expression"] == "30 2 * * *" and listed["timezone"] == "Europe/Paris"
+    assert listed["interval"] is None
+    due_at = datetime.fromisoformat(listed["due_at"]).astimezone(ZoneInfo("Europe/Paris"))
+    assert (due_at.hour, due_at.minute) in {(2, 30), (3, 0)}  # 03:00 on a spring-forward night
+    assert datetime.fromisoformat(listed["due_at"]) > datetime.now(timezone.utc)
+    table = cli("schedules", dsn=ready).stdout
+    assert "30 2 * * *" in table and "Europe/Paris" in table, table
 
 
 # --- a person's acts -----------------------------------------------------------------------------

@@ -60,8 +60,10 @@ def crate_setup(conn: psycopg.Connection[Any]) -> None:
 
 def add_acts_role(conn: psycopg.Connection[Any]) -> None:
     """Our setup's changes to the crate's tables that our code needs: each act's database
-    role, and the columns and table of migration 3 (trace context, results, workers)."""
-    for statement in (*ACTS_ROLE_STATEMENTS, *axa_queue.schema.migrations.MIGRATIONS[2].statements):
+    role, the columns and table of migration 3 (trace context, results, workers) and the
+    columns of migration 4 (a cron schedule's expression and zone)."""
+    later = [s for m in axa_queue.schema.migrations.MIGRATIONS[2:] for s in m.statements]
+    for statement in (*ACTS_ROLE_STATEMENTS, *later):
         conn.execute(statement)
 
 
@@ -206,6 +208,21 @@ async def test_a_schedule_we_tick_is_not_queued_again_by_the_crate(make_queue, a
         assert row is not None and row[1] is False, "the due time was taken already"
 
 
+async def test_the_crate_lists_a_cron_schedule_as_one_without_interval_and_leaves_it_alone(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(axa_queue.Schedule.cron("nightly", "0 3 * * *", NewJob("J")))
+    assert await queue.tick_schedules() == 0
+    before = admin.execute("SELECT due_at, cron, timezone FROM axa_schedule").fetchone()
+    listed = admin.execute(crate.SCHEDULES).fetchall()
+    assert [(r[0], r[1]) for r in listed] == [("nightly", None)], "interval_ms is NULL"
+    # A crate process without it in code archives only rows unseen for its stale period.
+    assert admin.execute(crate.SCHEDULE_ARCHIVE, crate.params(["other"], 60)).rowcount == 0
+    after = admin.execute("SELECT due_at, cron, timezone FROM axa_schedule").fetchone()
+    assert before == after and after is not None and after[1:] == ("0 3 * * *", "UTC")
+
+
 async def test_a_job_queued_by_the_crate_wakes_our_worker_well_before_its_poll_interval(
     make_queue, admin, schema
 ) -> None:
@@ -334,7 +351,12 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         ("axa_job_acts", "db_role", "text"),
         ("axa_queue", "result", "jsonb"),
         ("axa_queue", "trace_context", "jsonb"),
-    ], "our setup adds to the crate's tables only an act's role, a result and a trace context"
+        ("axa_schedule", "cron", "text"),
+        ("axa_schedule", "timezone", "text"),
+    ], (
+        "our setup adds to the crate's tables only an act's role, a result, a trace context "
+        "and a cron schedule's expression and zone"
+    )
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()
     assert missing == []

@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import uuid4
+from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
@@ -17,8 +18,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from axa_queue import JobState, NewJob, Queue, Schedule, ScheduleError, sql
+from axa_queue.cron import next_after
 from axa_queue.retries import MAX_BACKOFF, MAX_ERROR_BYTES, backoff, cut_error
-from axa_queue.schedules import next_due
+from axa_queue.schedules import Due, next_due, tick_one
 from conftest import eventually, later, running
 
 SECOND = timedelta(seconds=1)
@@ -385,3 +387,369 @@ def test_a_nul_or_a_lone_surrogate_in_an_error_becomes_a_question_mark() -> None
 def test_a_long_error_of_two_byte_characters_is_cut_between_them() -> None:
     kept = cut_error("é" * 1024)
     assert kept == "é" * 512
+
+
+# --- cron schedules ---------------------------------------------------------------------
+
+PARIS = ZoneInfo("Europe/Paris")
+
+
+def at(text: str) -> datetime:
+    """A UTC time written as ISO text: the test clock."""
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc)
+
+
+def finish_all(conn: psycopg.Connection[Any]) -> None:
+    """Finish whatever was queued, as a worker would, so no due time is skipped."""
+    conn.execute("UPDATE axa_queue SET status = 'completed' WHERE status = 'queued'")
+
+
+async def test_a_cron_schedule_is_first_due_at_its_next_time_not_at_once(make_queue, admin) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("nightly", "0 3 * * *", NewJob("Report"), tz="Europe/Paris"))
+    assert await queue.tick_schedules(now=at("2030-06-01T12:00:00")) == 0
+    # 03:00 in Paris in summer (CEST, UTC+2) is 01:00 UTC.
+    assert schedule_row(admin, "nightly")[0] == at("2030-06-02T01:00:00")
+    assert await queue.tick_schedules(now=at("2030-06-02T00:59:59")) == 0
+    assert await queue.tick_schedules(now=at("2030-06-02T01:00:00")) == 1
+    assert schedule_row(admin, "nightly")[0] == at("2030-06-03T01:00:00"), "no drift"
+    (info,) = await queue.schedules()
+    assert (info.expression, info.timezone, info.interval) == ("0 3 * * *", "Europe/Paris", None)
+    assert info.due_at == at("2030-06-03T01:00:00")
+
+
+async def test_missed_cron_times_are_queued_once_then_the_next_time_after_now(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("quarter", "*/15 * * * *", NewJob("J")))
+    assert await queue.tick_schedules(now=at("2030-01-01T00:01:00")) == 0
+    # Every process was down for five hours: one job, then the next time after now.
+    assert await queue.tick_schedules(now=at("2030-01-01T05:07:00")) == 1
+    assert schedule_row(admin, "quarter")[0] == at("2030-01-01T05:15:00")
+    finish_all(admin)
+    assert await queue.tick_schedules(now=at("2030-01-01T05:14:59")) == 0
+    assert await queue.tick_schedules(now=at("2030-01-01T05:15:00")) == 1
+    assert len(jobs_of(admin, "J")) == 2
+
+
+async def test_a_cron_due_time_is_skipped_while_the_last_job_is_queued_or_running(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("hourly", "0 * * * *", NewJob("J")))
+    await queue.tick_schedules(now=at("2030-01-01T00:30:00"))
+    assert await queue.tick_schedules(now=at("2030-01-01T01:00:00")) == 1
+    ((last, _, _),) = jobs_of(admin, "J")
+    assert await queue.tick_schedules(now=at("2030-01-01T02:00:00")) == 0, "the last is queued"
+    due_at, last_job, _ = schedule_row(admin, "hourly")
+    assert (due_at, last_job) == (at("2030-01-01T03:00:00"), last), "the time is passed over"
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', started_at = now(), attempts = 1 WHERE id = %s",
+        (last,),
+    )
+    assert await queue.tick_schedules(now=at("2030-01-01T03:00:00")) == 0, "the last is running"
+    admin.execute("UPDATE axa_queue SET status = 'completed' WHERE id = %s", (last,))
+    assert await queue.tick_schedules(now=at("2030-01-01T04:00:00")) == 1
+    assert len(jobs_of(admin, "J")) == 2
+
+
+async def test_a_cron_tick_that_read_a_due_time_another_process_moved_on_queues_nothing(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    nightly = Schedule.cron("nightly", "0 3 * * *", NewJob("J"))
+    queue.schedule(nightly)
+    await queue.tick_schedules(now=at("2030-01-01T00:00:00"))
+    due_at = at("2030-01-01T03:00:00")
+    read = Due(due_at=due_at, now=at("2030-01-01T03:00:01"))
+    async with queue.connection() as conn:
+        assert await tick_one(conn, nightly, read.now, read) is not None
+        # A second process that read the same due time, before the first moved it on.
+        assert await tick_one(conn, nightly, read.now, read) is None
+    assert len(jobs_of(admin, "J")) == 1
+    assert schedule_row(admin, "nightly")[0] == at("2030-01-02T03:00:00")
+
+
+async def test_a_time_in_the_skipped_hour_runs_once_at_the_first_minute_after_the_gap(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("early", "30 2 * * *", NewJob("J"), tz="Europe/Paris"))
+    # Paris, 29 March 2026: at 02:00 CET (01:00 UTC) the clocks go to 03:00 CEST.
+    assert await queue.tick_schedules(now=at("2026-03-28T12:00:00")) == 0
+    assert schedule_row(admin, "early")[0] == at("2026-03-29T01:00:00")
+    assert at("2026-03-29T01:00:00").astimezone(PARIS).strftime("%H:%M %Z") == "03:00 CEST"
+    assert await queue.tick_schedules(now=at("2026-03-29T00:59:59")) == 0
+    assert await queue.tick_schedules(now=at("2026-03-29T01:00:00")) == 1
+    finish_all(admin)
+    for hour in ("01:30", "02:00", "12:00", "23:59"):
+        assert await queue.tick_schedules(now=at(f"2026-03-29T{hour}:00")) == 0
+    # The next night is back to 02:30 on the wall clock (CEST: 00:30 UTC).
+    assert schedule_row(admin, "early")[0] == at("2026-03-30T00:30:00")
+    assert len(jobs_of(admin, "J")) == 1
+
+
+async def test_a_time_in_the_repeated_hour_runs_once_on_the_autumn_night(make_queue, admin) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("early", "30 2 * * *", NewJob("J"), tz="Europe/Paris"))
+    # Paris, 25 October 2026: at 03:00 CEST (01:00 UTC) the clocks go back to 02:00 CET,
+    # so 02:30 is shown twice: 00:30 UTC and 01:30 UTC.
+    assert await queue.tick_schedules(now=at("2026-10-24T12:00:00")) == 0
+    assert schedule_row(admin, "early")[0] == at("2026-10-25T00:30:00"), "the first 02:30"
+    assert await queue.tick_schedules(now=at("2026-10-25T00:30:00")) == 1
+    finish_all(admin)
+    assert await queue.tick_schedules(now=at("2026-10-25T01:30:00")) == 0, "not the second"
+    assert schedule_row(admin, "early")[0] == at("2026-10-26T01:30:00"), "02:30 CET next"
+    assert len(jobs_of(admin, "J")) == 1
+
+
+async def test_a_catch_up_inside_the_repeated_hour_queues_once_and_not_the_second_showing(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("early", "30 2 * * *", NewJob("J"), tz="Europe/Paris"))
+    await queue.tick_schedules(now=at("2026-10-24T12:00:00"))
+    # Down across the first 02:30; back at 02:10 CET, before the clock shows 02:30 again.
+    assert await queue.tick_schedules(now=at("2026-10-25T01:10:00")) == 1
+    finish_all(admin)
+    assert schedule_row(admin, "early")[0] == at("2026-10-26T01:30:00")
+    assert await queue.tick_schedules(now=at("2026-10-25T01:30:00")) == 0
+    assert len(jobs_of(admin, "J")) == 1
+
+
+async def test_an_hourly_cron_follows_real_time_across_the_autumn_night(make_queue, admin) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.cron("hourly", "30 * * * *", NewJob("J"), tz="Europe/Paris"))
+    await queue.tick_schedules(now=at("2026-10-25T00:00:00"))
+    for moment in ("2026-10-25T00:30:00", "2026-10-25T01:30:00", "2026-10-25T02:30:00"):
+        assert await queue.tick_schedules(now=at(moment)) == 1, moment
+        finish_all(admin)
+    assert len(jobs_of(admin, "J")) == 3, "an hourly job runs every hour, 02:30 twice"
+
+
+@pytest.mark.parametrize(
+    ("expression", "field"),
+    [
+        ("61 3 * * *", "minute"),
+        ("0 24 * * *", "hour"),
+        ("0 3 32 * *", "day of month"),
+        ("0 3 0 * *", "day of month"),
+        ("0 3 * 13 *", "month"),
+        ("0 3 * * 8", "day of week"),
+        ("*/0 3 * * *", "minute"),
+        ("0 3 * JANUARY *", "month"),
+        ("0 5-3 * * *", "hour"),
+    ],
+)
+def test_a_bad_cron_field_is_refused_when_made_and_named(expression: str, field: str) -> None:
+    with pytest.raises(ScheduleError, match=f"has a bad {field} field"):
+        Schedule.cron("nightly", expression, NewJob("J"))
+
+
+@pytest.mark.parametrize("expression", ["0 3 * *", "0 0 3 * * *", "", "@daily"])
+def test_a_cron_expression_that_is_not_five_fields_is_refused(expression: str) -> None:
+    with pytest.raises(ScheduleError, match="give five: minute, hour, day of month"):
+        Schedule.cron("nightly", expression, NewJob("J"))
+
+
+def test_an_unknown_time_zone_is_refused_and_named() -> None:
+    with pytest.raises(ScheduleError, match="unknown time zone 'Europe/Pariss'"):
+        Schedule.cron("nightly", "0 3 * * *", NewJob("J"), tz="Europe/Pariss")
+    with pytest.raises(ScheduleError, match="unknown time zone"):
+        Schedule.cron("nightly", "0 3 * * *", NewJob("J"), tz="../../etc/passwd")
+
+
+def test_a_cron_schedule_keeps_its_zones_name_and_its_expression_in_single_spaces() -> None:
+    schedule = Schedule.cron("n", " 0  3 * * * ", NewJob("J", run_in=60), tz=PARIS)
+    assert (schedule.expression, schedule.timezone) == ("0 3 * * *", "Europe/Paris")
+    assert schedule.interval is None and schedule.job.run_in is None
+    assert Schedule.cron("u", "0 3 * * *", NewJob("J")).timezone == "UTC"
+
+
+def test_a_cron_schedule_with_an_interval_or_first_at_is_refused() -> None:
+    with pytest.raises(ScheduleError, match="no interval or first_at"):
+        Schedule("n", timedelta(hours=1), NewJob("J"), expression="0 3 * * *")
+
+
+def test_the_package_imports_cronsim_only_once_a_cron_schedule_is_made() -> None:
+    code = (
+        "import sys, axa_queue\n"
+        "assert 'cronsim' not in sys.modules\n"
+        "axa_queue.Schedule.every('s', 60, axa_queue.NewJob('J'))\n"
+        "assert 'cronsim' not in sys.modules\n"
+        "axa_queue.Schedule.cron('c', '0 3 * * *', axa_queue.NewJob('J'))\n"
+        "assert 'cronsim' in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_without_cronsim_a_cron_schedule_says_what_to_install() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['cronsim'] = None\n"
+        "import axa_queue\n"
+        "try:\n"
+        "    axa_queue.Schedule.cron('c', '0 3 * * *', axa_queue.NewJob('J'))\n"
+        "except axa_queue.ScheduleError as error:\n"
+        "    print(error)\n"
+    )
+    found = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert "pip install 'axa-queue[cron]'" in found.stdout
+
+
+CRON_WORKER = """
+import asyncio, sys
+from datetime import datetime, timedelta
+from axa_queue import NewJob, Queue, Schedule
+
+async def main():
+    dsn, start, steps = sys.argv[1], datetime.fromisoformat(sys.argv[2]), int(sys.argv[3])
+    queue = Queue(dsn)
+    queue.schedule(Schedule.cron("tick", "* * * * *", NewJob("Tick")))
+    await queue.open()
+    for step in range(steps):
+        now = start + timedelta(seconds=7) * step
+        await asyncio.gather(queue.tick_schedules(now=now), queue.tick_schedules(now=now))
+        async with queue.connection() as conn:
+            await conn.execute("UPDATE axa_queue SET status = 'completed' WHERE status = 'queued'")
+    await queue.close()
+
+asyncio.run(main())
+"""
+
+ADVANCES = """
+CREATE TABLE advances (old_due TIMESTAMPTZ, new_due TIMESTAMPTZ, old_job UUID, new_job UUID);
+CREATE FUNCTION record_advance() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.due_at IS DISTINCT FROM OLD.due_at THEN
+        INSERT INTO advances VALUES (OLD.due_at, NEW.due_at, OLD.last_job, NEW.last_job);
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER record_advance AFTER UPDATE ON axa_schedule
+    FOR EACH ROW EXECUTE FUNCTION record_advance();
+"""
+
+
+def test_each_cron_due_time_is_queued_once_by_two_worker_processes(dsn, admin) -> None:
+    asyncio.run(_setup(dsn))  # the tables, made before the processes race to make the row
+    admin.execute(ADVANCES)
+    start = at("2030-01-01T00:00:30")
+    steps = 60  # seven minutes of the test clock, every process ticking twice per step
+    workers = [
+        subprocess.Popen([sys.executable, "-c", CRON_WORKER, dsn, start.isoformat(), str(steps)])
+        for _ in range(2)
+    ]
+    assert [worker.wait(120) for worker in workers] == [0, 0]
+    advances = admin.execute("SELECT * FROM advances ORDER BY old_due").fetchall()
+    olds = [old for old, _, _, _ in advances]
+    assert len(olds) == len(set(olds)), "a due time was moved on twice"
+    assert all(new > old for old, new, _, _ in advances)
+    assert [new for _, new, _, _ in advances[:-1]] == olds[1:], "one unbroken chain of times"
+    assert olds[0] == at("2030-01-01T00:01:00")
+    assert {old.second for old in olds} == {0}, "every due time is a minute of the expression"
+    queued = [new_job for _, _, old_job, new_job in advances if new_job != old_job]
+    jobs = jobs_of(admin, "Tick")
+    assert sorted(str(j) for j in queued) == sorted(str(j) for j, _, _ in jobs)
+    assert 1 <= len(jobs) <= 7
+
+
+RUN_WORKER = """
+import asyncio, sys
+from datetime import datetime, timedelta
+from axa_queue import NewJob, Queue, QueueOptions, Schedule
+
+async def main():
+    dsn, start, until = sys.argv[1], *map(datetime.fromisoformat, sys.argv[2:4])
+    # Retention judges on the database's clock: keep the jobs the test clock dated 2020.
+    queue = Queue(dsn, QueueOptions(poll_interval=0.02, retention=timedelta(days=36500)))
+    queue.handle("Tick", lambda args: None)
+    queue.schedule(Schedule.cron("tick", "* * * * *", NewJob("Tick")))
+    queue.connector.clock = start  # the time every statement of the worker takes
+    await queue.open()
+    stop = asyncio.Event()
+
+    async def clock() -> None:
+        while queue.connector.clock < until:
+            await asyncio.sleep(0.02)
+            queue.connector.clock += timedelta(seconds=3)
+        unfinished = "SELECT count(*) FROM axa_queue WHERE status IN ('queued', 'running')"
+        while True:  # the clock stands still: no time falls due, the last jobs finish
+            async with queue.connection() as conn:
+                if (await (await conn.execute(unfinished)).fetchone())[0] == 0:
+                    break
+            await asyncio.sleep(0.02)
+        stop.set()
+
+    moving = asyncio.create_task(clock())
+    await queue.run(stop)
+    await moving
+    await queue.close()
+
+asyncio.run(main())
+"""
+
+
+def test_each_cron_due_time_is_queued_once_by_two_running_workers_on_test_clocks(
+    dsn, admin
+) -> None:
+    asyncio.run(_setup(dsn))
+    admin.execute(ADVANCES)
+    # In the past: a claim takes jobs due by the database's own clock.
+    start, until = at("2020-01-01T00:00:30"), at("2020-01-01T00:06:10")
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", RUN_WORKER, dsn, start.isoformat(), until.isoformat()]
+        )
+        for _ in range(2)
+    ]
+    assert [worker.wait(120) for worker in workers] == [0, 0]
+    advances = admin.execute("SELECT * FROM advances ORDER BY old_due").fetchall()
+    olds = [old for old, _, _, _ in advances]
+    assert len(olds) == len(set(olds)), "a due time was moved on twice"
+    assert [new for _, new, _, _ in advances[:-1]] == olds[1:], "one unbroken chain of times"
+    assert olds[0] == at("2020-01-01T00:01:00") and {old.second for old in olds} == {0}
+    queued = sorted(str(new) for _, _, old, new in advances if new != old)
+    jobs = jobs_of(admin, "Tick")
+    assert queued == sorted(str(j) for j, _, _ in jobs)
+    assert 1 <= len(jobs) <= 6, "one a minute at most, a minute skipped while one is busy"
+    assert {status for _, _, status in jobs} == {"completed"}
+
+
+async def _setup(dsn: str) -> None:
+    queue = Queue(dsn)
+    await queue.open()
+    await queue.close()
+
+
+# --- cron arithmetic, as properties ----------------------------------------------------
+
+zones = st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe"])
+expressions = st.sampled_from(
+    ["30 2 * * *", "0 3 * * *", "*/15 * * * *", "30 * * * *", "0 0 1 * *", "15 2 * * 0"]
+)
+
+
+@given(expression=expressions, zone=zones, after=moments)
+def test_the_next_cron_time_is_later_and_the_same_from_anywhere_before_it(
+    expression: str, zone: str, after: datetime
+) -> None:
+    found = next_after(expression, ZoneInfo(zone), after)
+    assert found is not None and found > after
+    halfway = after + (found - after) / 2
+    assert next_after(expression, ZoneInfo(zone), halfway) == found, "no time in between"
+
+
+@given(expression=st.sampled_from(["30 2 * * *", "0 3 * * *", "15 2 * * 0"]), zone=zones)
+def test_a_wall_clock_cron_runs_once_per_matching_local_day_even_across_a_change(
+    expression: str, zone: str
+) -> None:
+    moment = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    days: list[Any] = []
+    for _ in range(120):
+        found = next_after(expression, ZoneInfo(zone), moment)
+        assert found is not None
+        days.append(found.astimezone(ZoneInfo(zone)).date())
+        moment = found
+    assert len(days) == len(set(days)), "two runs on one local day"

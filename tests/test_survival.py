@@ -34,11 +34,11 @@ def fail_one_schedule(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     real = schedules.tick_one
 
     async def tick_one(
-        conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: Any = None
+        conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: Any = None, found: Any = None
     ) -> Any:
         if schedule.name == name:
             raise TypeError(f"the arguments of job {schedule.job.name!r} cannot be queued")
-        return await real(conn, schedule, now)
+        return await real(conn, schedule, now, found)
 
     monkeypatch.setattr(schedules, "tick_one", tick_one)
 

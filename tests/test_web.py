@@ -277,6 +277,19 @@ def test_past_the_count_cap_the_overview_shows_estimates_and_lower_bounds(
     assert "the planner's estimates" in html
 
 
+def test_the_schedules_page_shows_an_interval_or_a_cron_expression_and_its_zone(
+    board: TestClient, admin
+) -> None:
+    admin.execute(
+        "INSERT INTO axa_schedule (name, due_at, interval_ms, cron, timezone) VALUES "
+        "('hourly', now(), 3600000, NULL, NULL), "
+        "('nightly', now(), NULL, '30 2 * * *', 'Europe/Paris')"
+    )
+    page = board.get("/schedules").text
+    assert "every 60.0 min" in page
+    assert "<code>30 2 * * *</code>" in page and "Europe/Paris" in page
+
+
 def test_searching_by_id_opens_the_job(board: TestClient, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     answer = board.get(f"/jobs?id={job}", follow_redirects=False)

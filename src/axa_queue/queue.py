@@ -520,12 +520,16 @@ class Queue(Connected):
 
     async def tick_each(self, *, now: datetime | None = None) -> tuple[int, dict[str, Exception]]:
         """Queue a job for each due schedule, each on its own; returns how many were
-        queued and what each schedule that failed raised, by name (`schedules.Ticker`)."""
+        queued and what each schedule that failed raised, by name (`schedules.Ticker`).
+        Without `now`, the test clock (`connector.clock`), as the worker's other
+        statements take it, else the database's."""
         if not self.schedule_list:
             return 0, {}
         async with self.pool.connection() as conn:
             return await self.ticker.tick(
-                conn, stale_after=self.options.seconds("stale_after"), now=now
+                conn,
+                stale_after=self.options.seconds("stale_after"),
+                now=self.connector.clock if now is None else now,
             )
 
     # --- running -----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Schedules: a job queued every interval, each due time exactly once.
+"""Schedules: a job queued every interval or at the times of a cron expression, each
+due time exactly once.
 
 Each due time becomes one ordinary job, so its retries, state, limit and recovery
 are the queue's. A schedule's row in `axa_schedule` is locked (SKIP LOCKED) by the one
@@ -12,6 +13,12 @@ processes each due time is queued once, and no transaction stays open between aw
   is skipped.
 - The first time is `first_at`, or as soon as the row is made; it applies only when
   the row is made. Times are on the database's clock.
+
+A cron schedule (`Schedule.cron`) keeps the same promises, but its next time cannot be
+counted in SQL: the process reads the due time and the database's clock, works out the
+next time after that clock in Python (`cron.next_after`), and its one statement
+(`sql.CRON_TICK`) queues the job and moves the due time only from the value it read, to
+the one it worked out. Its first time is the expression's first after the row is made.
 """
 
 from __future__ import annotations
@@ -21,9 +28,10 @@ import dataclasses
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
+from zoneinfo import ZoneInfo
 
 import psycopg
 
@@ -43,6 +51,9 @@ from .options import Duration, to_timedelta
 
 __all__ = ["MAX_SCHEDULE_NAME", "SEEN_EVERY", "Schedule", "ScheduleInfo", "Ticker", "next_due"]
 
+CRON_HINT = "pip install 'axa-queue[cron]'"
+"""How to get what `Schedule.cron` needs (cronsim)."""
+
 log = logging.getLogger("axa_queue.schedules")
 
 MAX_SCHEDULE_NAME = 200
@@ -51,16 +62,22 @@ MAX_SCHEDULE_NAME = 200
 
 @dataclass(frozen=True)
 class Schedule:
-    """A job queued every `interval` under the stable name `name`.
+    """A job queued every `interval`, or at the times of the cron expression `expression` in
+    the zone `timezone`, under the stable name `name`.
 
-    Make one with `Schedule.every`. A delay set on the job is ignored. Whichever way
-    it is made, it is checked as `every` says.
+    Make one with `Schedule.every` or `Schedule.cron`. A delay set on the job is
+    ignored. Whichever way it is made, it is checked as those say.
     """
 
     name: str
-    interval: timedelta
+    interval: timedelta | None
+    """None for a cron schedule."""
     job: NewJob
     first_at: datetime | None = None
+    expression: str | None = None
+    """The cron expression (five fields, single spaces), or None for an interval."""
+    timezone: str | None = None
+    """The IANA zone the expression is read in (a cron schedule's; "UTC" by default)."""
 
     def __post_init__(self) -> None:
         try:
@@ -68,6 +85,14 @@ class Schedule:
         except OptionsError as error:
             raise ScheduleError(str(error)) from None
         name = self.name
+        if self.expression is not None or self.timezone is not None:
+            self._check_cron()
+            return
+        if self.interval is None:
+            raise ScheduleError(
+                f"the schedule {name!r} needs an interval (Schedule.every) or a cron "
+                "expression (Schedule.cron)"
+            )
         try:
             length = to_timedelta(self.interval, "interval")
         except OptionsError as error:
@@ -77,10 +102,7 @@ class Schedule:
                 f"the schedule {name!r} needs an interval of at least a second, got: {length}"
             )
         object.__setattr__(self, "interval", length)
-        if not isinstance(self.job, NewJob):  # a NewJob's arguments were checked when made
-            raise ScheduleError(f"expected the job of schedule {name!r} to be a NewJob")
-        if self.job.run_in is not None or self.job.run_at is not None:
-            object.__setattr__(self, "job", dataclasses.replace(self.job, run_in=None, run_at=None))
+        self._check_job()
         if self.first_at is not None and (
             not isinstance(self.first_at, datetime) or self.first_at.utcoffset() is None
         ):
@@ -94,6 +116,50 @@ class Schedule:
                 f"{EARLIEST_RUN_AT.isoformat()} to before {LATEST_RUN_AT.isoformat()}, "
                 f"got: {self.first_at.isoformat()}"
             )
+
+    def _check_cron(self) -> None:
+        """Check a cron schedule: its expression, zone and job (not `every`'s checks)."""
+        name = self.name
+        if self.interval is not None or self.first_at is not None:
+            raise ScheduleError(
+                f"the schedule {name!r} has a cron expression: give it no interval or first_at"
+            )
+        try:
+            from . import cron
+        except ImportError:
+            raise ScheduleError(f"Schedule.cron needs the cronsim package: {CRON_HINT}") from None
+        zone = cron.zone_of(name, "UTC" if self.timezone is None else self.timezone)
+        object.__setattr__(self, "expression", cron.check(name, self.expression, zone))
+        object.__setattr__(self, "timezone", zone.key)
+        self._check_job()
+
+    def _check_job(self) -> None:
+        name = self.name
+        if not isinstance(self.job, NewJob):  # a NewJob's arguments were checked when made
+            raise ScheduleError(f"expected the job of schedule {name!r} to be a NewJob")
+        if self.job.run_in is not None or self.job.run_at is not None:
+            object.__setattr__(self, "job", dataclasses.replace(self.job, run_in=None, run_at=None))
+
+    @classmethod
+    def cron(
+        cls, name: str, expression: str, job: NewJob, *, tz: str | ZoneInfo = "UTC"
+    ) -> Schedule:
+        """Queue `job` at each time the cron expression `expression` names (five fields:
+        minute, hour, day of month, month, day of week, as `0 3 * * *`), read on the
+        clock of the IANA zone `tz` (default "UTC"). Needs `pip install 'axa-queue[cron]'`.
+
+        The first time is the expression's first after the schedule's row is made (not
+        at once). Across daylight-saving changes, a time in the hour the clocks skip
+        runs once, at the first minute after the gap (02:30 runs at 03:00), and a time
+        in the hour they repeat runs once, the first time it is shown; an expression
+        with `*` in its minute or hour field follows real time instead (docs:
+        configuration.md, Cron schedules).
+
+        Raises `ScheduleError` for a bad name, an expression that is not five fields or
+        has a bad field (the message names it), one that is never due, or an unknown
+        zone: mistakes in code, found at boot.
+        """
+        return cls(name, None, job, expression=expression, timezone=tz)  # type: ignore[arg-type]
 
     @classmethod
     def every(
@@ -128,6 +194,10 @@ class ScheduleInfo:
     archived_at: datetime | None
     """Set when no live process had it in code; a schedule of that name restores it."""
     created_at: datetime
+    expression: str | None = None
+    """A cron schedule's expression (`interval` is then None)."""
+    timezone: str | None = None
+    """The IANA zone a cron schedule's expression is read in."""
 
 
 def next_due(due_at: datetime, interval: timedelta, now: datetime) -> datetime:
@@ -151,7 +221,19 @@ def schedule_info(row: Any) -> ScheduleInfo:
         created_at=moment(row.created_at),
         last_state=None if row.last_status is None else JobState(row.last_status),
         last_error=row.last_error,
+        expression=row.cron,
+        timezone=row.timezone,
     )
+
+
+def next_time(schedule: Schedule, after: datetime) -> datetime:
+    """A cron schedule's first time strictly after `after`, in UTC (`LATEST_RUN_AT`, in
+    effect never, if none within fifty years)."""
+    from . import cron  # cronsim, there since the schedule was made
+
+    assert schedule.expression is not None and schedule.timezone is not None
+    found = cron.next_after(schedule.expression, ZoneInfo(schedule.timezone), after)
+    return LATEST_RUN_AT if found is None else found
 
 
 async def mark_seen(
@@ -160,45 +242,77 @@ async def mark_seen(
     now: datetime | None = None,
 ) -> None:
     """Make the rows of `schedules`, or note they are still in code (restoring archived
-    ones), as of `now` (default: the database's clock)."""
+    ones), as of `now` (default: the database's clock).
+
+    A cron schedule's first time is worked out here from `now`, or without one from
+    this process's clock (not the database's: only the row's first placement depends on
+    it, and clocks kept by NTP differ by milliseconds)."""
+    placed_after = datetime.now(timezone.utc) if now is None else now
     async with conn.cursor() as cursor:
         await cursor.execute(
             sql.SCHEDULES_SEEN,
             {
                 "names": [s.name for s in schedules],
-                "first_at": [s.first_at for s in schedules],
-                "interval_ms": [round(s.interval.total_seconds() * 1000) for s in schedules],
+                "first_at": [
+                    s.first_at if s.expression is None else next_time(s, placed_after)
+                    for s in schedules
+                ],
+                "interval_ms": [
+                    None if s.interval is None else round(s.interval.total_seconds() * 1000)
+                    for s in schedules
+                ],
+                "cron": [s.expression for s in schedules],
+                "timezone": [s.timezone for s in schedules],
                 "now": now,
             },
         )
+
+
+@dataclass(frozen=True)
+class Due:
+    """A schedule found due: its due time, and the database's clock when it was read."""
+
+    due_at: datetime
+    now: datetime
 
 
 async def due(
     conn: psycopg.AsyncConnection[Any],
     schedules: Sequence[Schedule],
     now: datetime | None = None,
-) -> list[str]:
-    """The names of `schedules` that are due at `now` (default: the database's clock),
+) -> dict[str, Due]:
+    """The `schedules` that are due at `now` (default: the database's clock), by name,
     read without locking."""
     async with conn.cursor(row_factory=by_name) as cursor:
         await cursor.execute(sql.SCHEDULES_DUE, {"names": [s.name for s in schedules], "now": now})
-        return [row.name for row in await cursor.fetchall()]
+        return {row.name: Due(row.due_at, row.now) for row in await cursor.fetchall()}
 
 
 async def tick_one(
-    conn: psycopg.AsyncConnection[Any], schedule: Schedule, now: datetime | None = None
+    conn: psycopg.AsyncConnection[Any],
+    schedule: Schedule,
+    now: datetime | None = None,
+    found: Due | None = None,
 ) -> UUID | None:
     """Queue `schedule`'s job if it is due at `now` (default: the database's clock) and no
     other process is queuing it, and move its due time on; returns the job queued, if
-    any. One statement (`sql.SCHEDULE_TICK`) on an autocommit `conn`: no transaction is
+    any. One statement (`sql.SCHEDULE_TICK`, or `sql.CRON_TICK` for a cron schedule,
+    which needs what `due` read: `found`) on an autocommit `conn`: no transaction is
     ever left open between awaits."""
     job = schedule.job
+    moves: dict[str, Any]
+    if schedule.interval is not None:
+        statement, moves = sql.SCHEDULE_TICK, {"interval": schedule.interval.total_seconds()}
+    else:
+        assert found is not None, "a cron schedule ticks from the due time read"
+        statement = sql.CRON_TICK
+        moves = {"due_at": found.due_at, "next_at": next_time(schedule, found.now)}
     async with conn.cursor(row_factory=by_name) as cursor:
         await cursor.execute(
-            sql.SCHEDULE_TICK,
+            statement,
             {
                 "name": schedule.name,
-                "interval": schedule.interval.total_seconds(),
+                **moves,
                 "id": uuid4(),
                 "job": job.name,
                 "args": job.encoded_args(),
@@ -258,14 +372,15 @@ class Ticker:
         if self.seen_at is None or loop.time() - self.seen_at >= every:
             await mark_seen(conn, self.schedules, now)
             self.seen_at = loop.time()
-        due_now = set(await due(conn, self.schedules, now))
+        due_now = await due(conn, self.schedules, now)
         queued = 0
         failures: dict[str, Exception] = {}
         for schedule in self.schedules:
-            if schedule.name not in due_now:
+            found = due_now.get(schedule.name)
+            if found is None:
                 continue
             try:
-                if await tick_one(conn, schedule, now) is not None:
+                if await tick_one(conn, schedule, now, found) is not None:
                     queued += 1
             except psycopg.OperationalError:
                 raise  # the connection, not the schedule: the next tick tries again

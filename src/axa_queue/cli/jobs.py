@@ -250,7 +250,8 @@ def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
 @json_option
 @dsn_option
 def schedules(as_json: bool, dsn: str | None) -> None:
-    """List the schedules: interval, next due time, last job and its state."""
+    """List the schedules: interval or cron expression and zone, next due time, last job
+    and its state."""
 
     async def work(queue: Queue) -> list[ScheduleInfo]:
         return await queue.schedules()
@@ -262,12 +263,16 @@ def _schedules_table(found: list[ScheduleInfo]) -> Printed:
     if not found:
         return "no schedules"
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "EVERY", "NEXT DUE", "LAST JOB", "LAST STATE", "SEEN", "ARCHIVED"):
+    for column in (
+        "NAME", "EVERY", "CRON", "ZONE", "NEXT DUE", "LAST JOB", "LAST STATE", "SEEN", "ARCHIVED",
+    ):  # fmt: skip
         table.add_column(column, no_wrap=column != "NAME")
     for one in found:
         table.add_row(
             shown(one.name),
             readable.seconds(one.interval),
+            shown(one.expression),
+            shown(one.timezone),
             when(one.due_at),
             str(one.last_job) if one.last_job else "-",
             one.last_state.value if one.last_state else "-",

@@ -7,7 +7,8 @@ crate's own setup (which also upgrades axa 0.1.0's table in place) and the table
 records which migrations ran (`axa_schema_version`); migration 2 is what this package
 adds: indexes, CHECK constraints marked NOT VALID, a column recording each act's role,
 table storage settings and a statement-level trigger that sends one notification per
-INSERT statement.
+INSERT statement; migration 3 adds trace contexts, results and the worker processes'
+table, and migration 4 a cron schedule's expression and zone.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -302,6 +303,19 @@ RECORD_3 = """INSERT INTO axa_schema_version (version, name)
     VALUES (3, 'trace context, results, workers') ON CONFLICT (version) DO NOTHING"""
 """Migration 3 is applied."""
 
+# --- Migration 4: cron schedules (additive) ---------------------------------------------
+
+SETUP_SCHEDULE_CRON = """ALTER TABLE axa_schedule ADD COLUMN IF NOT EXISTS cron TEXT,
+    ADD COLUMN IF NOT EXISTS timezone TEXT"""
+"""A cron schedule's expression and the IANA zone it is read in, or NULL for a schedule
+by interval (every schedule the crate makes). A cron row's `interval_ms` is NULL, which
+the crate reads as no interval; the crate's workers tick only the schedules in their
+own code, by name, so they leave a cron row alone (docs/design.md)."""
+
+RECORD_4 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (4, 'cron schedules') ON CONFLICT (version) DO NOTHING"""
+"""Migration 4 is applied."""
+
 # --- Migrations ------------------------------------------------------------------------
 
 
@@ -513,6 +527,13 @@ MIGRATIONS: tuple[Migration, ...] = (
             indexes=("axa_workers_seen",),
             constraints=(("axa_workers", "axa_workers_pkey"),),
         ),
+    ),
+    Migration(
+        4,
+        "cron schedules",
+        (SETUP_SCHEDULE_CRON,),
+        RECORD_4,
+        Expectations(columns=(("axa_schedule", "cron"), ("axa_schedule", "timezone"))),
     ),
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
