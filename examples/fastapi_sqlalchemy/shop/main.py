@@ -48,7 +48,9 @@ def create_app(database_url: str | None = None) -> FastAPI:
     the `DATABASE_URL` environment variable)."""
     url = database_url or os.environ["DATABASE_URL"]
     # asyncpg takes the libpq URL as it is (with its query, such as `options`).
-    engine = create_async_engine("postgresql+asyncpg://", async_creator=lambda: asyncpg.connect(url))
+    engine = create_async_engine(
+        "postgresql+asyncpg://", async_creator=lambda: asyncpg.connect(url)
+    )
     sessions = async_sessionmaker(engine, expire_on_commit=False)
     queue = Queue(url)
 
