@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.urls import path
+
 from shop import views
 
 urlpatterns = [

@@ -41,6 +41,7 @@ def test_an_order_queues_its_receipt_which_the_worker_sends() -> None:
 
 def test_an_order_that_rolls_back_queues_nothing() -> None:
     from django.db import transaction
+
     from shop.models import Order
     from shop.tasks import send_receipt
 

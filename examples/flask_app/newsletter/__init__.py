@@ -1,0 +1,1 @@
+"""A newsletter on Flask whose welcome emails axa-queue sends."""
