@@ -157,7 +157,11 @@ def as_url(dsn: str) -> str:
     login = f"{user}:{quote(str(password), safe='')}@" if password else f"{user}@" if user else ""
     host = str(parts.pop("host", ""))
     port = parts.pop("port", None)
-    where = f"{host}:{port}" if port else host
+    if host.startswith("/"):  # a Unix socket's directory goes in the query
+        parts["host"], host = host, ""
+    where = f"{host}:{port}" if port and host else host
+    if port and not host:
+        parts["port"] = port
     dbname = quote(str(parts.pop("dbname", "")), safe="")
     query = urlencode({key: str(value) for key, value in parts.items()}, quote_via=quote)
     return f"postgresql://{login}{where}/{dbname}" + (f"?{query}" if query else "")

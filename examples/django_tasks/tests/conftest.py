@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 
 import django
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
@@ -22,13 +23,18 @@ def shop_db(axa_queue_dsn: str) -> Iterator[str]:
     """Django's database is the test's own schema, migrated (the queue's tables by
     `axa_queue.contrib.django`'s migrations, the shop's by its own)."""
     given = conninfo_to_dict(axa_queue_dsn)
+    with psycopg.connect(axa_queue_dsn) as probe:  # what libpq made of it, defaults included
+        info = probe.info
+        resolved = {
+            "NAME": info.dbname,
+            "USER": info.user,
+            "PASSWORD": info.password or "",
+            "HOST": info.host,
+            "PORT": str(info.port),
+        }
     connections.close_all()
     connections["default"].settings_dict.update(
-        NAME=given.get("dbname", ""),
-        USER=given.get("user", ""),
-        PASSWORD=given.get("password", ""),
-        HOST=given.get("host", ""),
-        PORT=str(given.get("port", "")),
+        resolved,
         OPTIONS={"options": given["options"], "application_name": given["application_name"]},
     )
     call_command("migrate", verbosity=0)

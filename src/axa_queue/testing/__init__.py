@@ -297,12 +297,18 @@ class NoDatabaseError(AxaQueueError):
     """No PostgreSQL server to test on: none given, none local, no embedded one."""
 
 
-def _answers(dsn: str) -> bool:
+def _resolved(dsn: str) -> str | None:
+    """`dsn` with what libpq made of it spelled out (host, port, database, user), so it
+    means the same server to any client, a Django `DATABASES` entry or an asyncpg URL
+    included; `None` when no server answers there."""
     try:
-        with psycopg.connect(dsn, connect_timeout=3):
-            return True
+        with psycopg.connect(dsn, connect_timeout=3) as conn:
+            info = conn.info
+            return make_conninfo(
+                dsn, host=info.host, port=info.port, dbname=info.dbname, user=info.user
+            )
     except psycopg.Error:
-        return False
+        return None
 
 
 @contextlib.contextmanager
@@ -316,8 +322,9 @@ def database_server() -> Iterator[str]:
         yield given
         return
     for candidate in LOCAL_SERVERS:
-        if _answers(candidate):
-            yield candidate
+        found = _resolved(candidate)
+        if found is not None:
+            yield found
             return
     from ..embedded import EmbeddedPostgres, is_available
 
