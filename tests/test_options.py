@@ -254,6 +254,7 @@ PUBLIC = [
     "Counts",
     "DrainError",
     "DrainResult",
+    "Duplicate",
     "Health",
     "JobContext",
     "JobHandler",

@@ -30,6 +30,7 @@ from .handlers import JobHandler
 from .health import Health
 from .jobs import (
     Counts,
+    Duplicate,
     JobInfo,
     JobState,
     NewJob,
@@ -60,6 +61,7 @@ __all__ = [
     "Counts",
     "DrainError",
     "DrainResult",
+    "Duplicate",
     "Health",
     "JobContext",
     "JobHandler",

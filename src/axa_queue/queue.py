@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -42,6 +43,7 @@ from .jobs import (
     counts_call,
     enqueue_call,
     enqueue_many_call,
+    enqueue_unique_on,
     job_call,
     job_id_of,
     jobs_call,
@@ -370,6 +372,8 @@ class Queue(Connected):
         job = as_new_job(job, args, **options)
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if job.unique_key is not None:
+                return (await self._unique([job]))[0]
             return await self._run(enqueue_call(job))
         return await self._perform(job, mode)
 
@@ -382,8 +386,15 @@ class Queue(Connected):
         batch = list(jobs)
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if any(job.unique_key is not None for job in batch):
+                return await self._unique(batch)
             return await self._run(enqueue_many_call(batch))
         return [await self._perform(job, mode) for job in batch]
+
+    async def _unique(self, batch: list[NewJob]) -> list[UUID]:
+        """Queue `batch`, some of it with unique keys (`jobs.UniqueEnqueue`)."""
+        async with self.pool.connection() as conn:
+            return await typing.cast("Awaitable[list[UUID]]", enqueue_unique_on(conn, batch))
 
     async def _perform(self, job: NewJob, mode: Mode) -> UUID:
         """Run `job` in this process as `mode` says, instead of storing it (`modes`)."""

@@ -15,6 +15,7 @@ caller's sync connection instead.
 from __future__ import annotations
 
 import threading
+import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -41,6 +42,7 @@ from .jobs import (
     counts_call,
     enqueue_call,
     enqueue_many_call,
+    enqueue_unique_on,
     job_call,
     job_id_of,
     jobs_call,
@@ -146,6 +148,8 @@ class SyncQueue(Connected):
         job = as_new_job(job, args, **options)
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if job.unique_key is not None:
+                return self._unique([job])[0]
             return self._run(enqueue_call(job))
         return self._perform(job, mode)
 
@@ -155,8 +159,15 @@ class SyncQueue(Connected):
         batch = list(jobs)
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if any(job.unique_key is not None for job in batch):
+                return self._unique(batch)
             return self._run(enqueue_many_call(batch))
         return [self._perform(job, mode) for job in batch]
+
+    def _unique(self, batch: list[NewJob]) -> list[UUID]:
+        """Queue `batch`, some of it with unique keys (`jobs.UniqueEnqueue`)."""
+        with self.pool.connection() as conn:
+            return typing.cast("list[UUID]", enqueue_unique_on(conn, batch))
 
     def _perform(self, job: NewJob, mode: Mode) -> UUID:
         """Run `job` here as `mode` says, instead of storing it (`modes`)."""
