@@ -208,8 +208,11 @@ class NewJob:
     They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS` characters.
     `run_in` (a delay on the database's clock, at most 100 years) and `run_at` (a
     timezone-aware time from `EARLIEST_RUN_AT` to before `LATEST_RUN_AT`) are
-    exclusive. `max_attempts` and `timeout` left as `None` stay NULL on the row, so
-    each worker applies its own default, as the crate does.
+    exclusive. `max_attempts`, `timeout` and `priority` left as `None` take the
+    handler's defaults when the queue that queues the job has its handler (see
+    `policies`); else `max_attempts` and `timeout` stay NULL on the row, so each
+    worker applies its handler's or its own default, as the crate does, and the
+    priority is 0.
 
     `unique_key` (1 to `MAX_UNIQUE_KEY_CHARS` characters) makes the job unique: while
     another job with that key is queued, running or in review, queuing this one writes
@@ -221,7 +224,7 @@ class NewJob:
 
     name: str
     args: Any = field(default_factory=dict, repr=False)
-    priority: int = 0
+    priority: int | None = None
     run_in: Duration | None = None
     run_at: datetime | None = None
     max_attempts: int | None = None
@@ -234,7 +237,7 @@ class NewJob:
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        if (
+        if self.priority is not None and (
             not isinstance(self.priority, int)
             or isinstance(self.priority, bool)
             or not SMALLINT[0] <= self.priority <= SMALLINT[1]
@@ -294,6 +297,10 @@ class NewJob:
         checked: `ArgumentsError` naming the job and the problem, never a value) when
         the job was made."""
         return self._args_json
+
+    def priority_value(self) -> int:
+        """The priority stored: the job's, else 0."""
+        return 0 if self.priority is None else self.priority
 
     def delay_seconds(self) -> float:
         """Seconds from now to the first run (zero unless `run_in` was given)."""
@@ -363,7 +370,7 @@ class JobOptions(TypedDict, total=False):
     """How and when a job runs, as keyword arguments to `enqueue` and `perform_later`;
     the same fields as `NewJob` has."""
 
-    priority: int
+    priority: int | None
     run_in: Duration | None
     run_at: datetime | None
     max_attempts: int | None
@@ -397,7 +404,7 @@ def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
             "name": job.name,
             "args": job.encoded_args(),
             "max_attempts": job.max_attempts,
-            "priority": job.priority,
+            "priority": job.priority_value(),
             "at": job.run_at,
             "delay": job.delay_seconds(),
             "timeout_ms": job.timeout_ms(),
@@ -424,7 +431,7 @@ def enqueue_many_call(jobs: Sequence[NewJob], now: datetime | None = None) -> Ca
             "name": [job.name for job in jobs],
             "args": [job.encoded_args() for job in jobs],
             "max_attempts": [job.max_attempts for job in jobs],
-            "priority": [job.priority for job in jobs],
+            "priority": [job.priority_value() for job in jobs],
             "at": [job.run_at for job in jobs],
             "delay": [job.delay_seconds() for job in jobs],
             "timeout_ms": [job.timeout_ms() for job in jobs],
@@ -479,7 +486,7 @@ def enqueue_unique_call(
             "name": [job.name for job in jobs],
             "args": [job.encoded_args() for job in jobs],
             "max_attempts": [job.max_attempts for job in jobs],
-            "priority": [job.priority for job in jobs],
+            "priority": [job.priority_value() for job in jobs],
             "at": [job.run_at for job in jobs],
             "delay": [job.delay_seconds() for job in jobs],
             "timeout_ms": [job.timeout_ms() for job in jobs],

@@ -115,14 +115,16 @@ conflict."""
 
 EXCHANGE = """WITH RECURSIVE endings AS (
         SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
-               NULL::jsonb AS result
+               NULL::jsonb AS result, NULL::int AS max_attempts
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
         SELECT * FROM json_to_recordset(%(endings)s::json)
-            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb)
+            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
+                 max_attempts int)
     ), finished AS (
         UPDATE axa_queue q
         SET status = r.status, error = r.error, result = r.result,
+            max_attempts = COALESCE(r.max_attempts, q.max_attempts),
             updated_at = COALESCE(%(now)s::timestamptz, now()),
             started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN r.status = 'queued'
@@ -196,9 +198,11 @@ statements per job: the loop that frees a place writes its ending and fills the 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
 `completed_attempts`: their attempts, in the same order); the other endings, completed
 runs whose handler returned a value (not `None`) among them, and the wanted names as
-JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result"}]`, a missing
-key read as NULL, the result already JSON so the client only puts text together; and
-`[{"name", "cap"}]`). Every ending writes its `result`: NULL but for a completed run
+JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result",
+"max_attempts"}]`, a missing key read as NULL, the result already JSON so the client
+only puts text together; and `[{"name", "cap"}]`). `max_attempts` is there only for a
+run its handler snoozed (`policies.Snooze`): the job's new limit, one more than the
+run's, written with the ending, so a snooze costs no attempt of the job's. Every ending writes its `result`: NULL but for a completed run
 that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by

@@ -145,7 +145,7 @@ class SyncQueue(Connected):
         The `inline` and `background` modes run its handler here instead, as `Queue.enqueue`
         says: inline in this very thread (an async handler on an event loop of its own),
         in the background in a thread of its own."""
-        job = as_new_job(job, args, **options)
+        job = self.registry.filled(as_new_job(job, args, **options))
         mode = self.options.resolved_mode()
         if mode == "queue":
             if job.unique_key is not None:
@@ -156,7 +156,7 @@ class SyncQueue(Connected):
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
         """Queue every job in one statement: all or none. Ids in order. The `inline` and
         `background` modes run each in turn, as `Queue.enqueue_all` says."""
-        batch = list(jobs)
+        batch = [self.registry.filled(job) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
             if any(job.unique_key is not None for job in batch):
