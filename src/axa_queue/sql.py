@@ -686,7 +686,7 @@ WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
 
 WEB_JOBS_NEWEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -699,7 +699,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -712,7 +712,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -725,7 +725,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -756,7 +756,7 @@ output column of that name, its epoch seconds, which no index holds."""
 
 WEB_JOBS_OLDEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -769,7 +769,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -782,7 +782,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -795,7 +795,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
