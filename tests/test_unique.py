@@ -204,19 +204,6 @@ async def test_unique_for_keeps_the_key_taken_that_long_after_the_job_finished(
     ), "the finished holder gave its key up"
 
 
-async def test_a_failed_job_retried_by_a_person_is_queued_without_the_key_another_job_took(
-    make_queue, admin
-) -> None:
-    queue = await make_queue()
-    first = await queue.enqueue(NewJob("Invoice", unique_key="k"))
-    admin.execute("UPDATE axa_queue SET status = 'failed' WHERE id = %s", (first,))
-    second = await queue.enqueue(NewJob("Invoice", unique_key="k"))
-    async with queue.connection() as conn:
-        await retry(conn, first, by="ops:alice", reason="fixed_upstream")
-    assert status_of(admin, first)[0] == "queued"
-    assert rows_of(admin, "k") == [(second, "queued")]
-
-
 async def test_the_crates_enqueue_queues_without_a_key_beside_our_keyed_job(
     make_queue, admin
 ) -> None:
@@ -318,3 +305,33 @@ def test_the_dashboards_job_page_shows_the_key(dsn: str) -> None:
         '<code id="job-unique-key">invoice:42</code>' in page and "2.0 h after it finished" in page
     )
     assert "job-unique-key" not in board.get(f"/jobs/{plain}").text
+
+
+def test_under_repeatable_read_a_holder_the_snapshot_cannot_see_is_a_serialization_failure(
+    dsn: str, admin
+) -> None:
+    asyncio.run(_setup(dsn))
+    with psycopg.connect(dsn) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.execute("SELECT 1")  # the transaction's snapshot is taken here
+        holder = enqueue_on(admin, NewJob("Invoice", unique_key="k"))  # committed after it
+        with pytest.raises(psycopg.errors.SerializationFailure):
+            enqueue_on(conn, NewJob("Invoice", unique_key="k"))
+    assert [r[0] for r in rows_of(admin, "k")] == [holder]
+
+
+async def test_the_crates_retry_of_a_failed_job_whose_key_was_taken_fails_and_ours_does_not(
+    make_queue, admin
+) -> None:
+    import seed_crate as crate
+
+    queue = await make_queue()
+    first = await queue.enqueue(NewJob("Invoice", unique_key="k"))
+    admin.execute("UPDATE axa_queue SET status = 'failed' WHERE id = %s", (first,))
+    second = await queue.enqueue(NewJob("Invoice", unique_key="k"))
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        admin.execute(crate.RETRY_FAILED, crate.params(first, "ops:alice", "fixed"))
+    async with queue.connection() as conn:
+        await retry(conn, first, by="ops:alice", reason="fixed")
+    assert rows_of(admin, "k") == [(second, "queued")]
+    assert status_of(admin, first)[0] == "queued"
