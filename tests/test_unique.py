@@ -335,3 +335,20 @@ async def test_the_crates_retry_of_a_failed_job_whose_key_was_taken_fails_and_ou
         await retry(conn, first, by="ops:alice", reason="fixed")
     assert rows_of(admin, "k") == [(second, "queued")]
     assert status_of(admin, first)[0] == "queued"
+
+
+async def test_a_key_is_honoured_on_an_asyncpg_connection(
+    make_queue, database_url: str, schema: str
+) -> None:
+    asyncpg = pytest.importorskip("asyncpg")
+    await make_queue()
+    conn = await asyncpg.connect(database_url, server_settings={"search_path": schema})
+    try:
+        first = await enqueue_on(conn, NewJob("Invoice", unique_key="k"))
+        ids = await enqueue_all_on(
+            conn, [NewJob("Invoice", unique_key="k"), NewJob("Invoice", unique_key="j")]
+        )
+    finally:
+        await conn.close()
+    assert ids[0] == first and isinstance(ids[0], Duplicate)
+    assert not isinstance(first, Duplicate) and not isinstance(ids[1], Duplicate)
