@@ -96,7 +96,8 @@ def test_exponential_backoff_stays_within_its_jitter_below_the_cap(
     cap = timedelta(hours=1)
     backoff = Exponential(base=base, cap=max(cap, timedelta(seconds=base)), jitter=jitter)
     pinned = Exponential(backoff.base, backoff.cap, jitter, draw=lambda: draw)
-    full = min(base * 2.0 ** (attempt - 1), max(3600.0, base))
+    exact = timedelta(seconds=base).total_seconds()  # a duration is kept to the microsecond
+    full = min(exact * 2.0 ** (attempt - 1), max(3600.0, exact))
     wait = pinned(attempt).total_seconds()
     assert full * (1 - jitter) - 1e-6 <= wait <= full + 1e-6
     assert backoff(attempt) <= backoff.cap  # type: ignore[operator]
