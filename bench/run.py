@@ -92,7 +92,7 @@ BENCH_DONE = "CREATE TABLE bench_done (job_id UUID PRIMARY KEY)"
 JOB = "noop"
 ExactlyOnceError = floor.ExactlyOnceError
 SPAWN = multiprocessing.get_context("spawn")
-BulkMethod = Literal["axa", "values", "copy", "unnest"]
+BulkMethod = Literal["axa", "unique", "values", "copy", "unnest"]
 FloorDrain = Literal["one", "batch", "fused"]
 
 
@@ -316,6 +316,20 @@ async def _enqueue_single_axa(dsn: str, jobs: int, warmup: int) -> float:
         return jobs / (time.perf_counter() - t0)
 
 
+async def _enqueue_single_unique(dsn: str, jobs: int, warmup: int) -> float:
+    """`_enqueue_single_axa` with a unique key on every job (each its own, so each is
+    queued): what the unique index and `ENQUEUE_UNIQUE` cost."""
+    async with Queue(dsn) as queue:
+        for _ in range(warmup):
+            await queue.enqueue(JOB, {"k": str(uuid.uuid4())}, unique_key=str(uuid.uuid4()))
+        args = [{"k": str(uuid.uuid4())} for _ in range(jobs)]
+        keys = [f"key:{one['k']}" for one in args]
+        t0 = time.perf_counter()
+        for one, key in zip(args, keys, strict=True):
+            await queue.enqueue(JOB, one, unique_key=key)
+        return jobs / (time.perf_counter() - t0)
+
+
 async def _enqueue_single_raw(dsn: str, jobs: int, warmup: int) -> float:
     query = "INSERT INTO axa_queue (id, name, args) VALUES (%s, %s, %s)"
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -343,13 +357,20 @@ def enqueue_through(dsn: str, kind: str, jobs: int, batch: int) -> integrations.
         return rate
 
 
-def enqueue_single(dsn: str, jobs: int, side: Literal["axa", "raw"], warmup: int = 20) -> float:
+def enqueue_single(
+    dsn: str, jobs: int, side: Literal["axa", "raw", "unique"], warmup: int = 20
+) -> float:
     """Jobs/s of `jobs` sequential single enqueues into axa-queue's table, each
-    awaited before the next: `Queue.enqueue` or a raw prepared one-row INSERT."""
+    awaited before the next: `Queue.enqueue`, the same with a unique key per job, or a
+    raw prepared one-row INSERT."""
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn, done_table=False)
         prepare_for_timing(sdsn)
-        run = _enqueue_single_axa if side == "axa" else _enqueue_single_raw
+        run = {
+            "axa": _enqueue_single_axa,
+            "raw": _enqueue_single_raw,
+            "unique": _enqueue_single_unique,
+        }[side]
         rate = asyncio.run(run(sdsn, jobs, warmup))
         with psycopg.connect(sdsn) as conn:
             row = conn.execute("SELECT count(*) FROM axa_queue").fetchone()
@@ -430,26 +451,32 @@ def _raw_bulk(
             raise ValueError(f"unknown method {method!r}")
 
 
-async def _bulk_axa(dsn: str, args: list[dict[str, Any]]) -> float:
+async def _bulk_axa(dsn: str, args: list[dict[str, Any]], unique: bool = False) -> float:
     async with Queue(dsn) as queue:
         t0 = time.perf_counter()
-        await queue.enqueue_all([NewJob(JOB, one) for one in args])
+        if unique:
+            await queue.enqueue_all(
+                [NewJob(JOB, one, unique_key=f"key:{one['k']}") for one in args]
+            )
+        else:
+            await queue.enqueue_all([NewJob(JOB, one) for one in args])
         return time.perf_counter() - t0
 
 
 def enqueue_bulk(dsn: str, jobs: int, method: BulkMethod) -> float:
     """Jobs/s of queuing `jobs` jobs at once into an empty axa-queue table, from a list
     of argument dicts to committed rows (ids made and arguments encoded in the timed
-    part): `Queue.enqueue_all`, or raw `values` (one multi-row INSERT), `copy` or
-    `unnest` (one INSERT ... SELECT FROM unnest of arrays)."""
+    part): `Queue.enqueue_all` (`unique`: each job with a unique key of its own), or raw
+    `values` (one multi-row INSERT), `copy` or `unnest` (one INSERT ... SELECT FROM
+    unnest of arrays)."""
     if method == "values" and jobs * 3 > 65_535:
         raise ValueError("one multi-row INSERT takes at most 21,845 jobs")
     args = [{"k": str(uuid.uuid4())} for _ in range(jobs)]
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn, done_table=False)
         prepare_for_timing(sdsn)
-        if method == "axa":
-            seconds = asyncio.run(_bulk_axa(sdsn, args))
+        if method in ("axa", "unique"):
+            seconds = asyncio.run(_bulk_axa(sdsn, args, unique=method == "unique"))
         else:
             with psycopg.connect(sdsn, autocommit=True) as conn:
                 t0 = time.perf_counter()
@@ -1350,7 +1377,7 @@ def cases(config: Config) -> list[tuple[str, Case]]:
     dsn = config.dsn
     found: list[tuple[str, Case]] = []
     if "enqueue" in config.workloads:
-        sides: tuple[Literal["axa", "raw"], ...] = ("axa", "raw")
+        sides: tuple[Literal["axa", "raw", "unique"], ...] = ("axa", "raw", "unique")
         for side in sides:
             found.append(
                 (
@@ -1361,7 +1388,7 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                     ),
                 )
             )
-        methods: tuple[BulkMethod, ...] = ("axa", "values", "copy", "unnest")
+        methods: tuple[BulkMethod, ...] = ("axa", "unique", "values", "copy", "unnest")
         for method in methods:
             found.append(
                 (
@@ -1660,6 +1687,16 @@ def format_report(report: Report) -> str:
             f"  enqueue_all {c.bulk_jobs:,} vs multi-row INSERT",
             m("enqueue.bulk.axa"),
             m("enqueue.bulk.values"),
+        )
+        row(
+            "  single, sequential, unique keys vs without",
+            m("enqueue.single.unique"),
+            m("enqueue.single.axa"),
+        )
+        row(
+            f"  enqueue_all {c.bulk_jobs:,}, unique keys vs without",
+            m("enqueue.bulk.unique"),
+            m("enqueue.bulk.axa"),
         )
         row(
             f"  enqueue_all {c.bulk_jobs:,} vs COPY (information)",

@@ -50,7 +50,9 @@ def test_every_workload_runs_once(database_url: str) -> None:
     for key in (
         "enqueue.single.axa",
         "enqueue.single.raw",
+        "enqueue.single.unique",
         "enqueue.bulk.axa",
+        "enqueue.bulk.unique",
         "enqueue.bulk.values",
         "enqueue.bulk.copy",
         "enqueue.bulk.unnest",

@@ -60,10 +60,10 @@ def crate_setup(conn: psycopg.Connection[Any]) -> None:
 
 def add_acts_role(conn: psycopg.Connection[Any]) -> None:
     """Our setup's changes to the crate's tables that our code needs: each act's database
-    role, the columns and table of migration 3 (trace context, results, workers) and the
-    columns of migration 4 (a cron schedule's expression and zone)."""
-    later = [s for m in axa_queue.schema.migrations.MIGRATIONS[2:] for s in m.statements]
-    for statement in (*ACTS_ROLE_STATEMENTS, *later):
+    role, and the columns, tables and indexes of migration 3 on (trace context, results,
+    workers, cron schedules, unique keys)."""
+    ours = [m for m in axa_queue.schema.migrations.MIGRATIONS if m.version >= 3]
+    for statement in (*ACTS_ROLE_STATEMENTS, *(s for m in ours for s in m.statements)):
         conn.execute(statement)
 
 
@@ -351,11 +351,13 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         ("axa_job_acts", "db_role", "text"),
         ("axa_queue", "result", "jsonb"),
         ("axa_queue", "trace_context", "jsonb"),
+        ("axa_queue", "unique_for_ms", "bigint"),
+        ("axa_queue", "unique_key", "text"),
         ("axa_schedule", "cron", "text"),
         ("axa_schedule", "timezone", "text"),
     ], (
-        "our setup adds to the crate's tables only an act's role, a result, a trace context "
-        "and a cron schedule's expression and zone"
+        "our setup adds to the crate's tables only an act's role, a result, a trace context, "
+        "a unique key and a cron schedule's expression and zone"
     )
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()

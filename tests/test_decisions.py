@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from axa_queue.worker import decisions
 from axa_queue.worker.decisions import HOLD_ENDINGS
@@ -47,14 +46,6 @@ def test_a_stopping_worker_claims_nothing() -> None:
 def test_a_limited_name_is_wanted_only_up_to_its_free_places() -> None:
     wanted = decisions.wanted(["A", "B", "C"], {"B": 2, "C": 1}, {"B": 1, "C": 1}, 5)
     assert wanted == [{"name": "A", "cap": 5}, {"name": "B", "cap": 1}]
-
-
-def test_a_failed_run_is_queued_again_with_backoff_until_out_of_attempts() -> None:
-    base = timedelta(seconds=2)
-    assert decisions.ending(None, 1, 3, base) == ("completed", 0.0)
-    assert decisions.ending("boom", 1, 3, base) == ("queued", 2.0)
-    assert decisions.ending("boom", 2, 3, base) == ("queued", 4.0)
-    assert decisions.ending("boom", 3, 3, base) == ("failed", 0.0)
 
 
 def test_a_run_proves_its_claim_after_half_of_stale_after_or_a_broken_connection() -> None:

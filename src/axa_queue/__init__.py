@@ -30,6 +30,7 @@ from .handlers import JobHandler
 from .health import Health
 from .jobs import (
     Counts,
+    Duplicate,
     JobInfo,
     JobState,
     NewJob,
@@ -41,6 +42,7 @@ from .jobs import (
 )
 from .maintenance import Recovered
 from .options import QueueOptions
+from .policies import Discard, Exponential, Retry, Snooze
 from .queue import Queue
 from .retries import backoff
 from .schedules import Schedule, ScheduleInfo
@@ -58,8 +60,11 @@ __all__ = [
     "ArgumentsError",
     "AxaQueueError",
     "Counts",
+    "Discard",
     "DrainError",
     "DrainResult",
+    "Duplicate",
+    "Exponential",
     "Health",
     "JobContext",
     "JobHandler",
@@ -75,10 +80,12 @@ __all__ = [
     "Queue",
     "QueueOptions",
     "Recovered",
+    "Retry",
     "Schedule",
     "ScheduleError",
     "ScheduleInfo",
     "SchemaError",
+    "Snooze",
     "SyncQueue",
     "WaitTimeoutError",
     "acts_on",

@@ -41,6 +41,7 @@ from .arguments import from_json
 from .context import JobContext
 from .jobs import JobOptions, NewJob
 from .options import QueueOptions
+from .policies import NO_POLICY, Policy
 
 __all__ = ["HandlerFunction", "JobHandler"]
 
@@ -115,10 +116,15 @@ def _is_async(fn: Callable[..., object]) -> bool:
 class JobHandler(Generic[A]):
     """A registered handler: call it like the function, or queue it with `perform_later`."""
 
-    def __init__(self, queue: Performer, name: str, fn: HandlerFunction[A]) -> None:
+    def __init__(
+        self, queue: Performer, name: str, fn: HandlerFunction[A], policy: Policy = NO_POLICY
+    ) -> None:
         self.queue = queue
         self.name = name
         self.fn = fn
+        self.policy = policy
+        """Its retry policy and defaults (`policies`): `max_attempts`, `timeout`,
+        `priority`, `backoff`, `retry_on`, `discard_on`."""
         self.is_async = _is_async(fn)
         self.coroutine_function = (
             typing.cast("Callable[[A], Awaitable[object]]", fn) if self.is_async else None
@@ -191,8 +197,10 @@ class JobHandler(Generic[A]):
         args: A,
         **options: Unpack[JobOptions],
     ) -> NewJob:
-        """The `NewJob` that runs this handler with `args`, for `enqueue_on` or a schedule."""
-        return NewJob(self.name, args, **options)
+        """The `NewJob` that runs this handler with `args`, for `enqueue_on` or a schedule,
+        with the handler's `max_attempts`, `timeout` and `priority` where `options` do
+        not set them."""
+        return self.policy.fill(NewJob(self.name, args, **options))
 
     async def perform_later(
         self,

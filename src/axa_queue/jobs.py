@@ -9,11 +9,12 @@ shows a job's arguments: not `repr`, not `JobInfo`, not an error message.
 from __future__ import annotations
 
 import enum
+import inspect
 from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, TypedDict, overload
+from typing import Any, TypedDict, cast, overload
 from uuid import UUID, uuid4
 
 from typing_extensions import Unpack
@@ -30,7 +31,9 @@ __all__ = [
     "LATEST_RUN_AT",
     "MAX_ARGS_DEPTH",
     "MAX_NAME_CHARS",
+    "MAX_UNIQUE_KEY_CHARS",
     "Counts",
+    "Duplicate",
     "JobInfo",
     "JobOptions",
     "JobState",
@@ -50,6 +53,9 @@ SMALLINT = (-32768, 32767)
 MAX_NAME_CHARS = 200
 """The longest job name, in characters (as for a schedule's): room for any dotted path,
 and far below what the name's index can hold."""
+
+MAX_UNIQUE_KEY_CHARS = 200
+"""The longest unique key, in characters (`NewJob.unique_key`)."""
 
 EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=timezone.utc)
 """The earliest `run_at` taken (an earlier time would run at once all the same)."""
@@ -78,6 +84,39 @@ def check_name(name: object, what: str = "job", limit: int = MAX_NAME_CHARS) -> 
         f"the {what} name {shown} cannot be used: {problem} (a {what} name is 1 to "
         f"{limit} characters, not blank, with no NUL character or lone surrogate)"
     )
+
+
+def check_unique_key(key: object, job: str) -> str:
+    """`key` when it can be a unique key: a string of 1 to `MAX_UNIQUE_KEY_CHARS`
+    characters, not blank, with no NUL character or lone surrogate; else an
+    `OptionsError` naming the job and saying why (never the key: it may name a customer)."""
+    if not isinstance(key, str):
+        problem = f"it is a {type(key).__name__}, not a string"
+    elif not key.strip():
+        problem = "it is empty or blank"
+    elif len(key) > MAX_UNIQUE_KEY_CHARS:
+        problem = f"it is {len(key)} characters long"
+    else:
+        held = storable_problem(key)
+        if held is None:
+            return key
+        problem = f"it holds {held}"
+    raise OptionsError(
+        f"the unique_key of job {job!r} cannot be used: {problem} (a unique key is 1 to "
+        f"{MAX_UNIQUE_KEY_CHARS} characters, not blank, with no NUL character or lone surrogate)"
+    )
+
+
+class Duplicate(UUID):
+    """What queuing a job returns when its unique key was taken: the id of the job that
+    holds the key (queued, running, in review, or finished within its `unique_for`).
+    Nothing was queued.
+
+    It is a `UUID`, equal to the holder's id, so code that only wants an id to wait on
+    or show needs no change; `isinstance(job_id, Duplicate)` tells which happened, with
+    no second query. A job queued is returned as a plain `UUID`."""
+
+    __slots__ = ()
 
 
 def job_id_of(value: object) -> UUID:
@@ -169,24 +208,36 @@ class NewJob:
     They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS` characters.
     `run_in` (a delay on the database's clock, at most 100 years) and `run_at` (a
     timezone-aware time from `EARLIEST_RUN_AT` to before `LATEST_RUN_AT`) are
-    exclusive. `max_attempts` and `timeout` left as `None` stay NULL on the row, so
-    each worker applies its own default, as the crate does.
+    exclusive. `max_attempts`, `timeout` and `priority` left as `None` take the
+    handler's defaults when the queue that queues the job has its handler (see
+    `policies`); else `max_attempts` and `timeout` stay NULL on the row, so each
+    worker applies its handler's or its own default, as the crate does, and the
+    priority is 0.
+
+    `unique_key` (1 to `MAX_UNIQUE_KEY_CHARS` characters) makes the job unique: while
+    another job with that key is queued, running or in review, queuing this one writes
+    nothing and returns the holder's id as a `Duplicate`. With `unique_for`, the key
+    stays taken that long after the job finished, whatever its ending ("at most once
+    an hour"). The key is shown (`JobInfo`, the CLI, the dashboard): put an id in it,
+    never a secret. See docs/jobs.md.
     """
 
     name: str
     args: Any = field(default_factory=dict, repr=False)
-    priority: int = 0
+    priority: int | None = None
     run_in: Duration | None = None
     run_at: datetime | None = None
     max_attempts: int | None = None
     timeout: Duration | None = None
+    unique_key: str | None = None
+    unique_for: Duration | None = None
     _args_json: str = field(default="", init=False, repr=False, compare=False)
     """The arguments as JSON, made once when the job is made: what is checked is what
     is stored, and a job queued by a schedule at every tick is encoded once."""
 
     def __post_init__(self) -> None:
         check_name(self.name)
-        if (
+        if self.priority is not None and (
             not isinstance(self.priority, int)
             or isinstance(self.priority, bool)
             or not SMALLINT[0] <= self.priority <= SMALLINT[1]
@@ -225,6 +276,18 @@ class NewJob:
             raise OptionsError(
                 f"expected timeout of job {self.name!r} to be more than zero, got: {self.timeout!r}"
             )
+        if self.unique_key is not None:
+            check_unique_key(self.unique_key, self.name)
+        if self.unique_for is not None:
+            if self.unique_key is None:
+                raise OptionsError(
+                    f"job {self.name!r} was given unique_for without a unique_key: give both"
+                )
+            if to_seconds(self.unique_for, "unique_for") <= 0:
+                raise OptionsError(
+                    f"expected unique_for of job {self.name!r} to be more than zero, "
+                    f"got: {self.unique_for!r}"
+                )
         # Refuses what cannot be stored, before any SQL; later changes to a mutable
         # `args` are not seen: a NewJob is a value.
         object.__setattr__(self, "_args_json", to_json(self.args, self.name))
@@ -235,6 +298,10 @@ class NewJob:
         the job was made."""
         return self._args_json
 
+    def priority_value(self) -> int:
+        """The priority stored: the job's, else 0."""
+        return 0 if self.priority is None else self.priority
+
     def delay_seconds(self) -> float:
         """Seconds from now to the first run (zero unless `run_in` was given)."""
         return 0.0 if self.run_in is None else to_seconds(self.run_in, "run_in")
@@ -244,6 +311,13 @@ class NewJob:
         if self.timeout is None:
             return None
         return max(1, round(to_seconds(self.timeout, "timeout") * 1000))
+
+    def unique_for_ms(self) -> int | None:
+        """How long the key stays taken after the job finished, in milliseconds, as
+        the `unique_for_ms` column holds it."""
+        if self.unique_for is None:
+            return None
+        return max(1, round(to_seconds(self.unique_for, "unique_for") * 1000))
 
 
 @dataclass(frozen=True)
@@ -268,6 +342,10 @@ class JobInfo:
     started_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    unique_key: str | None = None
+    """Its unique key, or `None`: while it holds it, no other job with it is queued."""
+    unique_for: timedelta | None = None
+    """How long its key stays taken after it finished, or `None`."""
 
 
 @dataclass(frozen=True)
@@ -292,11 +370,13 @@ class JobOptions(TypedDict, total=False):
     """How and when a job runs, as keyword arguments to `enqueue` and `perform_later`;
     the same fields as `NewJob` has."""
 
-    priority: int
+    priority: int | None
     run_in: Duration | None
     run_at: datetime | None
     max_attempts: int | None
     timeout: Duration | None
+    unique_key: str | None
+    unique_for: Duration | None
 
 
 def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions]) -> NewJob:
@@ -313,7 +393,8 @@ def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions
 
 def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
     """The call that queues one job; the id is made here, so it is known before it runs.
-    A delay counts from `now` (default: the database's clock)."""
+    A delay counts from `now` (default: the database's clock). A job with a unique key
+    is not queued by this call: see `enqueue_unique_call`."""
     job_id = uuid4()
     sending = None if tracing.sender is None else tracing.sender((job.name,), (job_id,))
     return Call(
@@ -323,7 +404,7 @@ def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
             "name": job.name,
             "args": job.encoded_args(),
             "max_attempts": job.max_attempts,
-            "priority": job.priority,
+            "priority": job.priority_value(),
             "at": job.run_at,
             "delay": job.delay_seconds(),
             "timeout_ms": job.timeout_ms(),
@@ -350,7 +431,7 @@ def enqueue_many_call(jobs: Sequence[NewJob], now: datetime | None = None) -> Ca
             "name": [job.name for job in jobs],
             "args": [job.encoded_args() for job in jobs],
             "max_attempts": [job.max_attempts for job in jobs],
-            "priority": [job.priority for job in jobs],
+            "priority": [job.priority_value() for job in jobs],
             "at": [job.run_at for job in jobs],
             "delay": [job.delay_seconds() for job in jobs],
             "timeout_ms": [job.timeout_ms() for job in jobs],
@@ -360,6 +441,167 @@ def enqueue_many_call(jobs: Sequence[NewJob], now: datetime | None = None) -> Ca
         lambda _rows, _count: ids,
         None if sending is None else sending.end,
     )
+
+
+Answers = list[UUID | None]
+"""What `ENQUEUE_UNIQUE` says of each job sent: its id (queued), the holder's as a
+`Duplicate`, or `None`: its holder came after the statement's snapshot, send it again."""
+
+
+def enqueue_unique_call(
+    jobs: Sequence[NewJob],
+    ids: Sequence[UUID],
+    now: datetime | None = None,
+    traced: bool = True,
+    carrier: Any = None,
+) -> tuple[Call[Answers], Any]:
+    """The call that queues `jobs` (their ids made by the caller, each key at most once
+    among them) when some have a unique key, and the trace context it stores."""
+    sending = (
+        None
+        if tracing.sender is None or not jobs or not traced
+        else tracing.sender([job.name for job in jobs], list(ids))
+    )
+    if sending is not None:
+        carrier = sending.carrier
+    keys = [job.unique_key for job in jobs]
+
+    def read(rows: list[Row], _count: int) -> Answers:
+        queued = {row.id for row in rows if row.queued}
+        held = {row.unique_key: row.id for row in rows if not row.queued}
+        answers: Answers = []
+        for job_id, key in zip(ids, keys, strict=True):
+            if str(job_id) in queued:
+                answers.append(job_id)
+            elif key is not None and key in held:
+                answers.append(Duplicate(held[key]))
+            else:
+                answers.append(None)
+        return answers
+
+    call = Call(
+        sql.ENQUEUE_UNIQUE,
+        {
+            "id": list(ids),
+            "name": [job.name for job in jobs],
+            "args": [job.encoded_args() for job in jobs],
+            "max_attempts": [job.max_attempts for job in jobs],
+            "priority": [job.priority_value() for job in jobs],
+            "at": [job.run_at for job in jobs],
+            "delay": [job.delay_seconds() for job in jobs],
+            "timeout_ms": [job.timeout_ms() for job in jobs],
+            "unique_key": keys,
+            "unique_for_ms": [job.unique_for_ms() for job in jobs],
+            "now": now,
+            "trace_context": carrier,
+        },
+        read,
+        None if sending is None else sending.end,
+    )
+    return call, carrier
+
+
+class UniqueEnqueue:
+    """Queuing a batch of jobs some of which have a unique key: one `ENQUEUE_UNIQUE` per
+    batch, and one more for the jobs whose holder came after its snapshot (a race with
+    another transaction, under READ COMMITTED), until each is queued or has its holder.
+
+    Within the batch each key is sent once, for its first job; a later job of the same
+    key gets the first one's answer as a `Duplicate`."""
+
+    def __init__(self, jobs: Sequence[NewJob], now: datetime | None = None) -> None:
+        self.jobs = list(jobs)
+        self.now = now
+        self.ids = [uuid4() for _ in self.jobs]
+        self.first: dict[str, int] = {}
+        """The place of the first job of each key."""
+        self.sent: list[int] = []
+        """The places of the jobs sent (the first of each key, and every unkeyed one)."""
+        for place, job in enumerate(self.jobs):
+            key = job.unique_key
+            if key is None:
+                self.sent.append(place)
+            elif key not in self.first:
+                self.first[key] = place
+                self.sent.append(place)
+        self.answers: list[UUID | None] = [None] * len(self.jobs)
+        self.carrier: Any = None
+        self.traced = True
+        self.pending: list[int] = []
+        """The places of the jobs in the statement last sent."""
+
+    def call(self) -> Call[Answers] | None:
+        """The statement to send next, or `None` once every job sent has its answer."""
+        places = [p for p in self.sent if self.answers[p] is None]
+        if not places:
+            return None
+        call, self.carrier = enqueue_unique_call(
+            [self.jobs[p] for p in places],
+            [self.ids[p] for p in places],
+            self.now,
+            self.traced,
+            self.carrier,
+        )
+        self.traced = False  # a statement sent again is not a new enqueue
+        self.pending = places
+        return call
+
+    def take(self, answers: Answers) -> None:
+        """Keep what the statement said of each job it carried."""
+        for place, answer in zip(self.pending, answers, strict=True):
+            self.answers[place] = answer
+
+    def result(self) -> list[UUID]:
+        """Each job's id in order: queued (a `UUID`) or its key's holder (a `Duplicate`)."""
+        found: list[UUID] = []
+        for place, job in enumerate(self.jobs):
+            key = job.unique_key
+            if key is not None and self.first[key] != place:
+                first = self.answers[self.first[key]]
+                assert first is not None
+                found.append(first if isinstance(first, Duplicate) else Duplicate(int=first.int))
+            else:
+                answer = self.answers[place]
+                assert answer is not None
+                found.append(answer)
+        return found
+
+
+def enqueue_unique_on(
+    conn: AnyConnection, jobs: Sequence[NewJob], now: datetime | None = None
+) -> list[UUID] | Awaitable[list[UUID]]:
+    """Queue `jobs` (some with a unique key) on `conn` (`UniqueEnqueue`): their ids in
+    order, or an awaitable of them on an async connection."""
+    batch = UniqueEnqueue(jobs, now)
+    call = batch.call()
+    if call is None:
+        return []
+    answers = run(conn, call)
+    if inspect.isawaitable(answers):
+        return _settle(conn, batch, answers)
+    while True:
+        batch.take(answers)  # type: ignore[arg-type]
+        call = batch.call()
+        if call is None:
+            return batch.result()
+        answers = run(conn, call)
+
+
+async def _settle(
+    conn: AnyConnection, batch: UniqueEnqueue, first: Awaitable[Answers]
+) -> list[UUID]:
+    answers = await first
+    while True:
+        batch.take(answers)
+        call = batch.call()
+        if call is None:
+            return batch.result()
+        answers = await cast("Awaitable[Answers]", run(conn, call))
+
+
+def has_unique(jobs: Iterable[NewJob]) -> bool:
+    """Whether any of `jobs` has a unique key (then `enqueue_unique_on` queues them)."""
+    return any(job.unique_key is not None for job in jobs)
 
 
 def job_info(row: Row) -> JobInfo:
@@ -377,6 +619,8 @@ def job_info(row: Row) -> JobInfo:
         started_at=optional_moment(row.started_at),
         created_at=moment(row.created_at),
         updated_at=moment(row.updated_at),
+        unique_key=row.unique_key,
+        unique_for=None if row.unique_for_ms is None else timedelta(milliseconds=row.unique_for_ms),
     )
 
 
@@ -480,9 +724,19 @@ def enqueue_on(conn: AnyConnection, job: NewJob) -> UUID | Awaitable[UUID]:
     """Queue `job` on the caller's connection and return its id (awaitable when async).
 
     In the caller's transaction the job commits or rolls back with it; on an
-    autocommit connection it is queued at once. One statement, one round trip.
-    """
+    autocommit connection it is queued at once. One statement, one round trip. A job
+    whose unique key is taken writes nothing and returns the holder's id as a
+    `Duplicate`."""
+    if job.unique_key is not None:
+        ids = enqueue_unique_on(conn, [job])
+        if inspect.isawaitable(ids):
+            return _only(ids)
+        return ids[0]
     return run(conn, enqueue_call(job))
+
+
+async def _only(ids: Awaitable[list[UUID]]) -> UUID:
+    return (await ids)[0]
 
 
 @overload
@@ -494,9 +748,14 @@ def enqueue_all_on(
 ) -> list[UUID] | Awaitable[list[UUID]]:
     """Queue every job in one statement on the caller's connection; ids in order.
 
-    They commit or roll back together with the caller's transaction.
+    They commit or roll back together with the caller's transaction. A job whose unique
+    key is taken (also by an earlier job of the same batch) is not queued: its place
+    holds the holder's id as a `Duplicate`.
     """
-    return run(conn, enqueue_many_call(list(jobs)))
+    batch = list(jobs)
+    if has_unique(batch):
+        return enqueue_unique_on(conn, batch)
+    return run(conn, enqueue_many_call(batch))
 
 
 @overload

@@ -12,7 +12,8 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
+import typing
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar, overload
@@ -42,6 +43,7 @@ from .jobs import (
     counts_call,
     enqueue_call,
     enqueue_many_call,
+    enqueue_unique_on,
     job_call,
     job_id_of,
     jobs_call,
@@ -52,6 +54,7 @@ from .maintenance import Recovered
 from .middleware import Middleware
 from .middleware import check as check_middleware
 from .options import DSN_VARIABLES, Duration, Mode, QueueOptions, to_seconds
+from .policies import Policy, PolicyOptions
 from .registry import Registry, RunObserver
 from .retries import describe, first_line
 from .schedules import Schedule, ScheduleInfo, schedule_info
@@ -138,28 +141,50 @@ class Queue(Connected):
 
     @overload
     def handler(
-        self, name: str, *, replace: bool = False
+        self, name: str, *, replace: bool = False, **policy: Unpack[PolicyOptions]
     ) -> Callable[[HandlerFunction[A]], JobHandler[A]]: ...
     @overload
-    def handler(self, name: HandlerFunction[A], *, replace: bool = False) -> JobHandler[A]: ...
     def handler(
-        self, name: str | HandlerFunction[A], *, replace: bool = False
+        self, name: HandlerFunction[A], *, replace: bool = False, **policy: Unpack[PolicyOptions]
+    ) -> JobHandler[A]: ...
+    def handler(
+        self,
+        name: str | HandlerFunction[A],
+        *,
+        replace: bool = False,
+        **policy: Unpack[PolicyOptions],
     ) -> Callable[[HandlerFunction[A]], JobHandler[A]] | JobHandler[A]:
         """Register the decorated function for jobs named `name` (or, used bare, for
         jobs named after the function). Returns a `JobHandler`, callable as before.
-        A name already registered is refused unless `replace=True`."""
+        A name already registered is refused unless `replace=True`. The keyword
+        arguments are its retry policy and defaults (see `handle`)."""
         if callable(name):
-            return self.handle(getattr(name, "__name__", repr(name)), name, replace=replace)
+            return self.handle(
+                getattr(name, "__name__", repr(name)), name, replace=replace, **policy
+            )
 
         def register(fn: HandlerFunction[A]) -> JobHandler[A]:
-            return self.handle(name, fn, replace=replace)
+            return self.handle(name, fn, replace=replace, **policy)
 
         return register
 
-    def handle(self, name: str, fn: HandlerFunction[A], *, replace: bool = False) -> JobHandler[A]:
+    def handle(
+        self,
+        name: str,
+        fn: HandlerFunction[A],
+        *,
+        replace: bool = False,
+        **policy: Unpack[PolicyOptions],
+    ) -> JobHandler[A]:
         """Run `fn` for jobs named `name` (1 to `MAX_NAME_CHARS` characters, no NUL or
         lone surrogate). A name already registered raises `OptionsError`, so two modules
-        cannot take the same name by mistake; pass `replace=True` to replace its handler."""
+        cannot take the same name by mistake; pass `replace=True` to replace its handler.
+
+        Its retry policy (docs/jobs.md): `max_attempts`, `timeout` and `priority` fill
+        what a job leaves unset (when this queue queues it, and in the worker for a job
+        stored without them); `backoff` (a length, or a function of the attempt such as
+        `Exponential()`) replaces `QueueOptions.retry_backoff` for its jobs; `retry_on`
+        retries only those exceptions, `discard_on` fails the job at once on those."""
         check_name(name)
         if not callable(fn):
             raise OptionsError(f"expected the handler of job {name!r} to be callable, got: {fn!r}")
@@ -168,7 +193,7 @@ class Queue(Connected):
                 f"a handler for job {name!r} is already registered "
                 f"({self.handlers[name].fn!r}): pass replace=True to replace it"
             )
-        registered = JobHandler(self, name, fn)
+        registered = JobHandler(self, name, fn, Policy(**policy).check(name))
         self.handlers[name] = registered
         return registered
 
@@ -367,9 +392,11 @@ class Queue(Connected):
         In the `inline` or `background` mode (`QueueOptions.mode`, `AXA_QUEUE_MODE`) the
         job's handler runs in this process instead, now in the caller or as a task, and
         nothing is stored; the id returned is its run's (`JobContext.id`); see `modes`."""
-        job = as_new_job(job, args, **options)
+        job = self.registry.filled(as_new_job(job, args, **options))
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if job.unique_key is not None:
+                return (await self._unique([job]))[0]
             return await self._run(enqueue_call(job))
         return await self._perform(job, mode)
 
@@ -379,11 +406,18 @@ class Queue(Connected):
         In the `inline` mode each job runs in turn, in the caller, and the first to
         raise stops the rest; in the `background` mode each starts as a task (see
         `enqueue`)."""
-        batch = list(jobs)
+        batch = [self.registry.filled(job) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if any(job.unique_key is not None for job in batch):
+                return await self._unique(batch)
             return await self._run(enqueue_many_call(batch))
         return [await self._perform(job, mode) for job in batch]
+
+    async def _unique(self, batch: list[NewJob]) -> list[UUID]:
+        """Queue `batch`, some of it with unique keys (`jobs.UniqueEnqueue`)."""
+        async with self.pool.connection() as conn:
+            return await typing.cast("Awaitable[list[UUID]]", enqueue_unique_on(conn, batch))
 
     async def _perform(self, job: NewJob, mode: Mode) -> UUID:
         """Run `job` in this process as `mode` says, instead of storing it (`modes`)."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .handlers import JobHandler
+from .jobs import NewJob
 from .middleware import Middleware
 from .retries import describe
 from .schedules import Schedule
@@ -54,6 +55,12 @@ class Registry:
     """What the threads of sync handlers call around each run and as they end."""
     middleware: list[Middleware] = field(default_factory=list)
     """Wrapped around every run, the first outermost (see `middleware`)."""
+
+    def filled(self, job: NewJob) -> NewJob:
+        """`job` with its handler's defaults where it leaves them unset, when this
+        process has its handler (`Policy.fill`); else `job` itself."""
+        handler = self.handlers.get(job.name)
+        return job if handler is None else handler.policy.fill(job)
 
     def tell(self, name: str, outcome: str, seconds: float, fields: dict[str, Any]) -> None:
         """Tell every observer how a run ended (never its arguments); what one raises is

@@ -317,7 +317,7 @@ async def tick_one(
                 "job": job.name,
                 "args": job.encoded_args(),
                 "max_attempts": job.max_attempts,
-                "priority": job.priority,
+                "priority": job.priority_value(),
                 "timeout_ms": job.timeout_ms(),
                 "now": now,
             },

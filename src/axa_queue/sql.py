@@ -58,18 +58,73 @@ ENQUEUE_MANY = """INSERT INTO axa_queue (id, name, args, max_attempts, priority,
 """Queue many jobs in one statement (one notification, one round trip); they share one
 `trace_context`, the enqueue's (or NULL), as `ENQUEUE` stores it."""
 
+ENQUEUE_UNIQUE = """WITH jobs AS (
+        SELECT * FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[],
+                             %(max_attempts)s::int[], %(priority)s::smallint[],
+                             %(at)s::timestamptz[], %(delay)s::float8[], %(timeout_ms)s::bigint[],
+                             %(unique_key)s::text[], %(unique_for_ms)s::bigint[])
+            AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms, unique_key,
+                 unique_for_ms)
+    ), expired AS (
+        UPDATE axa_queue SET unique_key = NULL
+        WHERE unique_key = ANY(%(unique_key)s::text[]) AND unique_for_ms IS NOT NULL
+          AND status IN ('completed', 'failed', 'cancelled')
+          AND updated_at + make_interval(secs => unique_for_ms / 1000.0)
+              <= COALESCE(%(now)s::timestamptz, now())
+        RETURNING id
+    ), inserted AS (
+        INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                               trace_context, unique_key, unique_for_ms)
+        SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
+               COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
+               j.timeout_ms, %(trace_context)s::jsonb, j.unique_key, j.unique_for_ms
+        FROM jobs j WHERE (SELECT count(*) FROM expired) >= 0
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+            AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+        DO NOTHING
+        RETURNING id, unique_key
+    )
+    SELECT id::text AS id, unique_key, true AS queued FROM inserted
+    UNION ALL
+    SELECT q.id::text, q.unique_key, false FROM axa_queue q
+    WHERE q.unique_key = ANY(%(unique_key)s::text[])
+      AND (q.status IN ('queued', 'running', 'needs_review') OR q.unique_for_ms IS NOT NULL)
+      AND q.id <> ALL(ARRAY(SELECT id FROM expired))"""
+"""Queue jobs some of which have a unique key (`NewJob.unique_key`), in one statement:
+each job whose key no other job holds is queued; one whose key is held writes nothing.
+Returns the jobs queued (`queued` true) and the holders of the batch's keys that the
+statement's snapshot sees (`queued` false); the client pairs them with its jobs, in
+order, by key. The batch holds each key once (`jobs.enqueue_unique_call` sends the
+first job of a key, the others get its answer).
+
+Safe under any concurrency: the unique index `axa_queue_unique` decides, never a read
+before the write. `ON CONFLICT ... DO NOTHING` names the index's predicate (an
+inference of a partial index needs it), and waits for a transaction that inserted the
+same key to end: committed, its job holds the key; rolled back, ours is queued. A
+holder committed after this statement's snapshot was taken is not among the holders it
+reads, so a job can come back neither queued nor held: the client sends the statement
+again for those (under READ COMMITTED each statement has a new snapshot; under
+REPEATABLE READ or SERIALIZABLE PostgreSQL raises a serialization failure instead,
+which the caller's transaction retries as it retries any). A finished holder whose
+`unique_for` has passed by `now` loses its key first (`expired`, evaluated before the
+insert, which sees that holder's new version, deleted by this very transaction, as no
+conflict). Rows without a key go in as `ENQUEUE_MANY` puts them: no index entry, no
+conflict."""
+
 # --- Running jobs ----------------------------------------------------------------------
 
 EXCHANGE = """WITH RECURSIVE endings AS (
         SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
-               NULL::jsonb AS result
+               NULL::jsonb AS result, NULL::int AS max_attempts
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
         SELECT * FROM json_to_recordset(%(endings)s::json)
-            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb)
+            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
+                 max_attempts int)
     ), finished AS (
         UPDATE axa_queue q
         SET status = r.status, error = r.error, result = r.result,
+            max_attempts = COALESCE(r.max_attempts, q.max_attempts),
             updated_at = COALESCE(%(now)s::timestamptz, now()),
             started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN r.status = 'queued'
@@ -143,9 +198,11 @@ statements per job: the loop that frees a place writes its ending and fills the 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
 `completed_attempts`: their attempts, in the same order); the other endings, completed
 runs whose handler returned a value (not `None`) among them, and the wanted names as
-JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result"}]`, a missing
-key read as NULL, the result already JSON so the client only puts text together; and
-`[{"name", "cap"}]`). Every ending writes its `result`: NULL but for a completed run
+JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result",
+"max_attempts"}]`, a missing key read as NULL, the result already JSON so the client
+only puts text together; and `[{"name", "cap"}]`). `max_attempts` is there only for a
+run its handler snoozed (`policies.Snooze`): the job's new limit, one more than the
+run's, written with the ending, so a snooze costs no attempt of the job's. Every ending writes its `result`: NULL but for a completed run
 that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
@@ -226,7 +283,9 @@ MARK_LOST = """WITH found AS (
         UPDATE axa_queue q
         SET status = d.becomes, error = %(error)s, updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
             started_at = CASE WHEN d.becomes = 'queued' THEN NULL ELSE q.started_at END,
-            run_at = CASE WHEN d.becomes = 'queued' THEN COALESCE(%(now)s::timestamptz, now()) ELSE q.run_at END
+            run_at = CASE WHEN d.becomes = 'queued' THEN COALESCE(%(now)s::timestamptz, now()) ELSE q.run_at END,
+            unique_key = CASE WHEN d.status = 'failed' AND q.unique_for_ms IS NULL
+                              THEN NULL ELSE q.unique_key END
         FROM decided d WHERE q.id = d.id AND d.becomes IS NOT NULL
         RETURNING q.id, q.status
     ), told AS (
@@ -254,6 +313,9 @@ what it was changed to (NULL: nothing).
   person (`needs_review`); a run holding it now is stopped at its next report.
 - `completed`, `cancelled` or already `needs_review`: left as it is (a job another run
   completed stays completed).
+
+A failed job it sends to review had freed its unique key (unless it has a
+`unique_for`), which another job may hold now: it goes to review without it.
 
 A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
 statement is rare, so it does not ask whether anyone waits."""
@@ -348,7 +410,7 @@ PURGEABLE = """SELECT count(*) AS purgeable FROM axa_queue
 # --- Inspection ------------------------------------------------------------------------
 
 JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue WHERE id = %s"""
 """One job, without its arguments. Times come as epoch seconds (exact numeric), which
@@ -361,7 +423,7 @@ RESULT = "SELECT status, result FROM axa_queue WHERE id = %s"
 for `Queue.result`, which returns it to its caller and never shows it."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue
     WHERE (%(state)s::text IS NULL OR status = %(state)s)
@@ -478,7 +540,9 @@ RETRY = """WITH target AS (
         UPDATE axa_queue q
         SET status = 'queued', run_at = COALESCE(%(now)s::timestamptz, now()), started_at = NULL,
             updated_at = COALESCE(%(now)s::timestamptz, now()),
-            max_attempts = q.attempts + 1
+            max_attempts = q.attempts + 1,
+            unique_key = CASE WHEN target.status = 'failed' AND q.unique_for_ms IS NULL
+                              THEN NULL ELSE q.unique_key END
         FROM target WHERE q.id = target.id
         RETURNING q.id, q.name, q.attempts, target.status AS was
     ), kept AS (
@@ -492,6 +556,9 @@ RETRY = """WITH target AS (
         (SELECT status FROM axa_queue WHERE id = %(id)s) AS found"""
 """Queue a failed job (act `retried`) or one in review (act `released`) for one more try,
 and keep the act, in one statement. Attempts keep rising, so an old run stays fenced.
+A failed job without `unique_for` had freed its unique key, which another job may hold
+now: it is queued again without it (one in review, or with `unique_for`, still holds
+its key and keeps it).
 Returns the act kept (or NULL) and the state it found."""
 
 ACTS = """SELECT id, job_id, job_name, act, attempts, by, reason, EXTRACT(EPOCH FROM at) AS at,
@@ -676,7 +743,7 @@ WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
 
 WEB_JOBS_NEWEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -689,7 +756,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -702,7 +769,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -715,7 +782,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -746,7 +813,7 @@ output column of that name, its epoch seconds, which no index holds."""
 
 WEB_JOBS_OLDEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -759,7 +826,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -772,7 +839,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -785,7 +852,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,

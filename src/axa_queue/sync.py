@@ -15,6 +15,7 @@ caller's sync connection instead.
 from __future__ import annotations
 
 import threading
+import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -41,6 +42,7 @@ from .jobs import (
     counts_call,
     enqueue_call,
     enqueue_many_call,
+    enqueue_unique_on,
     job_call,
     job_id_of,
     jobs_call,
@@ -143,20 +145,29 @@ class SyncQueue(Connected):
         The `inline` and `background` modes run its handler here instead, as `Queue.enqueue`
         says: inline in this very thread (an async handler on an event loop of its own),
         in the background in a thread of its own."""
-        job = as_new_job(job, args, **options)
+        job = self.registry.filled(as_new_job(job, args, **options))
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if job.unique_key is not None:
+                return self._unique([job])[0]
             return self._run(enqueue_call(job))
         return self._perform(job, mode)
 
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
         """Queue every job in one statement: all or none. Ids in order. The `inline` and
         `background` modes run each in turn, as `Queue.enqueue_all` says."""
-        batch = list(jobs)
+        batch = [self.registry.filled(job) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
+            if any(job.unique_key is not None for job in batch):
+                return self._unique(batch)
             return self._run(enqueue_many_call(batch))
         return [self._perform(job, mode) for job in batch]
+
+    def _unique(self, batch: list[NewJob]) -> list[UUID]:
+        """Queue `batch`, some of it with unique keys (`jobs.UniqueEnqueue`)."""
+        with self.pool.connection() as conn:
+            return typing.cast("list[UUID]", enqueue_unique_on(conn, batch))
 
     def _perform(self, job: NewJob, mode: Mode) -> UUID:
         """Run `job` here as `mode` says, instead of storing it (`modes`)."""

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from .. import readable
 from ..errors import JobNotFoundError
-from ..jobs import MAX_ARGS_DEPTH, Counts, JobInfo, JobState, NewJob
+from ..jobs import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
 from ..presence import WorkerInfo, workers_on
 from ..queue import Queue
 from ..schedules import ScheduleInfo
@@ -84,6 +84,18 @@ def _parse_args(text: str) -> Any:
     metavar="SECONDS",
     help="Stop a run after this many seconds and count it as failed. Default: no limit.",
 )
+@click.option(
+    "--unique-key",
+    metavar="KEY",
+    help="Queue nothing while another job with this key is queued, running or in review; "
+    "then print that job's id (and say so on stderr).",
+)
+@click.option(
+    "--unique-for",
+    type=float,
+    metavar="SECONDS",
+    help="Keep the key taken this long after the job finished. Needs --unique-key.",
+)
 @dsn_option
 def enqueue(
     name: str,
@@ -93,9 +105,12 @@ def enqueue(
     run_at: datetime | None,
     max_attempts: int | None,
     timeout: float | None,
+    unique_key: str | None,
+    unique_for: float | None,
     dsn: str | None,
 ) -> None:
-    """Queue a job named NAME and print its id."""
+    """Queue a job named NAME and print its id (with --unique-key, the id of the job
+    holding the key when it is taken)."""
     args = _parse_args(args_text)
     with reported(None):
         job = NewJob(
@@ -106,12 +121,21 @@ def enqueue(
             run_at=run_at,
             max_attempts=max_attempts,
             timeout=timeout,
+            unique_key=unique_key,
+            unique_for=unique_for,
         )
 
     async def work(queue: Queue) -> UUID:
         return await queue.enqueue(job)
 
-    answer(dsn, work, str)
+    answer(dsn, work, _queued)
+
+
+def _queued(job_id: UUID) -> str:
+    """The id printed by `enqueue`; a job whose key was taken is said so on stderr."""
+    if isinstance(job_id, Duplicate):
+        click.echo("the unique key is taken by this job: nothing was queued", err=True)
+    return str(job_id)
 
 
 @click.command()
@@ -202,6 +226,10 @@ def _job_table(info: JobInfo) -> Printed:
         ("error", lines(info.error)),
     ):
         table.add_row(label, value)
+    if info.unique_key is not None:
+        table.add_row("unique key", shown(info.unique_key))
+        if info.unique_for is not None:
+            table.add_row("unique for", f"{readable.seconds(info.unique_for)} after it finished")
     return table
 
 

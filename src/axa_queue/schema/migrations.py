@@ -316,6 +316,33 @@ RECORD_4 = """INSERT INTO axa_schema_version (version, name)
     VALUES (4, 'cron schedules') ON CONFLICT (version) DO NOTHING"""
 """Migration 4 is applied."""
 
+# --- Migration 5: unique jobs (all additive) ---------------------------------------------
+
+SETUP_UNIQUE_KEY = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS unique_key TEXT"
+"""A job's unique key (`NewJob.unique_key`), or NULL: at most one job holding a key is
+queued, running or in review at a time (`axa_queue_unique`). Not private: shown by
+`JobInfo`, the CLI and the dashboard. The Rust crate never sets it."""
+
+SETUP_UNIQUE_FOR = "ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS unique_for_ms BIGINT"
+"""How long, in milliseconds, a finished job keeps holding its key after it finished
+(`NewJob.unique_for`, counted from its `updated_at`), or NULL: its key is free once it
+finishes."""
+
+SETUP_UNIQUE_INDEX = """CREATE UNIQUE INDEX IF NOT EXISTS axa_queue_unique ON axa_queue (unique_key)
+    WHERE unique_key IS NOT NULL
+      AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)"""
+"""At most one holder of each key: every job not finished, and every finished one with
+a `unique_for`, until an enqueue of its key finds its time passed and clears its key
+(`sql.ENQUEUE_UNIQUE`), or retention deletes it. A partial index cannot read the clock,
+so a finished job's time is judged by the statement that wants its key. The predicate
+is the status alone for jobs without `unique_for`, so a job finished by any client (the
+Rust crate's workers included) frees its key in the same write; on a large table,
+create it CONCURRENTLY first (setup then skips it)."""
+
+RECORD_5 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (5, 'unique jobs') ON CONFLICT (version) DO NOTHING"""
+"""Migration 5 is applied."""
+
 # --- Migrations ------------------------------------------------------------------------
 
 
@@ -534,6 +561,16 @@ MIGRATIONS: tuple[Migration, ...] = (
         (SETUP_SCHEDULE_CRON,),
         RECORD_4,
         Expectations(columns=(("axa_schedule", "cron"), ("axa_schedule", "timezone"))),
+    ),
+    Migration(
+        5,
+        "unique jobs",
+        (SETUP_UNIQUE_KEY, SETUP_UNIQUE_FOR, SETUP_UNIQUE_INDEX),
+        RECORD_5,
+        Expectations(
+            columns=(("axa_queue", "unique_key"), ("axa_queue", "unique_for_ms")),
+            indexes=("axa_queue_unique",),
+        ),
     ),
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""

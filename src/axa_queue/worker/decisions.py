@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from datetime import timedelta
 from typing import Any
-
-from ..retries import backoff
 
 __all__ = [
     "HOLD_ENDINGS",
     "SERVICE_RETRY_MAX",
     "due",
-    "ending",
     "fate",
     "free_places",
     "gives_up",
@@ -91,18 +87,6 @@ def wanted(
         if cap > 0:
             found.append({"name": name, "cap": cap})
     return found
-
-
-def ending(
-    error: str | None, attempts: int, limit: int, retry_backoff: timedelta
-) -> tuple[str, float]:
-    """How a run that ended with `error` (None: it did not fail) is recorded: its status
-    and, for `queued` again, the seconds before it may run."""
-    if error is None:
-        return "completed", 0.0
-    if attempts < limit:
-        return "queued", backoff(retry_backoff, attempts).total_seconds()
-    return "failed", 0.0
 
 
 def needs_proof(*, now: float, last_heard: float, stale: float, broken_at: float) -> bool:

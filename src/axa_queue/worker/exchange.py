@@ -24,7 +24,7 @@ import psycopg
 from psycopg.rows import RowMaker
 
 from .. import sql
-from ..options import QueueOptions
+from ..options import QueueOptions, to_seconds
 from ..registry import Registry
 from ..retries import first_line
 from . import decisions
@@ -61,6 +61,18 @@ class Exchange:
         self.options = options
         self.flush_at: asyncio.TimerHandle | None = None
         """Sends the endings gathered once the oldest has waited `HOLD_ENDINGS`."""
+        self.limits = {
+            name: h.policy.max_attempts
+            for name, h in registry.handlers.items()
+            if h.policy.max_attempts is not None
+        }
+        """The handlers' `max_attempts`, for jobs stored without one."""
+        self.timeouts = {
+            name: to_seconds(h.policy.timeout, "timeout")
+            for name, h in registry.handlers.items()
+            if h.policy.timeout is not None
+        }
+        """The handlers' timeouts in seconds, for jobs stored without one."""
         self.failing: tuple[float, str] | None = None
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since (see `Worker.trouble`)."""
@@ -174,10 +186,14 @@ class Exchange:
                     "error": one.error,
                     "delay": one.delay,
                 }
+                if one.raises is not None:
+                    ending["max_attempts"] = one.raises
                 others.append(json.dumps(ending, ensure_ascii=False))
         sent = time.monotonic()
         try:
-            cursor = conn.cursor(row_factory=_rows(self.options.max_attempts, sent))
+            cursor = conn.cursor(
+                row_factory=_rows(self.options.max_attempts, sent, self.limits, self.timeouts)
+            )
             await cursor.execute(
                 sql.EXCHANGE,
                 {
@@ -233,12 +249,15 @@ COLUMNS = (
 """The columns `sql.EXCHANGE` returns, read by name."""
 
 
-def _rows(default_limit: int, sent: float) -> Any:
+def _rows(
+    default_limit: int, sent: float, limits: dict[str, int], timeouts: dict[str, float]
+) -> Any:
     """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
     becomes a `Run` and each ending recorded its (id, attempt). It finds every column
     by its name once, then reads each row's values by those places: as cheap as reading
     tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
-    the statement cannot shift the others."""
+    the statement cannot shift the others. A job stored without `max_attempts` or a
+    timeout gets its handler's (`limits`, `timeouts`), else the worker's limit and none."""
 
     def factory(cursor: Any) -> RowMaker[Any]:
         at = {column.name: i for i, column in enumerate(cursor.description or ())}
@@ -250,12 +269,13 @@ def _rows(default_limit: int, sent: float) -> Any:
             if values[name] is None:
                 return (values[id_], values[attempts])
             ms = values[timeout]
+            job = values[name]
             return Run(
                 values[id_],
-                values[name],
+                job,
                 values[attempts],
-                default_limit if values[limit] is None else values[limit],
-                None if ms is None else ms / 1000,
+                limits.get(job, default_limit) if values[limit] is None else values[limit],
+                timeouts.get(job) if ms is None else ms / 1000,
                 values[args],
                 sent,
                 order=(-values[priority], values[run_at]),

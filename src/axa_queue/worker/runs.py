@@ -25,10 +25,10 @@ from ..context import JobContext, enter, leave
 from ..handlers import JobHandler
 from ..middleware import through
 from ..options import QueueOptions, to_timedelta
+from ..policies import NO_POLICY, Discard, Retry, Snooze, judge
 from ..registry import Registry
 from ..retries import cut_error, describe
 from ..tracing import carrier_of
-from . import decisions
 from .claims import Claims
 from .state import Run, State, order_of
 from .tasks import cancel_all, uncancel
@@ -52,6 +52,8 @@ class Runner:
         self.identity = identity
         self.executor = JobThreads(state.slots, "axa-queue-job", registry.threads)
         self.tracebacks = options.log_tracebacks
+        self.backoff = to_timedelta(options.retry_backoff)
+        """The wait after a first failed try, doubling, for handlers without a backoff."""
         logs.add_job_fields()
         self.aborting = False
         """Whether this worker cancelled its runs' loops (an abort, or the grace period
@@ -179,12 +181,23 @@ class Runner:
         if one.stopped is not None:  # timed out (also when a handler swallowed the cancellation)
             error = one.stopped[1]
             raised = None
-        if error is not None:
-            error = cut_error(error)
+        raises: int | None = None  # a snooze: the job's new max_attempts
+        if error is None:
+            status, delay = "completed", 0.0
+        else:
             one.result = None
-        status, delay = decisions.ending(
-            error, one.attempts, one.limit, to_timedelta(self.options.retry_backoff)
-        )
+            verdict = judge(
+                raised,
+                error,
+                one.attempts,
+                one.limit,
+                NO_POLICY if handler is None else handler.policy,
+                self.backoff,
+            )
+            status, delay, raises = verdict.status, verdict.delay, verdict.max_attempts
+            error = cut_error(verdict.error)
+            if isinstance(raised, (Retry, Snooze, Discard)):
+                raised = None  # asked for by the handler: no traceback to log
         if status == "completed":
             del result  # kept, as JSON, in one.result
             if log.isEnabledFor(logging.DEBUG):
@@ -193,7 +206,9 @@ class Runner:
                 )
         else:
             trace = raised if self.tracebacks else None
-            if status == "queued":
+            if raises is not None:
+                log.info("job snoozed", extra={**one.fields(), "error": error, "retry_in": delay})
+            elif status == "queued":
                 log.warning(
                     "job failed, will retry",
                     extra={**one.fields(), "error": error, "retry_in": delay},
@@ -202,7 +217,7 @@ class Runner:
             else:
                 log.error("job failed", extra={**one.fields(), "error": error}, exc_info=trace)
             del raised, trace  # its traceback holds the handler's frames
-        self.state.end(one.end(status, error, delay))
+        self.state.end(one.end(status, error, delay, raises))
         if status == "queued":
             self.state.wake_in(delay)
 

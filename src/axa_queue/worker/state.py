@@ -72,6 +72,8 @@ class Run:
     """How it ended: `completed`, `failed`, or `queued` again after `delay` seconds."""
     error: str | None = None
     delay: float = 0.0
+    raises: int | None = None
+    """The job's new `max_attempts` written with its ending (a snooze), else `None`."""
     trace_context: str | None = None
     """The trace context stored when the job was queued (JSON text), or `None`: what
     `JobContext.trace_context` is read from (see `tracing`)."""
@@ -102,11 +104,19 @@ class Run:
         """The log fields that name this run (never its arguments)."""
         return {"job_id": self.id, "job": self.name, "attempt": self.attempts}
 
-    def end(self, status: str, error: str | None = None, delay: float = 0.0) -> Run:
-        """Say how the run ended; it is then written with the next exchange."""
+    def end(
+        self,
+        status: str,
+        error: str | None = None,
+        delay: float = 0.0,
+        max_attempts: int | None = None,
+    ) -> Run:
+        """Say how the run ended (and, for a snooze, the job's new `max_attempts`); it
+        is then written with the next exchange."""
         self.status = status
         self.error = error
         self.delay = delay
+        self.raises = max_attempts
         return self
 
 
