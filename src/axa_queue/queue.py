@@ -191,8 +191,8 @@ class Queue(Connected):
 
     def observe(self, observer: RunObserver) -> RunObserver:
         """Call `observer(job name, outcome, seconds)` as each run in this process ends:
-        `outcome` is `completed`, `retried`, `failed` or `lost`, told once the ending is
-        recorded, and `seconds` is how long the handler ran. It runs on the event loop,
+        `outcome` is `completed`, `retried`, `failed`, `lost` or `cancelled` (its job
+        cancelled by a person while it ran), told once the ending is recorded, and `seconds` is how long the handler ran. It runs on the event loop,
         so it must be quick; what it raises is logged. It is never given the arguments.
         Returns `observer`, so it can be used as a decorator. For metrics."""
         self.observers.append(observer)

@@ -18,7 +18,7 @@ import re
 
 from psycopg import sql as pgsql
 
-__all__ = ["CHANNEL", "DONE_CHANNEL", "in_schema"]
+__all__ = ["CANCEL_CHANNEL", "CHANNEL", "DONE_CHANNEL", "in_schema"]
 
 CHANNEL = "axa_queue"
 """The LISTEN/NOTIFY channel; the payload is `<schema> <seconds until the earliest new job>`."""
@@ -28,6 +28,12 @@ DONE_CHANNEL = "axa_queue_done"
 ...` (`EXCHANGE`, `CANCEL` and `MARK_LOST` name one job each), or `<oid> *` (look at
 every job waited for: stale recovery finishing more than 150). Sent only while someone
 waits, but by `CANCEL`, `MARK_LOST` and `RECOVER_STALE`, which are rare."""
+
+CANCEL_CHANNEL = "axa_queue_cancel"
+"""The channel of running jobs a person cancelled (`CANCEL`); the payload is the job's
+id. Workers listen to it beside `CHANNEL`; one running the job checks it with a
+heartbeat at once (`HEARTBEAT` says which runs are cancelled), so a notification for
+another schema's job of the same id costs one heartbeat and stops nothing."""
 
 CURRENT_SCHEMA = "SELECT current_schema()"
 """The schema the tables resolve to, which notifications name (unless the queue is
@@ -197,16 +203,28 @@ one ending a statement; this costs nothing measurable)."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
+    ), beaten AS (
+        UPDATE axa_queue q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
+        FROM beats r
+        WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
+          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
+        RETURNING q.id::text AS id, q.attempts
     )
-    UPDATE axa_queue q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
-    FROM beats r
-    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
-      AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-    RETURNING q.id::text AS id, q.attempts"""
+    SELECT id, attempts, false AS cancelled FROM beaten
+    UNION ALL
+    SELECT q.id::text, q.attempts, true FROM axa_queue q JOIN beats r
+        ON q.id = r.id AND q.attempts = r.attempts
+    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.status = (SELECT 'cancelled')"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
 endings are, never by scanning every running job of every worker. Stamped with
-`clock_timestamp()`, when the row is written, even after waiting for a lock."""
+`clock_timestamp()`, when the row is written, even after waiting for a lock.
+
+A run whose job a person cancelled under its attempt (`CANCEL`) comes back with
+`cancelled` true: its process stops it without writing anything (the fallback of
+`CANCEL_CHANNEL`). That branch reads the statement's snapshot: a cancel committed while
+the statement ran is not seen there, so the run is found lost, and `MARK_LOST`, which
+reads the row locked, finds it cancelled."""
 
 MARK_LOST = """WITH found AS (
         SELECT id, status, attempts, error, max_attempts FROM axa_queue
@@ -436,10 +454,14 @@ PING = "SELECT 1"
 
 # --- Acts ------------------------------------------------------------------------------
 
-CANCEL = """WITH changed AS (
-        UPDATE axa_queue SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
-        WHERE id = %(id)s AND status = 'queued'
-        RETURNING id, name, attempts
+CANCEL = """WITH target AS (
+        SELECT id, status FROM axa_queue
+        WHERE id = %(id)s AND status IN ('queued', 'running')
+        FOR UPDATE
+    ), changed AS (
+        UPDATE axa_queue q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
+        FROM target WHERE q.id = target.id
+        RETURNING q.id, q.name, q.attempts, target.status AS was
     ), kept AS (
         INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
@@ -447,15 +469,23 @@ CANCEL = """WITH changed AS (
     ), told AS (
         SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || id::text)
         FROM changed
+        UNION ALL
+        SELECT pg_notify('axa_queue_cancel', id::text) FROM changed WHERE was = 'running'
     )
     SELECT (SELECT act FROM kept) AS act,
-        (SELECT status FROM axa_queue WHERE id = %(id)s) AS found,
+        COALESCE((SELECT status FROM target),
+                 (SELECT status FROM axa_queue WHERE id = %(id)s)) AS found,
         (SELECT count(*) FROM told) AS told"""
-"""Cancel a queued job and keep the act, in one statement; any other state changes
-nothing and writes no act. Returns the act kept (or NULL) and the state it found. A job
-cancelled is told to waiters (`DONE_CHANNEL`) when the caller's transaction commits:
-always, without the advisory lock `EXCHANGE` asks, which would be held until the
-caller's commit and keep new waiters waiting that long."""
+"""Cancel a queued or running job and keep the act, in one statement; any other state
+changes nothing and writes no act. Returns the act kept (or NULL) and the state it
+found: the state it cancelled (read locked), else the state of the job it left alone. A job cancelled is told to waiters (`DONE_CHANNEL`) when the
+caller's transaction commits: always, without the advisory lock `EXCHANGE` asks, which
+would be held until the caller's commit and keep new waiters waiting that long.
+
+A running job's row becomes `cancelled` under the same attempt: the run's ending is
+then refused by the fence (`status = 'running'`, ours and the crate's alike), its
+heartbeat reports it cancelled (`HEARTBEAT`), and `CANCEL_CHANNEL` tells its process
+at once, on the caller's commit (NOTIFY is transactional: a rollback tells no one)."""
 
 RETRY = """WITH target AS (
         SELECT id, status FROM axa_queue
@@ -780,6 +810,10 @@ WAITING_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
 """How long `WAITING` may wait for its locks on `SyncQueue.wait`'s own connection (the
 wait's time left, as `<n>ms`; `0` for no limit): it waits behind statements finishing
 jobs, one of which may itself wait for a row lock."""
+
+LISTEN_CANCEL = "LISTEN axa_queue_cancel"
+"""Receive word of running jobs a person cancelled (`CANCEL_CHANNEL`), on the worker's
+notification connection."""
 
 LISTEN_DONE = "LISTEN axa_queue_done"
 """Receive word of finished jobs (`DONE_CHANNEL`), for `Queue.wait`."""

@@ -158,6 +158,8 @@ def fate(
     if became is not None:
         now = "queued again" if became == "queued" else "failed: no attempts left"
         return logging.WARNING, f"{head}: no one had taken its claim, so it is {now}"
+    if found_attempts == attempts and status == "cancelled":
+        return logging.INFO, f"{head}: a person cancelled its job while it ran; it stays cancelled"
     if found_attempts > attempts:
         return (
             logging.WARNING,

@@ -30,7 +30,7 @@ from ..retries import cut_error, describe
 from ..tracing import carrier_of
 from . import decisions
 from .claims import Claims
-from .state import Run, State, order_of
+from .state import CANCELLED, Run, State, order_of
 from .tasks import cancel_all, uncancel
 from .threads import JobThreads
 
@@ -169,6 +169,20 @@ class Runner:
             uncancel()
         one.done = True
         one.seconds = time.monotonic() - started
+        if one.stopped is not None and one.stopped[0] == CANCELLED:
+            # The row says cancelled under this attempt (the heartbeat read it), a state
+            # no one moves a job out of: nothing to write, no fate to decide.
+            self._release(one)
+            if one.started:
+                self.state.stats[CANCELLED] += 1
+                self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
+            log.info(
+                "job stopped: cancelled by a person while it ran; nothing of the run is recorded"
+                if one.started
+                else "job not started: cancelled by a person",
+                extra=one.fields(),
+            )
+            return
         if one.stopped is not None and one.stopped[0] == "lost":
             try:
                 await asyncio.shield(self.claims.lose(one, f"stopped: {one.stopped[1]}"))
@@ -219,6 +233,7 @@ class Runner:
             one.limit,
             deadline,
             None if one.trace_context is None else carrier_of(one.trace_context),
+            one,
         )
 
     async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:
