@@ -60,8 +60,14 @@ def crate_setup(conn: psycopg.Connection[Any]) -> None:
 
 def add_acts_role(conn: psycopg.Connection[Any]) -> None:
     """Our setup's changes to the crate's tables that our code needs: each act's database
-    role, and the columns and table of migration 3 (trace context, results, workers)."""
-    for statement in (*ACTS_ROLE_STATEMENTS, *axa_queue.schema.migrations.MIGRATIONS[2].statements):
+    role, the columns and table of migration 3 (trace context, results, workers), and
+    the function global limits are claimed by."""
+    limits = [m for m in axa_queue.schema.migrations.MIGRATIONS if m.name == "global limits"]
+    for statement in (
+        *ACTS_ROLE_STATEMENTS,
+        *axa_queue.schema.migrations.MIGRATIONS[2].statements,
+        *limits[0].statements,
+    ):
         conn.execute(statement)
 
 

@@ -101,8 +101,10 @@ EXCHANGE = """WITH RECURSIVE endings AS (
                 ORDER BY q.priority DESC LIMIT 1)
         FROM levels WHERE levels.priority IS NOT NULL
     ), wanted AS (
-        SELECT w.name, least(w.cap, %(free)s) AS cap
-        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
+        SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
+            ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name, w.global))
+            END AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global int)
         WHERE %(free)s > 0
     ), candidates AS MATERIALIZED (
         SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
@@ -151,7 +153,7 @@ Completed runs, nearly every ending, arrive as two array literals (`completed`: 
 runs whose handler returned a value (not `None`) among them, and the wanted names as
 JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result"}]`, a missing
 key read as NULL, the result already JSON so the client only puts text together; and
-`[{"name", "cap"}]`). Every ending writes its `result`: NULL but for a completed run
+`[{"name", "cap", "global"}]`, `global` only for a name with a global limit). Every ending writes its `result`: NULL but for a completed run
 that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
@@ -173,6 +175,15 @@ always judged by `now()` itself: the planner evaluates it when it estimates a ge
 plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick` in
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
+
+Global limits (`Queue.limit(..., scope="global")`): a wanted name with a `global`
+limit is capped by `axa_queue_room` (migration 6), which locks the name for the rest of
+the transaction and counts its running jobs with a snapshot of its own, so two
+processes never both see the same free places. Names without one never call it: their
+claim reads what it read before (the `wanted` CTE is materialized now, a volatile call
+in it, which costs nothing measurable: `bench/run.py`). The client sorts the wanted
+names, so statements take the names' locks in one order and never deadlock on them;
+the endings are written before any is taken (a claim never waits for a row lock).
 
 Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
 again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
@@ -850,7 +861,9 @@ _TABLE_LITERAL = re.compile(
 )
 """A table named in a literal that becomes a `regclass`."""
 
-_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role)(?=\()")
+_FUNCTION = re.compile(
+    r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role|axa_queue_room)(?=\()"
+)
 """A function the setup makes (a trigger of the same name is not followed by `(`)."""
 
 

@@ -203,7 +203,7 @@ class Claims:
                 del state.losing[one.id]
             if one.key not in state.runs:  # the place it held comes free
                 state.in_use[one.name] -= 1
-                if one.name in self.registry.limits:
+                if one.name in self.registry.limits or one.name in self.registry.global_limits:
                     state.wake()
                 else:
                     state.poke()

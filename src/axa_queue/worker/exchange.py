@@ -112,7 +112,13 @@ class Exchange:
                 self.flush_at = None
             batch, since, state.endings = state.endings, state.endings_since, []
             wanted = (
-                decisions.wanted(self.registry.handlers, self.registry.limits, state.in_use, free)
+                decisions.wanted(
+                    self.registry.handlers,
+                    self.registry.limits,
+                    state.in_use,
+                    free,
+                    self.registry.global_limits,
+                )
                 if claim
                 else []
             )
