@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from axa_queue import NewJob, OptionsError, Queue, sql
+from axa_queue import NewJob, OptionsError, Queue, QueueOptions, sql
 from axa_queue.worker import decisions
 from conftest import eventually, running, status_of
 
@@ -191,3 +191,31 @@ def test_the_claim_statement_calls_the_gate_only_for_names_with_a_global_limit()
     assert "CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)" in sql.EXCHANGE
     wanted = decisions.wanted(["B", "A"], {}, {}, 4, {"B": 2})
     assert wanted == [{"name": "A", "cap": 4}, {"name": "B", "cap": 4, "global": 2}]
+
+
+async def test_a_global_limit_holds_for_a_queue_given_its_schema_with_no_search_path(
+    database_url: str, schema: str, admin
+) -> None:
+    # The count then reads the table named by the claim (`EXECUTE`), not the path's.
+    dsn = psycopg.conninfo.make_conninfo(
+        database_url, options="-c search_path=", application_name=schema
+    )
+    queue = Queue(dsn, QueueOptions(schema=schema, poll_interval=0.05, workers=4))
+    queue.limit("Report", 1, scope="global")
+    started, release = asyncio.Event(), asyncio.Event()
+    ran: list[int] = []
+
+    @queue.handler("Report")
+    async def report(args: Any) -> None:
+        ran.append(args["n"])
+        started.set()
+        await release.wait()
+
+    async with queue:
+        ids = [await queue.enqueue("Report", {"n": n}) for n in range(3)]
+        async with running(queue):
+            await asyncio.wait_for(started.wait(), 15)
+            states = sorted(status_of(admin, one)[0] for one in ids)
+            assert states == ["queued", "queued", "running"] and len(ran) == 1
+            release.set()
+            await eventually(lambda: all(status_of(admin, i)[0] == "completed" for i in ids))

@@ -310,8 +310,12 @@ DECLARE
     running integer;
 BEGIN
     PERFORM pg_advisory_xact_lock(hashtextextended(jobs::oid::text || ' ' || job_name, 1635213689));
-    EXECUTE format('SELECT count(*) FROM %s WHERE status = ''running'' AND name = $1', jobs)
-        INTO running USING job_name;
+    IF jobs = to_regclass('"axa_queue"') THEN
+        SELECT count(*) INTO running FROM "axa_queue" WHERE status = 'running' AND name = job_name;
+    ELSE
+        EXECUTE format('SELECT count(*) FROM %s WHERE status = ''running'' AND name = $1', jobs)
+            INTO running USING job_name;
+    END IF;
     RETURN greatest(most - running, 0);
 END
 $$"""
@@ -325,7 +329,11 @@ statement at a time across every process; and, being `VOLATILE` (its query run b
 committed before: a query of the calling statement itself would see the statement's
 snapshot, taken before it waited, and miss the claims of the statement it waited for.
 The table comes as a `regclass`, so the count reads the caller's table whatever the
-search path."""
+search path: when the search path finds that table, by a static query, whose plan
+PL/pgSQL keeps (and makes again if the search path changes); else (a queue given its
+schema, behind a pooler) by `EXECUTE`, planned at every call. The table is named
+quoted, `"axa_queue"`, which the statements' schema rewriting (`sql.in_schema`) leaves
+alone, so the function's body is the same in every schema."""
 
 RECORD_6 = """INSERT INTO axa_schema_version (version, name)
     VALUES (6, 'global limits') ON CONFLICT (version) DO NOTHING"""
