@@ -187,8 +187,11 @@ def test_a_limit_refuses_an_unknown_scope() -> None:
         queue.limit("Report", 3, scope="everywhere")  # type: ignore[arg-type]
 
 
-def test_the_claim_statement_calls_the_gate_only_for_names_with_a_global_limit() -> None:
-    assert "CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)" in sql.EXCHANGE
+def test_only_a_process_with_a_global_limit_claims_through_the_gate_and_only_for_its_names() -> (
+    None
+):
+    assert "axa_queue_room" not in sql.EXCHANGE  # a process without one: as before
+    assert "CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)" in sql.EXCHANGE_LIMITED
     wanted = decisions.wanted(["B", "A"], {}, {}, 4, {"B": 2})
     assert wanted == [{"name": "A", "cap": 4}, {"name": "B", "cap": 4, "global": 2}]
 

@@ -101,10 +101,8 @@ EXCHANGE = """WITH RECURSIVE endings AS (
                 ORDER BY q.priority DESC LIMIT 1)
         FROM levels WHERE levels.priority IS NOT NULL
     ), wanted AS (
-        SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
-            ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name, w.global))
-            END AS cap
-        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global int)
+        SELECT w.name, least(w.cap, %(free)s) AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
         WHERE %(free)s > 0
     ), candidates AS MATERIALIZED (
         SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
@@ -153,7 +151,7 @@ Completed runs, nearly every ending, arrive as two array literals (`completed`: 
 runs whose handler returned a value (not `None`) among them, and the wanted names as
 JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result"}]`, a missing
 key read as NULL, the result already JSON so the client only puts text together; and
-`[{"name", "cap", "global"}]`, `global` only for a name with a global limit). Every ending writes its `result`: NULL but for a completed run
+`[{"name", "cap"}]`). Every ending writes its `result`: NULL but for a completed run
 that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
@@ -176,14 +174,8 @@ plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
 
-Global limits (`Queue.limit(..., scope="global")`): a wanted name with a `global`
-limit is capped by `axa_queue_room` (migration 6), which locks the name for the rest of
-the transaction and counts its running jobs with a snapshot of its own, so two
-processes never both see the same free places. Names without one never call it: their
-claim reads what it read before (the `wanted` CTE is materialized now, a volatile call
-in it, which costs nothing measurable: `bench/run.py`). The client sorts the wanted
-names, so statements take the names' locks in one order and never deadlock on them;
-the endings are written before any is taken (a claim never waits for a row lock).
+Global limits are claimed by `EXCHANGE_LIMITED`, this statement with a gate in
+`wanted`; a process without any sends this one, unchanged.
 
 Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
 again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
@@ -211,6 +203,44 @@ by the table's oid, say when (`WAITING` is the other side):
 One lock taken, and one taken and let go, per ending: under a microsecond each (a
 `told` CTE over `finished` run by an InitPlan cost 10% more server CPU per statement at
 one ending a statement; this costs nothing measurable)."""
+
+
+def _with_gate(statement: str) -> str:
+    """`statement` (`EXCHANGE`) whose `wanted` caps a name with a `global` limit by
+    `axa_queue_room`; refuses a statement whose `wanted` is not the one expected."""
+    plain = """    ), wanted AS (
+        SELECT w.name, least(w.cap, %(free)s) AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
+        WHERE %(free)s > 0
+    ), candidates"""
+    gated = """    ), wanted AS (
+        SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
+            ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name, w.global))
+            END AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global int)
+        WHERE %(free)s > 0
+    ), candidates"""
+    if plain not in statement:
+        raise AssertionError("EXCHANGE's wanted CTE changed: change _with_gate with it")
+    return statement.replace(plain, gated)
+
+
+EXCHANGE_LIMITED = _with_gate(EXCHANGE)
+"""`EXCHANGE` for a process with global limits (`Queue.limit(..., scope="global")`): the
+same statement, but a wanted name may carry its `global` limit (`[{"name", "cap",
+"global"}]`), and its cap is then cut to `axa_queue_room` (migration 6), which locks
+the name for the rest of the transaction and counts its running jobs, every process's,
+with a snapshot of its own, so two processes never both see the same free places.
+Other names never call it (a `CASE`). The call makes `wanted` a materialized CTE (a
+volatile function keeps it from being folded in), which is why a process without
+global limits sends `EXCHANGE` itself, whose plan stays as it was.
+
+The client sorts the wanted names, so statements take the names' locks in one order
+and never deadlock on them; the endings are written before any is taken, and the
+claim never waits for a row lock (`SKIP LOCKED`), so a statement holding a name's lock
+waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statement
+that committed while this one waited for the lock is found `running` when locked, and
+skipped."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
