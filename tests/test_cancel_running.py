@@ -5,6 +5,7 @@ the run does afterwards is refused: the job stays `cancelled`."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any
 
@@ -239,7 +240,7 @@ def test_the_fate_of_a_run_whose_job_was_cancelled_under_its_attempt_is_not_a_re
         found_attempts=2,
         became=None,
     )
-    assert level == 20 and "cancelled" in message and "review" not in message
+    assert level == logging.INFO and "cancelled" in message and "review" not in message
 
 
 async def test_a_crate_worker_runs_a_job_we_cancelled_to_its_end_and_its_ending_is_refused(
