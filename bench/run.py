@@ -249,12 +249,16 @@ def bench_queue(
     started: dict[str, float] | None = None,
     prefetch: int = 0,
     held: list[psycopg.AsyncCursor[Any]] | None = None,
+    global_limit: int | None = None,
 ) -> Queue:
     """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
     writes its key to `bench_done` on one of the queue's own connections, as a handler
     would; or, given `held` (a cursor per loop, each on its own connection), with a
-    cursor it holds, as the floor's workers do. `started` gets each key's start time."""
+    cursor it holds, as the floor's workers do. `started` gets each key's start time.
+    `global_limit` limits the job across processes (`scope="global"`)."""
     queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))
+    if global_limit is not None:
+        queue.limit(JOB, global_limit, scope="global")
 
     @queue.handler(JOB)
     async def noop(args: dict[str, Any]) -> None:
@@ -512,14 +516,20 @@ def _per_job(busy: float | None, jobs: int) -> float | None:
 
 
 async def _drain_in_process(
-    dsn: str, jobs: int, loops: int, timeout: float, prefetch: int = 0, hold: bool = False
+    dsn: str,
+    jobs: int,
+    loops: int,
+    timeout: float,
+    prefetch: int = 0,
+    hold: bool = False,
+    global_limit: int | None = None,
 ) -> Drain:
     connections = [
         await psycopg.AsyncConnection.connect(dsn, autocommit=True)
         for _ in range(loops if hold else 0)
     ]
     held = [conn.cursor() for conn in connections] if hold else None
-    queue = bench_queue(dsn, loops, prefetch=prefetch, held=held)
+    queue = bench_queue(dsn, loops, prefetch=prefetch, held=held, global_limit=global_limit)
     await queue.open()
     try:
         await queue_jobs(queue, jobs)
@@ -697,17 +707,22 @@ def drain_axa(
     prefetch: int = 0,
     *,
     hold: bool = False,
+    global_limit: int | None = None,
 ) -> Drain:
     """Jobs/s of axa-queue running `jobs` pre-queued no-op jobs with `loops` loops in
     each of `processes` processes (this one when 1, else spawned children), from the
     start of `run` to the last ending recorded; then checks exactly-once. `prefetch`
     (one process only) claims that many jobs ahead of the loops; `hold` (one process
-    only) has the handler write on a connection it holds, not one from the pool."""
+    only) has the handler write on a connection it holds, not one from the pool;
+    `global_limit` (one process only) limits the job across processes, which every
+    claim then checks (`axa_queue_room`)."""
     timeout = max(60.0, jobs / 50)
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn)
         if processes == 1:
-            rate = asyncio.run(_drain_in_process(sdsn, jobs, loops, timeout, prefetch, hold))
+            rate = asyncio.run(
+                _drain_in_process(sdsn, jobs, loops, timeout, prefetch, hold, global_limit)
+            )
         else:
             rate = _drain_processes(sdsn, jobs, loops, processes, timeout)
         verify_axa(sdsn, jobs)
@@ -1440,6 +1455,18 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                 ),
             )
         )
+        # Global limits: one as high as the loops (it never binds: the gate's cost alone),
+        # and one of half of them (it binds: the drain runs at most that many at once).
+        for limit, suffix in ((pl, "g"), (max(pl // 2, 1), "gh")):
+            found.append(
+                (
+                    f"drain axa 1 x {pl} loops, global limit {limit}",
+                    _drained(
+                        f"drain.axa.1x{pl}{suffix}",
+                        partial(drain_axa, dsn, config.drain_jobs, pl, global_limit=limit),
+                    ),
+                )
+            )
         if config.processes > 1:
             key = f"{config.processes}x{config.process_loops}"
             found.append(
@@ -1763,6 +1790,16 @@ def format_report(report: Report) -> str:
             f"  axa 1 x {c.process_loops}, prefetch {c.prefetch}, like for like vs (b)",
             m(f"drain.axa.1x{c.process_loops}ph"),
             base,
+        )
+        row(
+            f"  axa 1 x {c.process_loops}, global limit {c.process_loops} vs no limit",
+            m(f"drain.axa.1x{c.process_loops}g"),
+            m(f"drain.axa.1x{c.process_loops}"),
+        )
+        row(
+            f"  axa 1 x {c.process_loops}, global limit {max(c.process_loops // 2, 1)} vs no limit",
+            m(f"drain.axa.1x{c.process_loops}gh"),
+            m(f"drain.axa.1x{c.process_loops}"),
         )
         if c.processes > 1:
             row(

@@ -3,7 +3,6 @@ caller's transaction, as codes, in a table that is only ever added to."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -86,9 +85,9 @@ async def test_a_cancelled_job_never_runs(make_queue, admin) -> None:
 
 @pytest.mark.parametrize(
     ("state", "attempts"),
-    [("running", 1), ("completed", 1), ("failed", 1), ("cancelled", 0), ("needs_review", 1)],
+    [("completed", 1), ("failed", 1), ("cancelled", 0), ("needs_review", 1)],
 )
-async def test_cancelling_a_job_that_is_not_queued_changes_nothing_and_writes_nothing(
+async def test_cancelling_a_job_neither_queued_nor_running_changes_nothing_and_writes_nothing(
     make_queue, admin, state: str, attempts: int
 ) -> None:
     queue = await make_queue()
@@ -101,28 +100,6 @@ async def test_cancelling_a_job_that_is_not_queued_changes_nothing_and_writes_no
     assert result == ActResult(applied=False, kind=None, found=JobState(state))
     assert job_row(admin, job_id) == before
     assert act_rows(admin) == []
-
-
-async def test_cancelling_a_job_that_is_really_running_leaves_it_running_to_its_end(
-    make_queue, admin
-) -> None:
-    queue = await make_queue()
-    started, release = asyncio.Event(), asyncio.Event()
-
-    @queue.handler("Long")
-    async def long(args: Any) -> None:
-        started.set()
-        await release.wait()
-
-    job_id = await queue.enqueue("Long", {})
-    async with running(queue):
-        await asyncio.wait_for(started.wait(), 15)
-        async with queue.connection() as conn:
-            result = await cancel(conn, job_id, "ops:alice", "too_late")
-        assert not result and result.found is JobState.RUNNING
-        release.set()
-        await eventually(lambda: status_of(admin, job_id)[0] == "completed")
-    assert await queue.acts(job_id) == []
 
 
 async def test_an_act_on_a_job_that_does_not_exist_finds_nothing_and_writes_nothing(

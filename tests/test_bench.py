@@ -60,6 +60,8 @@ def test_every_workload_runs_once(database_url: str) -> None:
         "drain.axa.1x10",
         "drain.axa.1x10p",
         "drain.axa.1x10ph",
+        "drain.axa.1x10g",
+        "drain.axa.1x10gh",
         "drain.axa.2x10",
         "drain.floor.one",
         "drain.floor.batch",

@@ -196,13 +196,24 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
     types = "uuid[], int[], json, int, json, uuid[], timestamptz"
-    claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL").format(
-        pgsql.Literal(json.dumps([{"name": "Backlog", "cap": 10}]))
+    # The same with a global limit on the name (`EXCHANGE_LIMITED`: a gate in `wanted`).
+    limited = re.sub(
+        r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_LIMITED
     )
-    plan = _generic_plan(admin, numbered, types, claim)
-    candidates = plan.split("CTE candidates")[1].split("CTE picked")[0]
-    assert "axa_queue_pick" in candidates, plan
-    assert "axa_queue_ready" not in candidates, plan
+    for statement, wanted in (
+        (numbered, {"name": "Backlog", "cap": 10}),
+        (limited, {"name": "Backlog", "cap": 10, "global": 5}),
+    ):
+        claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL").format(
+            pgsql.Literal(json.dumps([wanted]))
+        )
+        plan = _generic_plan(admin, statement, types, claim)
+        candidates = plan.split("CTE candidates")[1].split("CTE picked")[0]
+        assert "axa_queue_pick" in candidates, plan
+        assert "axa_queue_ready" not in candidates, plan
+    # Which jobs are due is judged by now() itself, never a parameter (see EXCHANGE).
+    for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED):
+        assert "AND run_at <= now() AND id <> ALL" in statement
 
 
 async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(

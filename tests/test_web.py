@@ -154,6 +154,27 @@ def test_a_signed_in_person_cancels_a_selection_and_each_act_records_their_name(
     assert "INC-7" in board.get("/acts?by=alice").text
 
 
+def test_cancelling_a_running_job_from_the_dashboard_says_its_worker_was_told(
+    board: TestClient, admin
+) -> None:
+    [job] = seed(admin, "Mail", "queued")
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() WHERE id = %s",
+        (job,),
+    )
+    page = board.get("/jobs?state=running")
+    assert 'value="cancel"' in page.text and str(job) in page.text
+    assert 'value="cancel"' in board.get(f"/jobs/{job}").text
+    answer = board.post(
+        "/act",
+        data={"act": "cancel", "id": str(job), "reason": "INC-8", "csrf": csrf_of(page.text)},
+        headers=ORIGIN,
+    )
+    said = re.findall(r'class="said">([^<]*)<', answer.text)
+    assert said == ["cancelled while it ran; its worker was told to stop it"]
+    assert acts_of(admin, job) == [("cancelled", "alice", "INC-8")]
+
+
 def test_retry_and_release_record_their_acts(board: TestClient, admin) -> None:
     [failed] = seed(admin, "Pay", "failed")
     [review] = seed(admin, "Pay", "needs_review")

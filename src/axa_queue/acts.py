@@ -1,7 +1,7 @@
 """A person's acts on jobs: cancel, retry and release, kept as records.
 
 A job row is state: it changes as the job runs, and retention deletes it. What a
-person does to a job is a record. `cancel` stops a queued job; `retry` queues a
+person does to a job is a record. `cancel` stops a queued or running job; `retry` queues a
 failed one again (act `retried`) or releases one from review (act `released`). Each
 takes the caller's connection and a `by` and `reason`, and changes the job and
 appends the act in one statement, so the act, the change and the caller's own audit
@@ -48,7 +48,7 @@ class ActKind(str, enum.Enum):
     """What a person did to a job. The values are the `act` column's."""
 
     CANCELLED = "cancelled"
-    """Cancelled it while it was queued."""
+    """Cancelled it while it was queued or running."""
     RETRIED = "retried"
     """Queued it again after it failed."""
     RELEASED = "released"
@@ -152,10 +152,18 @@ def cancel(conn: SomeSyncConnection, job_id: UUID, by: str, reason: str) -> ActR
 def cancel(
     conn: AnyConnection, job_id: UUID, by: str, reason: str
 ) -> ActResult | Awaitable[ActResult]:
-    """Cancel job `job_id` if it is still queued, as an act of `by` for `reason`, in the
-    caller's transaction. A job in any other state, or no such job, changes nothing and
-    writes no act; the result says so. A running job runs on: cancelling cannot stop
-    work in progress. The job's row stays locked until the transaction ends.
+    """Cancel job `job_id` if it is queued or running, as an act of `by` for `reason`,
+    in the caller's transaction. A job in any other state, or no such job, changes
+    nothing and writes no act; the result says so (`found`: the state it was in).
+
+    A running job is stopped once the caller commits: the process running it is told
+    at once (a notification; its next heartbeat otherwise), cancels an async handler
+    (which sees `asyncio.CancelledError`) and sets `current_job().cancelled` for a sync
+    one, which runs on until it returns (a handler that ignores it is stopped at its
+    timeout). Whatever the run does afterwards is refused by the fence: the job stays
+    `cancelled`. A Rust crate worker running it runs on to its end, and its ending is
+    refused the same way. Rolled back, nothing happens and the job runs on. The job's
+    row stays locked until the transaction ends.
 
     Raises `NotACodeError` before anything is sent when `by` or `reason` is not a
     visible code (the rule is `check_code`'s: 1 to 200 printable characters, no

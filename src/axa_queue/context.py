@@ -14,11 +14,29 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 from uuid import UUID, uuid4
 
 from .errors import NotInAJobError
 
-__all__ = ["JobContext", "current_job", "enter", "fresh", "leave", "running_job", "running_or_none"]
+__all__ = [
+    "JobContext",
+    "Stoppable",
+    "current_job",
+    "enter",
+    "fresh",
+    "leave",
+    "running_job",
+    "running_or_none",
+]
+
+
+class Stoppable(Protocol):
+    """What a run's context reads its `cancelled` flag from: the worker's own record of
+    the run, whose `stopped` is set (on the event loop) when the run is stopped."""
+
+    @property
+    def stopped(self) -> object: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +59,18 @@ class JobContext:
     `traceparent`, and `tracestate` if any), or `None`: jobs queued outside a trace, by a
     schedule or by the Rust crate have none. `axa_queue.otel` links the run's span to
     it; other tracing code may read it the same way (docs/observability.md)."""
+    _run: Stoppable | None = field(default=None, repr=False, compare=False)
+    """The worker's record of the run (`None` for a run without a row): `cancelled`
+    reads it, so the flag changes while this context stays frozen."""
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether this run has been stopped: its job cancelled by a person (`cancel`,
+        on any connection, once committed), its timeout passed, or its claim lost. An
+        async handler is cancelled then (it sees `asyncio.CancelledError`); a sync one
+        runs on in its thread until it returns, so a long one polls this and stops.
+        Nothing it returns afterwards is recorded. Safe to read from any thread."""
+        return self._run is not None and self._run.stopped is not None
 
     @property
     def is_last_attempt(self) -> bool:

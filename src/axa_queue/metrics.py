@@ -91,7 +91,7 @@ log = logging.getLogger("axa_queue.metrics")
 STATES = ("ready", "waiting", "running", "completed", "failed", "cancelled", "needs_review")
 """The `state` label of `axa_queue_jobs`: the fields of `Counts`."""
 
-OUTCOMES = ("completed", "retried", "failed", "lost")
+OUTCOMES = ("completed", "retried", "failed", "lost", "cancelled")
 """The `outcome` label of `axa_queue_runs_total`."""
 
 DURATION_BUCKETS = (

@@ -16,7 +16,7 @@ import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
 
 import psycopg
@@ -197,15 +197,30 @@ class Queue(Connected):
         self.handlers[name] = registered
         return registered
 
-    def limit(self, name: str, jobs: int) -> None:
-        """Run at most `jobs` (at least one) jobs named `name` at once in this process.
-        Other names keep the remaining loops busy. Not a limit across processes."""
+    def limit(
+        self, name: str, jobs: int, *, scope: Literal["process", "global"] = "process"
+    ) -> None:
+        """Run at most `jobs` (at least one) jobs named `name` at once: in this process
+        (`scope="process"`, the default; other names keep the remaining loops busy), or
+        across every process and host (`scope="global"`, enforced by the claim
+        statement: running jobs of that name are counted under a lock, a crashed
+        process's until stale recovery frees them). A name may have both. Every process
+        that handles the name must register the same global limit: each claim checks
+        the limit its own process registered (docs/handlers.md)."""
         check_name(name)
         if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
             raise OptionsError(
                 f"expected the limit of job {name!r} to be a positive integer, got: {jobs!r}"
             )
-        self.limits[name] = jobs
+        if scope == "process":
+            self.limits[name] = jobs
+        elif scope == "global":
+            self.registry.global_limits[name] = jobs
+        else:
+            raise OptionsError(
+                f'expected the scope of the limit of job {name!r} to be "process" or '
+                f'"global", got: {scope!r}'
+            )
 
     def schedule(self, schedule: Schedule) -> Schedule:
         """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice."""
@@ -216,8 +231,8 @@ class Queue(Connected):
 
     def observe(self, observer: RunObserver) -> RunObserver:
         """Call `observer(job name, outcome, seconds)` as each run in this process ends:
-        `outcome` is `completed`, `retried`, `failed` or `lost`, told once the ending is
-        recorded, and `seconds` is how long the handler ran. It runs on the event loop,
+        `outcome` is `completed`, `retried`, `failed`, `lost` or `cancelled` (its job
+        cancelled by a person while it ran), told once the ending is recorded, and `seconds` is how long the handler ran. It runs on the event loop,
         so it must be quick; what it raises is logged. It is never given the arguments.
         Returns `observer`, so it can be used as a decorator. For metrics."""
         self.observers.append(observer)

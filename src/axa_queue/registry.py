@@ -49,6 +49,9 @@ class Registry:
     handlers: dict[str, JobHandler[Any]] = field(default_factory=dict)
     limits: dict[str, int] = field(default_factory=dict)
     """At most this many runs of the name at once in this process."""
+    global_limits: dict[str, int] = field(default_factory=dict)
+    """At most this many runs of the name at once across every process (checked by the
+    claim statement, `sql.EXCHANGE`)."""
     schedules: list[Schedule] = field(default_factory=list)
     observers: list[RunObserver] = field(default_factory=list)
     threads: ThreadHooks = field(default_factory=ThreadHooks)

@@ -18,7 +18,7 @@ import re
 
 from psycopg import sql as pgsql
 
-__all__ = ["CHANNEL", "DONE_CHANNEL", "in_schema"]
+__all__ = ["CANCEL_CHANNEL", "CHANNEL", "DONE_CHANNEL", "in_schema"]
 
 CHANNEL = "axa_queue"
 """The LISTEN/NOTIFY channel; the payload is `<schema> <seconds until the earliest new job>`."""
@@ -28,6 +28,12 @@ DONE_CHANNEL = "axa_queue_done"
 ...` (`EXCHANGE`, `CANCEL` and `MARK_LOST` name one job each), or `<oid> *` (look at
 every job waited for: stale recovery finishing more than 150). Sent only while someone
 waits, but by `CANCEL`, `MARK_LOST` and `RECOVER_STALE`, which are rare."""
+
+CANCEL_CHANNEL = "axa_queue_cancel"
+"""The channel of running jobs a person cancelled (`CANCEL`); the payload is the job's
+id. Workers listen to it beside `CHANNEL`; one running the job checks it with a
+heartbeat at once (`HEARTBEAT` says which runs are cancelled), so a notification for
+another schema's job of the same id costs one heartbeat and stops nothing."""
 
 CURRENT_SCHEMA = "SELECT current_schema()"
 """The schema the tables resolve to, which notifications name (unless the queue is
@@ -225,6 +231,9 @@ plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
 
+Global limits are claimed by `EXCHANGE_LIMITED`, this statement with a gate in
+`wanted`; a process without any sends this one, unchanged.
+
 Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
 again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
 table's oid and the job's id, in `finished`'s RETURNING (`told`, which no one reads: a
@@ -252,18 +261,68 @@ One lock taken, and one taken and let go, per ending: under a microsecond each (
 `told` CTE over `finished` run by an InitPlan cost 10% more server CPU per statement at
 one ending a statement; this costs nothing measurable)."""
 
+
+def _with_gate(statement: str) -> str:
+    """`statement` (`EXCHANGE`) whose `wanted` caps a name with a `global` limit by
+    `axa_queue_room`; refuses a statement whose `wanted` is not the one expected."""
+    plain = """    ), wanted AS (
+        SELECT w.name, least(w.cap, %(free)s) AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
+        WHERE %(free)s > 0
+    ), candidates"""
+    gated = """    ), wanted AS (
+        SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
+            ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name, w.global))
+            END AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global int)
+        WHERE %(free)s > 0
+    ), candidates"""
+    if plain not in statement:
+        raise AssertionError("EXCHANGE's wanted CTE changed: change _with_gate with it")
+    return statement.replace(plain, gated)
+
+
+EXCHANGE_LIMITED = _with_gate(EXCHANGE)
+"""`EXCHANGE` for a process with global limits (`Queue.limit(..., scope="global")`): the
+same statement, but a wanted name may carry its `global` limit (`[{"name", "cap",
+"global"}]`), and its cap is then cut to `axa_queue_room` (migration 6), which locks
+the name for the rest of the transaction and counts its running jobs, every process's,
+with a snapshot of its own, so two processes never both see the same free places.
+Other names never call it (a `CASE`). The call makes `wanted` a materialized CTE (a
+volatile function keeps it from being folded in), which is why a process without
+global limits sends `EXCHANGE` itself, whose plan stays as it was.
+
+The client sorts the wanted names, so statements take the names' locks in one order
+and never deadlock on them; the endings are written before any is taken, and the
+claim never waits for a row lock (`SKIP LOCKED`), so a statement holding a name's lock
+waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statement
+that committed while this one waited for the lock is found `running` when locked, and
+skipped."""
+
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
+    ), beaten AS (
+        UPDATE axa_queue q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
+        FROM beats r
+        WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
+          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
+        RETURNING q.id::text AS id, q.attempts
     )
-    UPDATE axa_queue q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
-    FROM beats r
-    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
-      AND q.attempts = r.attempts AND q.status = (SELECT 'running')
-    RETURNING q.id::text AS id, q.attempts"""
+    SELECT id, attempts, false AS cancelled FROM beaten
+    UNION ALL
+    SELECT q.id::text, q.attempts, true FROM axa_queue q JOIN beats r
+        ON q.id = r.id AND q.attempts = r.attempts
+    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.status = (SELECT 'cancelled')"""
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
 endings are, never by scanning every running job of every worker. Stamped with
-`clock_timestamp()`, when the row is written, even after waiting for a lock."""
+`clock_timestamp()`, when the row is written, even after waiting for a lock.
+
+A run whose job a person cancelled under its attempt (`CANCEL`) comes back with
+`cancelled` true: its process stops it without writing anything (the fallback of
+`CANCEL_CHANNEL`). That branch reads the statement's snapshot: a cancel committed while
+the statement ran is not seen there, so the run is found lost, and `MARK_LOST`, which
+reads the row locked, finds it cancelled."""
 
 MARK_LOST = """WITH found AS (
         SELECT id, status, attempts, error, max_attempts FROM axa_queue
@@ -511,10 +570,14 @@ PING = "SELECT 1"
 
 # --- Acts ------------------------------------------------------------------------------
 
-CANCEL = """WITH changed AS (
-        UPDATE axa_queue SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
-        WHERE id = %(id)s AND status = 'queued'
-        RETURNING id, name, attempts
+CANCEL = """WITH target AS (
+        SELECT id, status FROM axa_queue
+        WHERE id = %(id)s AND status IN ('queued', 'running')
+        FOR UPDATE
+    ), changed AS (
+        UPDATE axa_queue q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
+        FROM target WHERE q.id = target.id
+        RETURNING q.id, q.name, q.attempts, target.status AS was
     ), kept AS (
         INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
@@ -522,15 +585,23 @@ CANCEL = """WITH changed AS (
     ), told AS (
         SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || id::text)
         FROM changed
+        UNION ALL
+        SELECT pg_notify('axa_queue_cancel', id::text) FROM changed WHERE was = 'running'
     )
     SELECT (SELECT act FROM kept) AS act,
-        (SELECT status FROM axa_queue WHERE id = %(id)s) AS found,
+        COALESCE((SELECT status FROM target),
+                 (SELECT status FROM axa_queue WHERE id = %(id)s)) AS found,
         (SELECT count(*) FROM told) AS told"""
-"""Cancel a queued job and keep the act, in one statement; any other state changes
-nothing and writes no act. Returns the act kept (or NULL) and the state it found. A job
-cancelled is told to waiters (`DONE_CHANNEL`) when the caller's transaction commits:
-always, without the advisory lock `EXCHANGE` asks, which would be held until the
-caller's commit and keep new waiters waiting that long."""
+"""Cancel a queued or running job and keep the act, in one statement; any other state
+changes nothing and writes no act. Returns the act kept (or NULL) and the state it
+found: the state it cancelled (read locked), else the state of the job it left alone. A job cancelled is told to waiters (`DONE_CHANNEL`) when the
+caller's transaction commits: always, without the advisory lock `EXCHANGE` asks, which
+would be held until the caller's commit and keep new waiters waiting that long.
+
+A running job's row becomes `cancelled` under the same attempt: the run's ending is
+then refused by the fence (`status = 'running'`, ours and the crate's alike), its
+heartbeat reports it cancelled (`HEARTBEAT`), and `CANCEL_CHANNEL` tells its process
+at once, on the caller's commit (NOTIFY is transactional: a rollback tells no one)."""
 
 RETRY = """WITH target AS (
         SELECT id, status FROM axa_queue
@@ -905,6 +976,10 @@ WAITING_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, false)"
 wait's time left, as `<n>ms`; `0` for no limit): it waits behind statements finishing
 jobs, one of which may itself wait for a row lock."""
 
+LISTEN_CANCEL = "LISTEN axa_queue_cancel"
+"""Receive word of running jobs a person cancelled (`CANCEL_CHANNEL`), on the worker's
+notification connection."""
+
 LISTEN_DONE = "LISTEN axa_queue_done"
 """Receive word of finished jobs (`DONE_CHANNEL`), for `Queue.wait`."""
 
@@ -940,7 +1015,9 @@ _TABLE_LITERAL = re.compile(
 )
 """A table named in a literal that becomes a `regclass`."""
 
-_FUNCTION = re.compile(r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role)(?=\()")
+_FUNCTION = re.compile(
+    r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role|axa_queue_room)(?=\()"
+)
 """A function the setup makes (a trigger of the same name is not followed by `(`)."""
 
 

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..acts import Act, ActKind, ActResult, cancel, retry
 from ..errors import JobNotFoundError
+from ..jobs import JobState
 from ..queue import Queue
 from .conventions import Failed, Printed, answer, dsn_option, json_option
 from .text import shown, when
@@ -90,17 +91,20 @@ def _act(
 @click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
 @dsn_option
 def cancel_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
-    """Cancel a queued job, recording who and why, in one transaction.
+    """Cancel a queued or running job, recording who and why, in one transaction.
 
-    Only a queued job can be cancelled: a running one runs on.
+    A running job's process is told at once and stops its handler; whatever the run
+    does afterwards is not recorded.
     """
 
     def said(result: ActResult) -> str:
         if not result:
             raise Failed(
                 f"cannot cancel job {job_id}: it is {result.found}; "
-                "only a queued job can be cancelled"
+                "only a queued or running job can be cancelled"
             )
+        if result.found is JobState.RUNNING:
+            return f"cancelled job {job_id}; the process running it was told to stop it"
         return f"cancelled job {job_id}"
 
     _act(dsn, job_id, by, reason, cancel, said)

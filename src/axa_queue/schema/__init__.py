@@ -90,10 +90,12 @@ SETUP_MISSING = """SELECT 'table ' || t FROM unnest(%(tables)s::text[]) AS t
         WHERE NOT EXISTS (SELECT 1 FROM pg_constraint n
             WHERE n.conrelid = to_regclass(%(prefix)s || k.t) AND n.conname = k.c)
     UNION ALL
-    SELECT 'function ' || f.f || '()' FROM unnest(%(functions)s::text[], %(bodies)s::text[])
-            AS f(f, body)
+    SELECT 'function ' || f.f || CASE WHEN strpos(f.f, '(') > 0 THEN '' ELSE '()' END
+        FROM unnest(%(functions)s::text[], %(bodies)s::text[]) AS f(f, body)
         WHERE NOT EXISTS (SELECT 1 FROM pg_proc p
-            WHERE p.oid = to_regprocedure(%(prefix)s || f.f || '()') AND p.prosrc = f.body)
+            WHERE p.oid = to_regprocedure(%(prefix)s || f.f
+                                          || CASE WHEN strpos(f.f, '(') > 0 THEN '' ELSE '()' END)
+              AND p.prosrc = f.body)
     UNION ALL
     SELECT 'trigger ' || g.g FROM unnest(%(trigger_tables)s::text[], %(triggers)s::text[],
             %(trigger_always)s::bool[]) AS g(t, g, always)

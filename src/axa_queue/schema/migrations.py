@@ -343,6 +343,43 @@ RECORD_5 = """INSERT INTO axa_schema_version (version, name)
     VALUES (5, 'unique jobs') ON CONFLICT (version) DO NOTHING"""
 """Migration 5 is applied."""
 
+# --- Migration 6: global limits (additive) -----------------------------------------------
+
+SETUP_ROOM_FUNCTION = """CREATE OR REPLACE FUNCTION axa_queue_room(jobs regclass, job_name text, most integer)
+RETURNS integer LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    running integer;
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(jobs::oid::text || ' ' || job_name, 1635213689));
+    IF jobs = to_regclass('"axa_queue"') THEN
+        SELECT count(*) INTO running FROM "axa_queue" WHERE status = 'running' AND name = job_name;
+    ELSE
+        EXECUTE format('SELECT count(*) FROM %s WHERE status = ''running'' AND name = $1', jobs)
+            INTO running USING job_name;
+    END IF;
+    RETURN greatest(most - running, 0);
+END
+$$"""
+"""How many more jobs named `job_name` may start now under a global limit of `most`:
+`most` less the jobs of that name running in table `jobs`, every process's (a crashed
+one's too, until stale recovery frees them). Called by `EXCHANGE`'s claim for each
+name with a global limit. It first takes a transaction-level advisory lock for the
+name (held until the claim commits), so claims of a limited name are taken one
+statement at a time across every process; and, being `VOLATILE` (its query run by
+`EXECUTE`), it counts with a snapshot taken after the lock, which sees every claim
+committed before: a query of the calling statement itself would see the statement's
+snapshot, taken before it waited, and miss the claims of the statement it waited for.
+The table comes as a `regclass`, so the count reads the caller's table whatever the
+search path: when the search path finds that table, by a static query, whose plan
+PL/pgSQL keeps (and makes again if the search path changes); else (a queue given its
+schema, behind a pooler) by `EXECUTE`, planned at every call. The table is named
+quoted, `"axa_queue"`, which the statements' schema rewriting (`sql.in_schema`) leaves
+alone, so the function's body is the same in every schema."""
+
+RECORD_6 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (6, 'global limits') ON CONFLICT (version) DO NOTHING"""
+"""Migration 6 is applied."""
+
 # --- Migrations ------------------------------------------------------------------------
 
 
@@ -359,7 +396,8 @@ class Expectations:
     constraints: tuple[tuple[str, str], ...] = ()
     """(table, constraint)."""
     functions: tuple[tuple[str, str], ...] = ()
-    """(name, body) of each function taking no argument."""
+    """(name, body) of each function: a bare name takes no argument, else the name is
+    given with its argument types (`axa_queue_room(regclass,text,integer)`)."""
     triggers: tuple[tuple[str, str, bool], ...] = ()
     """(table, name, whether it must fire always)."""
     storage: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -377,7 +415,7 @@ class Expectations:
             *(f"column {t}.{c}" for t, c in self.columns),
             *(f"index {i}" for i in self.indexes),
             *(f"constraint {c}" for _, c in self.constraints),
-            *(f"function {f}()" for f, _ in self.functions),
+            *(f"function {f}" if "(" in f else f"function {f}()" for f, _ in self.functions),
             *(f"trigger {g}" for _, g, _ in self.triggers),
             *(f"storage settings of {t}" for t, _ in self.storage),
         }
@@ -570,6 +608,15 @@ MIGRATIONS: tuple[Migration, ...] = (
         Expectations(
             columns=(("axa_queue", "unique_key"), ("axa_queue", "unique_for_ms")),
             indexes=("axa_queue_unique",),
+        ),
+    ),
+    Migration(
+        6,
+        "global limits",
+        (SETUP_ROOM_FUNCTION,),
+        RECORD_6,
+        Expectations(
+            functions=(("axa_queue_room(regclass,text,integer)", body_of(SETUP_ROOM_FUNCTION)),),
         ),
     ),
 )

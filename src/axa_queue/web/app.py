@@ -89,6 +89,8 @@ def _when(moment: datetime | None) -> str:
 def _outcome(result: ActResult) -> str:
     """What an act did, in words, from its own result."""
     if result.applied:
+        if result.kind is ActKind.CANCELLED and result.found is JobState.RUNNING:
+            return "cancelled while it ran; its worker was told to stop it"
         return {
             ActKind.CANCELLED: "cancelled",
             ActKind.RETRIED: "queued again for one more try (retried)",

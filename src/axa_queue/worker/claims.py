@@ -14,6 +14,7 @@ written its job's fate; only then is it counted and told to observers as `lost`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -27,7 +28,7 @@ from ..registry import Registry
 from ..retries import cut_error, first_line
 from . import decisions
 from .connections import Connections
-from .state import Run, State
+from .state import CANCELLED, Run, State
 
 __all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims"]
 
@@ -67,8 +68,9 @@ class Claims:
 
     # --- proofs and heartbeats -------------------------------------------------------
 
-    async def beat(self, runs: list[Run]) -> set[tuple[str, int]]:
-        """Report in for `runs`; returns the (id, attempt) of those still claimed."""
+    async def beat(self, runs: list[Run]) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+        """Report in for `runs`; returns the (id, attempt) of those still claimed, and of
+        those whose job a person cancelled under that attempt."""
         rows = await self.connections.on_side(
             sql.HEARTBEAT,
             {
@@ -77,7 +79,8 @@ class Claims:
                 "now": self.connections.now(),
             },
         )
-        return {(row.id, row.attempts) for row in rows}
+        alive = {(row.id, row.attempts) for row in rows if not row.cancelled}
+        return alive, {(row.id, row.attempts) for row in rows if row.cancelled}
 
     def doubtful(self, one: Run) -> bool:
         """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
@@ -95,7 +98,7 @@ class Claims:
         while True:
             sent = time.monotonic()
             try:
-                alive = await self.beat([one])
+                alive, cancelled = await self.beat([one])
             except psycopg.Error as error:
                 log.warning(
                     "could not check a claim before starting its run; trying again",
@@ -106,14 +109,21 @@ class Claims:
             if one.key in alive:
                 one.last_heard = sent
                 return True
-            one.stopped = ("lost", "its claim was gone before its handler started")
+            if one.key in cancelled:
+                one.stopped = (CANCELLED, "cancelled by a person before its handler started")
+            else:
+                one.stopped = ("lost", "its claim was gone before its handler started")
             return False
 
     async def heartbeat_loop(self) -> None:
+        """Report in every `heartbeat_interval`, and at once when a notification says a
+        job this process runs was cancelled (`State.check_soon`)."""
         every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
         state = self.state
         while True:
-            await asyncio.sleep(every)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(state.check.wait(), every)
+            state.check.clear()
             runs = [r for r in state.runs.values() if not r.done]
             # Endings not yet written keep their claims too: the run is still this
             # process's until its ending lands.
@@ -122,7 +132,7 @@ class Claims:
                 continue
             sent = time.monotonic()
             try:
-                alive = await self.beat(runs + ended)
+                alive, cancelled = await self.beat(runs + ended)
             except psycopg.Error as error:
                 log.warning(
                     "heartbeat failed", extra={"error": first_line(error), "jobs": len(runs)}
@@ -137,7 +147,11 @@ class Claims:
             for one in runs:
                 if one.key in alive:
                     one.last_heard = max(one.last_heard, sent)
-                elif not one.done:
+                elif one.done:
+                    pass
+                elif one.key in cancelled:
+                    one.stop(CANCELLED, "cancelled by a person")
+                else:
                     one.lose("another worker or recovery took its claim")
 
     # --- lost claims -----------------------------------------------------------------
@@ -189,14 +203,23 @@ class Claims:
                 del state.losing[one.id]
             if one.key not in state.runs:  # the place it held comes free
                 state.in_use[one.name] -= 1
-                if one.name in self.registry.limits:
+                if one.name in self.registry.limits or one.name in self.registry.global_limits:
                     state.wake()
                 else:
                     state.poke()
-        if one.started:
-            state.stats["lost"] += 1
-            self.registry.tell(one.name, "lost", one.seconds, one.fields())
         found = rows[0] if rows else None
+        if one.started:
+            # A person cancelled the job under this run's attempt (its ending refused, or
+            # a cancel the heartbeat's snapshot missed): cancelled, not lost.
+            outcome = (
+                CANCELLED
+                if found is not None
+                and found.status == CANCELLED
+                and found.attempts == one.attempts
+                else "lost"
+            )
+            state.stats[outcome] += 1
+            self.registry.tell(one.name, outcome, one.seconds, one.fields())
         level, message = decisions.fate(
             started=one.started,
             attempts=one.attempts,

@@ -76,16 +76,29 @@ def holds(*, due: bool, endings: int, now: float, since: float) -> bool:
 
 
 def wanted(
-    names: Iterable[str], limits: Mapping[str, int], in_use: Mapping[str, int], free: int
+    names: Iterable[str],
+    limits: Mapping[str, int],
+    in_use: Mapping[str, int],
+    free: int,
+    global_limits: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """The names to claim, each with how many it may take now (its free places under a
-    limit, else all free places), as `sql.EXCHANGE` reads them."""
+    limit, else all free places), as `sql.EXCHANGE` reads them; a name with a global
+    limit also carries it (`global`), which the statement checks against every
+    process's running jobs. With global limits the names come sorted, so every process
+    takes the names' locks in the same order."""
     found: list[dict[str, Any]] = []
     for name in names:
         limit = limits.get(name)
         cap = free if limit is None else min(limit - in_use.get(name, 0), free)
         if cap > 0:
             found.append({"name": name, "cap": cap})
+    if global_limits:
+        for one in found:
+            most = global_limits.get(one["name"])
+            if most is not None:
+                one["global"] = most
+        found.sort(key=lambda one: str(one["name"]))
     return found
 
 
@@ -142,6 +155,8 @@ def fate(
     if became is not None:
         now = "queued again" if became == "queued" else "failed: no attempts left"
         return logging.WARNING, f"{head}: no one had taken its claim, so it is {now}"
+    if found_attempts == attempts and status == "cancelled":
+        return logging.INFO, f"{head}: a person cancelled its job while it ran; it stays cancelled"
     if found_attempts > attempts:
         return (
             logging.WARNING,

@@ -77,6 +77,12 @@ class Exchange:
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since (see `Worker.trouble`)."""
 
+    @property
+    def statement(self) -> str:
+        """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit:
+        a process without one sends the plain statement, whose plan is unchanged."""
+        return sql.EXCHANGE_LIMITED if self.registry.global_limits else sql.EXCHANGE
+
     def _flush_due(self) -> None:
         """The oldest ending gathered has waited `HOLD_ENDINGS`: send them now."""
         self.flush_at = None
@@ -124,7 +130,13 @@ class Exchange:
                 self.flush_at = None
             batch, since, state.endings = state.endings, state.endings_since, []
             wanted = (
-                decisions.wanted(self.registry.handlers, self.registry.limits, state.in_use, free)
+                decisions.wanted(
+                    self.registry.handlers,
+                    self.registry.limits,
+                    state.in_use,
+                    free,
+                    self.registry.global_limits,
+                )
                 if claim
                 else []
             )
@@ -195,7 +207,7 @@ class Exchange:
                 row_factory=_rows(self.options.max_attempts, sent, self.limits, self.timeouts)
             )
             await cursor.execute(
-                sql.EXCHANGE,
+                self.statement,
                 {
                     # Array literals: ids are uuid text and attempts digits, nothing to quote.
                     "completed": "{" + ",".join(ids) + "}",

@@ -1,7 +1,8 @@
 """The listener: wakes the exchange loop on LISTEN/NOTIFY, reconnecting when it drops.
 
 A notification carries the schema of the job's table and, for a delayed job, the
-seconds until it is due; the exchange looks for work then.
+seconds until it is due; the exchange looks for work then. One on `CANCEL_CHANNEL`
+names a running job a person cancelled: the heartbeat checks it at once.
 """
 
 from __future__ import annotations
@@ -32,11 +33,17 @@ async def listen(
         try:
             conn = await connector.connect(session=False)
             async with conn:
+                # The cancels first: the session's last statement, which others can
+                # read in pg_stat_activity, says the wake-ups are heard.
+                await conn.execute(sql.LISTEN_CANCEL)
                 await conn.execute(sql.LISTEN)
                 pause = 0.1
                 troubles.cleared("listener")
                 state.wake()  # anything queued while we were not listening
                 async for note in conn.notifies():
+                    if note.channel == sql.CANCEL_CHANNEL:
+                        state.check_soon(note.payload)
+                        continue
                     there, _, delay = note.payload.rpartition(" ")
                     if there != schema:
                         continue

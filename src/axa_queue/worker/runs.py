@@ -30,7 +30,7 @@ from ..registry import Registry
 from ..retries import cut_error, describe
 from ..tracing import carrier_of
 from .claims import Claims
-from .state import Run, State, order_of
+from .state import CANCELLED, Run, State, order_of
 from .tasks import cancel_all, uncancel
 from .threads import JobThreads
 
@@ -112,7 +112,7 @@ class Runner:
         state.active -= 1
         state.runs.pop(one.key, None)
         state.in_use[one.name] -= 1
-        if one.name in self.registry.limits:
+        if one.name in self.registry.limits or one.name in self.registry.global_limits:
             state.wake()  # a place under its limit came free: its jobs may be waiting
 
     async def _execute(self, one: Run) -> None:
@@ -171,6 +171,20 @@ class Runner:
             uncancel()
         one.done = True
         one.seconds = time.monotonic() - started
+        if one.stopped is not None and one.stopped[0] == CANCELLED:
+            # The row says cancelled under this attempt (the heartbeat read it), a state
+            # no one moves a job out of: nothing to write, no fate to decide.
+            self._release(one)
+            if one.started:
+                self.state.stats[CANCELLED] += 1
+                self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
+            log.info(
+                "job stopped: cancelled by a person while it ran; nothing of the run is recorded"
+                if one.started
+                else "job not started: cancelled by a person",
+                extra=one.fields(),
+            )
+            return
         if one.stopped is not None and one.stopped[0] == "lost":
             try:
                 await asyncio.shield(self.claims.lose(one, f"stopped: {one.stopped[1]}"))
@@ -234,6 +248,7 @@ class Runner:
             one.limit,
             deadline,
             None if one.trace_context is None else carrier_of(one.trace_context),
+            one,
         )
 
     async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:

@@ -23,7 +23,11 @@ from typing import Any
 
 from . import decisions
 
-__all__ = ["Phase", "Run", "State"]
+__all__ = ["CANCELLED", "Phase", "Run", "State"]
+
+CANCELLED = "cancelled"
+"""The kind of stop of a run whose job a person cancelled (`Run.stopped`), and the
+outcome observers are told: nothing of the run is written, the job stays cancelled."""
 
 
 class Phase(enum.IntEnum):
@@ -56,7 +60,8 @@ class Run:
     """When (monotonic) the last statement that proved its claim was sent."""
     done: bool = False
     stopped: tuple[str, str] | None = None
-    """Why the run was stopped from outside: ("lost", reason) or ("timeout", text)."""
+    """Why the run was stopped from outside: ("lost", reason), ("timeout", text) or
+    (`CANCELLED`, reason). `JobContext.cancelled` reads it from the handler's thread."""
     order: tuple[int, float] = (0, 0.0)
     """Claim order: (minus priority, run_at in epoch seconds)."""
     task: asyncio.Task[None] | None = None
@@ -82,7 +87,8 @@ class Run:
     returned `None` (the row's result stays NULL). Private like the arguments."""
 
     def stop(self, kind: str, reason: str) -> None:
-        """Stop this run's handler: its claim is gone, or its time is up."""
+        """Stop this run's handler: its claim is gone, its time is up, or its job was
+        cancelled."""
         if self.done or self.stopped is not None:
             return
         self.stopped = (kind, reason)
@@ -160,6 +166,9 @@ class State:
         self.wake_at: asyncio.TimerHandle | None = None
         self.stats: Counter[str] = Counter()
         """Outcomes, each counted once its write is confirmed."""
+        self.check = asyncio.Event()
+        """Set when a notification says a job this process runs may have been cancelled:
+        the heartbeat loop reports in at once (`check_soon`)."""
 
     @property
     def stopping(self) -> bool:
@@ -209,6 +218,13 @@ class State:
                 return
             self.wake_at.cancel()
         self.wake_at = loop.call_at(when, self.wake)
+
+    def check_soon(self, job_id: str) -> None:
+        """A job was cancelled (`sql.CANCEL_CHANNEL`): if this process runs it, report in
+        now, and the heartbeat says whether the run is cancelled (the notification may
+        name another schema's job; only the heartbeat is believed)."""
+        if any(one.id == job_id for one in self.runs.values()):
+            self.check.set()
 
     def end(self, ending: Run) -> None:
         """Add an ending to be written by the next exchange."""
