@@ -38,6 +38,7 @@ from axa_queue import (
     otel,
     tracing,
 )
+from axa_queue.jobs import COPY_FROM
 from conftest import eventually, running, status_of
 
 
@@ -126,6 +127,7 @@ async def test_every_way_of_queuing_inside_a_span_stores_the_trace_context(
     with traced.tracer.start_as_current_span("request") as request:
         ids.append(await queue.enqueue("One"))
         ids.extend(await queue.enqueue_all([NewJob("Many"), NewJob("Many")]))
+        ids.extend(await queue.enqueue_all([NewJob("Copied")] * COPY_FROM))  # by COPY
         performed = await later.perform_later({"n": 1})
         assert performed is not None
         ids.append(performed)
@@ -136,6 +138,7 @@ async def test_every_way_of_queuing_inside_a_span_stores_the_trace_context(
         with psycopg.connect(dsn) as conn, conn.transaction():
             ids.append(enqueue_on(conn, NewJob("OnSync")))
             ids.extend(enqueue_all_on(conn, [NewJob("OnMany"), NewJob("OnManyToo")]))
+            ids.extend(enqueue_all_on(conn, [NewJob("OnCopied")] * COPY_FROM))
     sync.close()
     trace_id = f"{request.get_span_context().trace_id:032x}"
     for job_id in ids:
@@ -144,9 +147,11 @@ async def test_every_way_of_queuing_inside_a_span_stores_the_trace_context(
     names = sorted(s.name for s in traced.spans() if s.kind is SpanKind.PRODUCER)
     assert names == [
         "send",  # two names in one statement: no single destination
+        "send Copied",
         "send Later",
         "send Many",
         "send OnAsync",
+        "send OnCopied",
         "send OnSync",
         "send One",
         "send Sync",

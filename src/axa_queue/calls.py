@@ -48,6 +48,10 @@ class Call(Generic[T]):
     finished: Callable[[BaseException | None], None] | None = None
     """Told once the statement has run (`None`) or failed (what it raised): how a
     tracing hook ends its span around an enqueue (see `tracing`); usually `None`."""
+    copy_rows: Sequence[Sequence[Any]] | None = None
+    """For a `COPY ... FROM STDIN (FORMAT BINARY)` query: the rows to send, each value
+    of the PostgreSQL type `copy_types` names in its place (`params` is then unused)."""
+    copy_types: Sequence[str] = ()
 
     def __repr__(self) -> str:
         # Parameters may hold job arguments: never show them.
@@ -59,6 +63,12 @@ def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     if call.finished is not None:
         return _told_sync(conn, call, call.finished)
     with conn.cursor(row_factory=by_name) as cursor:
+        if call.copy_rows is not None:
+            with cursor.copy(call.query) as copy:
+                copy.set_types(call.copy_types)
+                for row in call.copy_rows:
+                    copy.write_row(row)
+            return call.read([], cursor.rowcount)
         cursor.execute(call.query, call.params)
         rows = cursor.fetchall() if cursor.description is not None else []
         return call.read(rows, cursor.rowcount)
@@ -69,6 +79,12 @@ async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     if call.finished is not None:
         return await _told_async(conn, call, call.finished)
     async with conn.cursor(row_factory=by_name) as cursor:
+        if call.copy_rows is not None:
+            async with cursor.copy(call.query) as copy:
+                copy.set_types(call.copy_types)
+                for row in call.copy_rows:
+                    await copy.write_row(row)
+            return call.read([], cursor.rowcount)
         await cursor.execute(call.query, call.params)
         rows = await cursor.fetchall() if cursor.description is not None else []
         return call.read(rows, cursor.rowcount)

@@ -27,6 +27,7 @@ connection's `search_path`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -34,6 +35,7 @@ from typing import Any
 
 import psycopg
 from psycopg.abc import Params, Query
+from psycopg.copy import AsyncWriter, Writer
 
 from . import sql
 from .options import QueueOptions
@@ -127,6 +129,15 @@ def _cursor(schema: str) -> type[psycopg.Cursor[Any]]:
                 query = sql.in_schema(query, schema)
             return super().stream(query, params, binary=binary, size=size)
 
+        @contextlib.contextmanager
+        def copy(
+            self, statement: Query, params: Params | None = None, *, writer: Writer | None = None
+        ) -> Iterator[psycopg.Copy]:
+            if isinstance(statement, str):
+                statement = sql.in_schema(statement, schema)
+            with super().copy(statement, params, writer=writer) as copy:
+                yield copy
+
     return SchemaCursor
 
 
@@ -166,5 +177,18 @@ def _async_cursor(schema: str) -> type[psycopg.AsyncCursor[Any]]:
                 query = sql.in_schema(query, schema)
             async for row in super().stream(query, params, binary=binary, size=size):
                 yield row
+
+        @contextlib.asynccontextmanager
+        async def copy(
+            self,
+            statement: Query,
+            params: Params | None = None,
+            *,
+            writer: AsyncWriter | None = None,
+        ) -> AsyncIterator[psycopg.AsyncCopy]:
+            if isinstance(statement, str):
+                statement = sql.in_schema(statement, schema)
+            async with super().copy(statement, params, writer=writer) as copy:
+                yield copy
 
     return SchemaAsyncCursor

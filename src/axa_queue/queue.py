@@ -426,7 +426,7 @@ class Queue(Connected):
         if mode == "queue":
             if any(job.unique_key is not None for job in batch):
                 return await self._unique(batch)
-            return await self._run(enqueue_many_call(batch))
+            return await self._run(enqueue_many_call(batch, copy=True))
         return [await self._perform(job, mode) for job in batch]
 
     async def _unique(self, batch: list[NewJob]) -> list[UUID]:

@@ -161,7 +161,7 @@ class SyncQueue(Connected):
         if mode == "queue":
             if any(job.unique_key is not None for job in batch):
                 return self._unique(batch)
-            return self._run(enqueue_many_call(batch))
+            return self._run(enqueue_many_call(batch, copy=True))
         return [self._perform(job, mode) for job in batch]
 
     def _unique(self, batch: list[NewJob]) -> list[UUID]:
