@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar, Union, cast
 
 import psycopg
 from psycopg.rows import RowFactory, namedtuple_row
+from psycopg.types.json import set_json_dumps
 
 __all__ = ["Call", "Connection", "Row", "by_name", "run_async", "run_sync"]
 
@@ -50,12 +51,18 @@ class Call(Generic[T]):
     tracing hook ends its span around an enqueue (see `tracing`); usually `None`."""
     copy_rows: Sequence[Sequence[Any]] | None = None
     """For a `COPY ... FROM STDIN (FORMAT BINARY)` query: the rows to send, each value
-    of the PostgreSQL type `copy_types` names in its place (`params` is then unused)."""
+    of the PostgreSQL type `copy_types` names in its place, a `json`/`jsonb` value as
+    JSON text already (`params` is then unused)."""
     copy_types: Sequence[str] = ()
 
     def __repr__(self) -> str:
         # Parameters may hold job arguments: never show them.
         return f"Call({self.query.split(None, 3)[:3]!r}...)"
+
+
+def _as_is(text: str) -> str:
+    """JSON text sent as it is (a COPY's JSON values are encoded already)."""
+    return text
 
 
 def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
@@ -64,6 +71,7 @@ def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
         return _told_sync(conn, call, call.finished)
     with conn.cursor(row_factory=by_name) as cursor:
         if call.copy_rows is not None:
+            set_json_dumps(_as_is, cursor)
             with cursor.copy(call.query) as copy:
                 copy.set_types(call.copy_types)
                 for row in call.copy_rows:
@@ -80,6 +88,7 @@ async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
         return await _told_async(conn, call, call.finished)
     async with conn.cursor(row_factory=by_name) as cursor:
         if call.copy_rows is not None:
+            set_json_dumps(_as_is, cursor)
             async with cursor.copy(call.query) as copy:
                 copy.set_types(call.copy_types)
                 for row in call.copy_rows:

@@ -18,7 +18,6 @@ from typing import Any, TypedDict, cast, overload
 from uuid import UUID, uuid4
 
 import psycopg
-from psycopg.types.json import Jsonb
 from typing_extensions import Unpack
 
 from . import sql, tracing
@@ -427,11 +426,6 @@ COPY_TYPES = ("uuid", "text", "jsonb", "int4", "int2", "int8", "jsonb")
 """The types of `sql.ENQUEUE_COPY`'s columns, in order, for binary COPY."""
 
 
-def _as_is(text: str) -> str:
-    """JSON text already encoded (`NewJob.encoded_args`), sent as it is."""
-    return text
-
-
 def copies(jobs: Sequence[NewJob], now: datetime | None = None) -> bool:
     """Whether `jobs` go by COPY: enough of them, all due at once on the database's
     clock (a delay or a time needs the expression `ENQUEUE_MANY` computes per row), and
@@ -458,7 +452,6 @@ def enqueue_many_call(
     )
     carrier = None if sending is None else sending.carrier
     if copy and copies(jobs, now):
-        trace = None if carrier is None else Jsonb(carrier, dumps=_as_is)
         return Call(
             sql.ENQUEUE_COPY,
             (),
@@ -468,13 +461,15 @@ def enqueue_many_call(
                 (
                     job_id,
                     job.name,
-                    Jsonb(job.encoded_args(), dumps=_as_is),
+                    job.encoded_args(),
                     job.max_attempts,
                     job.priority_value(),
-                    job.timeout_ms(),
-                    trace,
+                    ms,
+                    carrier,
                 )
-                for job_id, job in zip(ids, jobs, strict=True)
+                for job_id, job, ms in zip(
+                    ids, jobs, [job.timeout_ms() for job in jobs], strict=True
+                )
             ],
             copy_types=COPY_TYPES,
         )
