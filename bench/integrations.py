@@ -68,7 +68,7 @@ def _search_path(dsn: str) -> str:
     return options.partition("search_path=")[2].split()[0] if "search_path=" in options else ""
 
 
-def _asyncpg_kwargs(dsn: str) -> dict[str, Any]:
+def asyncpg_kwargs(dsn: str) -> dict[str, Any]:
     """asyncpg's connect arguments for the conninfo `dsn` (asyncpg takes no conninfo)."""
     parts = conninfo_to_dict(dsn)
     return {
@@ -162,9 +162,7 @@ async def opened_async(kind: str, dsn: str) -> AsyncIterator[Opened]:
                 async_creator=lambda: psycopg.AsyncConnection.connect(dsn),
             )
         else:
-            aengine = create_async_engine(
-                "postgresql+asyncpg://", connect_args=_asyncpg_kwargs(dsn)
-            )
+            aengine = create_async_engine("postgresql+asyncpg://", connect_args=asyncpg_kwargs(dsn))
         try:
             async with AsyncSession(aengine) as asession:
                 yield Opened(asession, asession.commit)
@@ -173,7 +171,7 @@ async def opened_async(kind: str, dsn: str) -> AsyncIterator[Opened]:
     elif kind == "asyncpg":
         import asyncpg
 
-        raw = await asyncpg.connect(**_asyncpg_kwargs(dsn))
+        raw = await asyncpg.connect(**asyncpg_kwargs(dsn))
         try:
             transaction = raw.transaction()
             await transaction.start()

@@ -77,6 +77,10 @@ def test_every_workload_runs_once(database_url: str) -> None:
     for kind in bench.integrations.KINDS:
         for mode in ("single", "batch"):
             assert len(report.samples[f"integrations.{kind}.{mode}"]) == 1, (kind, mode)
+    found = bench.peers.available()  # the `[bench]` extra; rows left out without it
+    for peer in found:
+        assert len(report.samples[f"enqueue.bulk.{peer}"]) == 1, peer
+        assert len(report.samples[f"drain.{peer}"]) == 1, peer
     assert report.trace == bench.Trace(20, 20, 20)  # one statement, one round trip each
     assert report.claim is not None
     labels = [case.label for case in report.claim.cases]
@@ -93,7 +97,10 @@ def test_every_workload_runs_once(database_url: str) -> None:
     assert "goals" in table
     assert "drain" in table and "latency" in table and "claim on a big table" in table
     assert "  sqlalchemy asyncpg, enqueue_all_on 5 (200)" in table
-    assert len(bench.goals(report)) == 12 + 2 * 6  # two per integration kind
+    if found:
+        assert "peers, same jobs, same run" in table
+    # two per integration kind, one per peer found
+    assert len(bench.goals(report)) == 15 + 2 * 6 + len(found)
 
 
 def _ran(conn: psycopg.Connection[Any], key: uuid.UUID, attempts: int = 1) -> None:
