@@ -51,6 +51,7 @@ def test_a_batch_goes_by_copy_only_when_big_enough_and_due_now() -> None:
     assert not copies([*now, NewJob("Later", run_in=5)])
     assert not copies([*now, NewJob("At", run_at=datetime.now(timezone.utc))])
     assert not copies(now, datetime.now(timezone.utc))
+    assert not copies([*now, NewJob("Keyed", unique_key="k")])  # ENQUEUE_UNIQUE decides
     assert enqueue_many_call(now, copy=True).query == sql.ENQUEUE_COPY
     assert enqueue_many_call(now).query == sql.ENQUEUE_MANY
 
@@ -148,3 +149,16 @@ async def test_a_queue_given_a_schema_copies_into_that_schema(
         finally:
             await asyncio.to_thread(sync.close)
     assert len(stored(admin, ids)) == 20
+
+
+async def test_a_big_batch_with_unique_keys_keeps_them_and_one_without_priorities_stores_zero(
+    make_queue: Callable[..., Awaitable[Queue]],
+    admin: psycopg.Connection[Any],
+) -> None:
+    queue = await make_queue()
+    keyed = [NewJob("Keyed", {"n": n}, unique_key=f"k{n % 2}") for n in range(COPY_FROM * 2)]
+    ids = await queue.enqueue_all(keyed)
+    assert len(set(ids)) == 2  # two keys: two jobs, the others got their holder's id
+    plain = await queue.enqueue_all([NewJob("Plain", {"n": n}) for n in range(COPY_FROM)])
+    rows = admin.execute("SELECT priority FROM axa_queue WHERE id = ANY(%s)", (plain,)).fetchall()
+    assert [row[0] for row in rows] == [0] * COPY_FROM
