@@ -46,6 +46,7 @@ from axa_queue import (
 )
 from axa_queue.adapters import ACCEPTED, dollar_query, run
 from axa_queue.calls import Call
+from axa_queue.jobs import COPY_FROM
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""
@@ -295,6 +296,22 @@ async def test_a_job_queued_on_each_kind_of_connection_commits_and_rolls_back_wi
         assert [stored(tables, one) for one in batch] == [None, None]
         assert stored(tables, kept) == ("queued", {"phone": SECRET}), "the cancel rolled back"
         assert acts_kept(tables) == 0, "the act rolled back with the change"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_batch_big_enough_for_copy_commits_and_rolls_back_with_the_caller_on_each_kind(
+    kind: str, dsn: str, schema: str, tables: psycopg.Connection[Any]
+) -> None:
+    jobs = [NewJob("Bulk", {"n": n, "phone": SECRET}) for n in range(COPY_FROM + 1)]
+    async with opened(kind, dsn, schema) as conn:
+        kept = await conn(enqueue_all_on, jobs)  # by COPY on psycopg, an INSERT on asyncpg
+        await conn.commit()
+        assert [stored(tables, one) for one in kept] == [
+            ("queued", {"n": n, "phone": SECRET}) for n in range(COPY_FROM + 1)
+        ]
+        dropped = await conn(enqueue_all_on, jobs)
+        await conn.rollback()
+        assert [stored(tables, one) for one in dropped] == [None] * (COPY_FROM + 1)
 
 
 @pytest.mark.parametrize("kind", KINDS)

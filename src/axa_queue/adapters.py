@@ -394,7 +394,11 @@ def dollar_query(query: str) -> tuple[str, tuple[str, ...] | int]:
 def asyncpg_statement(call: Call[Any]) -> tuple[str, tuple[Any, ...]]:
     """`call` as asyncpg takes it: the `$n` text and its arguments in order, with
     psycopg's JSON wrappers (`Json`, `Jsonb`) as JSON text, which asyncpg's default
-    `json`/`jsonb` codec takes (the statements cast their JSON parameters)."""
+    `json`/`jsonb` codec takes (the statements cast their JSON parameters). A COPY goes
+    as the ordinary statement it carries (`Call.instead`): asyncpg's COPY takes other
+    values than psycopg's binary rows."""
+    if call.instead is not None:
+        call = call.instead
     query, order = dollar_query(call.query)
     params = call.params
     if isinstance(order, int):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar, Union, cast
 
 import psycopg
+from psycopg.pq import PipelineStatus
 from psycopg.rows import RowFactory, namedtuple_row
 from psycopg.types.json import set_json_dumps
 
@@ -54,6 +55,9 @@ class Call(Generic[T]):
     of the PostgreSQL type `copy_types` names in its place, a `json`/`jsonb` value as
     JSON text already (`params` is then unused)."""
     copy_types: Sequence[str] = ()
+    instead: Call[T] | None = None
+    """For a COPY: the same work as one ordinary statement, sent instead where COPY cannot
+    go (a connection in pipeline mode, asyncpg's: see `adapters`)."""
 
     def __repr__(self) -> str:
         # Parameters may hold job arguments: never show them.
@@ -69,6 +73,8 @@ def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
     """Send `call` on a sync connection and read its result."""
     if call.finished is not None:
         return _told_sync(conn, call, call.finished)
+    if call.instead is not None and conn.pgconn.pipeline_status != PipelineStatus.OFF:
+        call = call.instead  # a pipeline refuses COPY
     with conn.cursor(row_factory=by_name) as cursor:
         if call.copy_rows is not None:
             set_json_dumps(_as_is, cursor)
@@ -86,6 +92,8 @@ async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     """Send `call` on an async connection and read its result."""
     if call.finished is not None:
         return await _told_async(conn, call, call.finished)
+    if call.instead is not None and conn.pgconn.pipeline_status != PipelineStatus.OFF:
+        call = call.instead  # a pipeline refuses COPY
     async with conn.cursor(row_factory=by_name) as cursor:
         if call.copy_rows is not None:
             set_json_dumps(_as_is, cursor)

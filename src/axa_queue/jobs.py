@@ -8,6 +8,7 @@ shows a job's arguments: not `repr`, not `JobInfo`, not an error message.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 from collections.abc import Awaitable, Iterable, Sequence
@@ -17,7 +18,6 @@ from decimal import Decimal
 from typing import Any, TypedDict, cast, overload
 from uuid import UUID, uuid4
 
-import psycopg
 from typing_extensions import Unpack
 
 from . import sql, tracing
@@ -451,6 +451,23 @@ def enqueue_many_call(
         else tracing.sender([job.name for job in jobs], ids)
     )
     carrier = None if sending is None else sending.carrier
+    insert = Call(
+        sql.ENQUEUE_MANY,
+        {
+            "id": ids,
+            "name": [job.name for job in jobs],
+            "args": [job.encoded_args() for job in jobs],
+            "max_attempts": [job.max_attempts for job in jobs],
+            "priority": [job.priority_value() for job in jobs],
+            "at": [job.run_at for job in jobs],
+            "delay": [job.delay_seconds() for job in jobs],
+            "timeout_ms": [job.timeout_ms() for job in jobs],
+            "now": now,
+            "trace_context": carrier,
+        },
+        lambda _rows, _count: ids,
+        None if sending is None else sending.end,
+    )
     if copy and copies(jobs, now):
         return Call(
             sql.ENQUEUE_COPY,
@@ -472,24 +489,9 @@ def enqueue_many_call(
                 )
             ],
             copy_types=COPY_TYPES,
+            instead=dataclasses.replace(insert, finished=None),
         )
-    return Call(
-        sql.ENQUEUE_MANY,
-        {
-            "id": ids,
-            "name": [job.name for job in jobs],
-            "args": [job.encoded_args() for job in jobs],
-            "max_attempts": [job.max_attempts for job in jobs],
-            "priority": [job.priority_value() for job in jobs],
-            "at": [job.run_at for job in jobs],
-            "delay": [job.delay_seconds() for job in jobs],
-            "timeout_ms": [job.timeout_ms() for job in jobs],
-            "now": now,
-            "trace_context": carrier,
-        },
-        lambda _rows, _count: ids,
-        None if sending is None else sending.end,
-    )
+    return insert
 
 
 Answers = list[UUID | None]
@@ -799,18 +801,15 @@ def enqueue_all_on(
 
     They commit or roll back together with the caller's transaction. A job whose unique
     key is taken (also by an earlier job of the same batch) is not queued: its place
-    holds the holder's id as a `Duplicate`. On a psycopg connection (not in pipeline
-    mode) a batch of `COPY_FROM` jobs or more, all due now and none with a unique key,
-    goes by binary COPY; other kinds of connection always send the INSERT (`adapters`).
+    holds the holder's id as a `Duplicate`. A batch of `COPY_FROM` jobs or more, all due
+    now and none with a unique key, goes by binary COPY on any psycopg connection
+    (Django's and SQLAlchemy's `postgresql+psycopg` included), and by the INSERT of
+    arrays on asyncpg's or in pipeline mode (`Call.instead`).
     """
     batch = list(jobs)
     if has_unique(batch):
         return enqueue_unique_on(conn, batch)
-    copy = (
-        isinstance(conn, (psycopg.Connection, psycopg.AsyncConnection))
-        and conn.pgconn.pipeline_status == psycopg.pq.PipelineStatus.OFF
-    )  # a pipeline refuses COPY
-    return run(conn, enqueue_many_call(batch, copy=copy))
+    return run(conn, enqueue_many_call(batch, copy=True))
 
 
 @overload
