@@ -178,7 +178,9 @@ def _sender_for(kind: type) -> Sender:
         from django.db.backends.base.base import BaseDatabaseWrapper
         from django.utils.connection import ConnectionProxy
 
-        if issubclass(kind, (BaseDatabaseWrapper, ConnectionProxy)):
+        if issubclass(kind, ConnectionProxy):
+            return _on_django_proxy
+        if issubclass(kind, BaseDatabaseWrapper):
             return _on_django
     if "sqlalchemy" in roots:
         found = _sqlalchemy_sender(kind)
@@ -211,6 +213,12 @@ def refusal(kind: type, roots: set[str] | None = None) -> str:
 # --- Django ------------------------------------------------------------------------------
 
 
+def _on_django_proxy(proxy: Any, call: Call[T]) -> T:
+    """Send `call` on the connection `django.db.connection` stands for in this thread or
+    task, looked up once: each attribute read through the proxy looks it up again."""
+    return _on_django(proxy._connections[proxy._alias], call)
+
+
 def _on_django(conn: Any, call: Call[T]) -> T:
     """Send `call` on Django's connection: connected first when it is not yet, and sent
     on its psycopg connection, so Django's transaction state (autocommit, or the
@@ -231,7 +239,11 @@ def _on_django(conn: Any, call: Call[T]) -> T:
         )
     conn.validate_no_broken_transaction()
     with conn.wrap_database_errors:
-        return run_sync(raw, call)
+        # Django's cursors bind parameters into the text, in Python; the queue's
+        # statements bind them on the server, which is cheaper. Whether a statement is
+        # prepared stays the connection's choice (`prepare_threshold`: Django's default,
+        # None, prepares none, so its connections keep working behind a pooler).
+        return run_sync(raw, call, server_binding=True)
 
 
 # --- SQLAlchemy --------------------------------------------------------------------------

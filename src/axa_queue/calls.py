@@ -69,13 +69,20 @@ def _as_is(text: str) -> str:
     return text
 
 
-def run_sync(conn: psycopg.Connection[Any], call: Call[T]) -> T:
-    """Send `call` on a sync connection and read its result."""
+def run_sync(conn: psycopg.Connection[Any], call: Call[T], *, server_binding: bool = False) -> T:
+    """Send `call` on a sync connection and read its result. With `server_binding`, on
+    a cursor that sends the parameters apart from the statement whatever the
+    connection's `cursor_factory` (Django's binds them into the text, in Python)."""
     if call.finished is not None:
-        return _told_sync(conn, call, call.finished)
+        return _told_sync(conn, call, call.finished, server_binding)
     if call.instead is not None and conn.pgconn.pipeline_status != PipelineStatus.OFF:
         call = call.instead  # a pipeline refuses COPY
-    with conn.cursor(row_factory=by_name) as cursor:
+    cursor = (
+        psycopg.Cursor(conn, row_factory=by_name)
+        if server_binding
+        else conn.cursor(row_factory=by_name)
+    )
+    with cursor:
         if call.copy_rows is not None:
             set_json_dumps(_as_is, cursor)
             with cursor.copy(call.query) as copy:
@@ -108,11 +115,14 @@ async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
 
 
 def _told_sync(
-    conn: psycopg.Connection[Any], call: Call[T], told: Callable[[BaseException | None], None]
+    conn: psycopg.Connection[Any],
+    call: Call[T],
+    told: Callable[[BaseException | None], None],
+    server_binding: bool,
 ) -> T:
     """`run_sync`, then `told` how it ended (the calls without `finished` pay nothing)."""
     try:
-        value = run_sync(conn, replace(call, finished=None))
+        value = run_sync(conn, replace(call, finished=None), server_binding=server_binding)
     except BaseException as error:
         told(error)
         raise
