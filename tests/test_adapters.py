@@ -533,7 +533,9 @@ async def test_the_alembic_recipe_makes_tables_that_check_accepts_and_runs_again
     from axa_queue.schema import SETUP_LOCK, VERSION, statements_of
 
     def upgrade() -> None:  # the recipe's migration, word for word
-        op.execute(f"SELECT pg_advisory_xact_lock({SETUP_LOCK})")
+        op.execute(
+            sqlalchemy.text("SELECT pg_advisory_xact_lock(:lock)").bindparams(lock=SETUP_LOCK)
+        )
         for version in range(1, VERSION + 1):
             for statement in statements_of(version):
                 op.execute(statement)

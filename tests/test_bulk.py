@@ -82,7 +82,9 @@ async def test_a_batch_queued_by_copy_sends_one_notification(
 ) -> None:
     queue = await make_queue()
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as listener:
-        await listener.execute(f"LISTEN {sql.CHANNEL}")
+        await listener.execute(
+            psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(sql.CHANNEL))
+        )
         await queue.enqueue_all(batch(200))
         await queue.enqueue("Marker", run_in=3600)  # sent after the batch's, if any
         payloads: list[str] = []
