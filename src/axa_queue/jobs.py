@@ -66,20 +66,25 @@ LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=timezone.utc)
 and any delay the queue adds, still reads back as a Python `datetime`."""
 
 
+def _text_problem(value: object, limit: int) -> str | None:
+    """Why `value` cannot be stored as a name or a key (1 to `limit` characters, not
+    blank, no NUL character or lone surrogate), or `None` when it can."""
+    if not isinstance(value, str):
+        return f"it is a {type(value).__name__}, not a string"
+    if not value.strip():
+        return "it is empty or blank"
+    if len(value) > limit:
+        return f"it is {len(value)} characters long"
+    held = storable_problem(value)
+    return None if held is None else f"it holds {held}"
+
+
 def check_name(name: object, what: str = "job", limit: int = MAX_NAME_CHARS) -> str:
     """`name` when PostgreSQL can store it as a name: 1 to `limit` characters, not
     blank, with no NUL character or lone surrogate; else an `OptionsError` saying why."""
-    if not isinstance(name, str):
-        problem = f"it is a {type(name).__name__}, not a string"
-    elif not name.strip():
-        problem = "it is empty or blank"
-    elif len(name) > limit:
-        problem = f"it is {len(name)} characters long"
-    else:
-        held = storable_problem(name)
-        if held is None:
-            return name
-        problem = f"it holds {held}"
+    problem = _text_problem(name, limit)
+    if problem is None:
+        return cast("str", name)  # a str: _text_problem said so
     shown = repr(name) if not isinstance(name, str) or len(name) <= 40 else f"{name[:40]!r}..."
     raise OptionsError(
         f"the {what} name {shown} cannot be used: {problem} (a {what} name is 1 to "
@@ -91,17 +96,9 @@ def check_unique_key(key: object, job: str) -> str:
     """`key` when it can be a unique key: a string of 1 to `MAX_UNIQUE_KEY_CHARS`
     characters, not blank, with no NUL character or lone surrogate; else an
     `OptionsError` naming the job and saying why (never the key: it may name a customer)."""
-    if not isinstance(key, str):
-        problem = f"it is a {type(key).__name__}, not a string"
-    elif not key.strip():
-        problem = "it is empty or blank"
-    elif len(key) > MAX_UNIQUE_KEY_CHARS:
-        problem = f"it is {len(key)} characters long"
-    else:
-        held = storable_problem(key)
-        if held is None:
-            return key
-        problem = f"it holds {held}"
+    problem = _text_problem(key, MAX_UNIQUE_KEY_CHARS)
+    if problem is None:
+        return cast("str", key)  # a str: _text_problem said so
     raise OptionsError(
         f"the unique_key of job {job!r} cannot be used: {problem} (a unique key is 1 to "
         f"{MAX_UNIQUE_KEY_CHARS} characters, not blank, with no NUL character or lone surrogate)"
