@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from axa_queue import (
     SETUP_STATEMENTS,
     ActKind,
+    Duplicate,
     JobState,
     NewJob,
     acts_on,
@@ -312,6 +313,35 @@ async def test_a_batch_big_enough_for_copy_commits_and_rolls_back_with_the_calle
         dropped = await conn(enqueue_all_on, jobs)
         await conn.rollback()
         assert [stored(tables, one) for one in dropped] == [None] * (COPY_FROM + 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_keyed_job_on_each_kind_of_connection_is_queued_once_and_rolls_back_with_the_caller(
+    kind: str, dsn: str, schema: str, tables: psycopg.Connection[Any]
+) -> None:
+    async with opened(kind, dsn, schema) as conn:
+        first = await conn(enqueue_on, NewJob("Invoice", {"id": SECRET}, unique_key="invoice:1"))
+        again = await conn(enqueue_on, NewJob("Invoice", unique_key="invoice:1"))
+        assert not isinstance(first, Duplicate)
+        assert isinstance(again, Duplicate) and again == first, "taken in this very transaction"
+        await conn.commit()
+        assert stored(tables, first) == ("queued", {"id": SECRET})
+        assert isinstance(
+            await conn(enqueue_on, NewJob("Invoice", unique_key="invoice:1")), Duplicate
+        )
+        batch = await conn(
+            enqueue_all_on,
+            [NewJob("Invoice", unique_key="invoice:1"), NewJob("Invoice", unique_key="invoice:2")],
+        )
+        assert batch[0] == first and isinstance(batch[0], Duplicate)
+        dropped = await conn(enqueue_on, NewJob("Invoice", unique_key="invoice:3"))
+        await conn.rollback()
+        assert stored(tables, batch[1]) is None and stored(tables, dropped) is None
+        fresh = await conn(enqueue_on, NewJob("Invoice", unique_key="invoice:3"))
+        assert not isinstance(fresh, Duplicate) and fresh != dropped, "the key rolled back free"
+        await conn.commit()
+    keys = tables.execute("SELECT unique_key FROM axa_queue ORDER BY unique_key").fetchall()
+    assert keys == [("invoice:1",), ("invoice:3",)]
 
 
 @pytest.mark.parametrize("kind", KINDS)

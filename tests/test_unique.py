@@ -135,7 +135,7 @@ def test_a_holder_committed_after_the_statement_began_is_found_by_sending_it_aga
     thread = threading.Thread(target=other)
     thread.start()
     start = time.monotonic()
-    while lock_waits(admin, "WITH jobs AS") == 0:
+    while lock_waits(admin, "WITH inserted AS") == 0:
         assert time.monotonic() - start < 15, "the second enqueue never waited"
         time.sleep(0.01)
     holder_conn.commit()
@@ -352,3 +352,78 @@ async def test_a_key_is_honoured_on_an_asyncpg_connection(
         await conn.close()
     assert ids[0] == first and isinstance(ids[0], Duplicate)
     assert not isinstance(first, Duplicate) and not isinstance(ids[1], Duplicate)
+
+
+def test_a_single_keyed_job_is_one_statement_of_scalar_parameters() -> None:
+    from axa_queue import sql
+    from axa_queue.jobs import enqueue_unique_one_call
+
+    job = NewJob("Invoice", {"id": 1}, unique_key="invoice:1", unique_for=60)
+    call, _ = enqueue_unique_one_call(job, UUID(int=1))
+    assert call.query == sql.ENQUEUE_UNIQUE_ONE
+    assert isinstance(call.params, dict)
+    assert not any(isinstance(value, list) for value in call.params.values())
+    assert (call.params["unique_key"], call.params["unique_for_ms"]) == ("invoice:1", 60_000)
+
+
+def test_two_enqueues_of_a_key_whose_holder_expired_queue_one_and_tell_the_other_of_it(
+    dsn: str, admin
+) -> None:
+    """Both find the finished holder past its `unique_for`; the first frees the key and
+    queues; the second waits for it, and answers with its job, never the old holder."""
+    asyncio.run(_setup(dsn))
+    job = NewJob("Hourly", unique_key="hourly", unique_for=timedelta(hours=1))
+    old = enqueue_on(admin, job)
+    admin.execute("UPDATE axa_queue SET status = 'completed' WHERE id = %s", (old,))
+    now = later(admin, 3601)
+    first_conn = psycopg.connect(dsn)
+    first = enqueue_unique_on(first_conn, [job], now=now)  # not committed
+    assert isinstance(first, list) and not isinstance(first[0], Duplicate) and first[0] != old
+    answer: list[UUID] = []
+
+    def other() -> None:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            found = enqueue_unique_on(conn, [job], now=now)
+            assert isinstance(found, list)
+            answer.extend(found)
+
+    thread = threading.Thread(target=other)
+    thread.start()
+    start = time.monotonic()
+    while lock_waits(admin, "WITH inserted AS") == 0:
+        assert time.monotonic() - start < 15, "the second enqueue never waited"
+        time.sleep(0.01)
+    first_conn.commit()
+    thread.join(15)
+    first_conn.close()
+    assert answer == first and isinstance(answer[0], Duplicate)
+    assert [r[0] for r in rows_of(admin, "hourly")] == [first[0]]
+
+
+def _enqueue_at_the_barrier(dsn: str, barrier: threading.Barrier, found: list[UUID]) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT 1")  # connected and ready before the barrier
+        barrier.wait(15)
+        found.append(enqueue_on(conn, NewJob("Invoice", unique_key="k")))
+
+
+def test_enqueues_of_one_key_from_several_threads_at_once_queue_exactly_one(
+    dsn: str, admin
+) -> None:
+    asyncio.run(_setup(dsn))
+    for _ in range(5):  # a few rounds: the key freed between them
+        barrier = threading.Barrier(6)
+        found: list[UUID] = []
+        threads = [
+            threading.Thread(target=_enqueue_at_the_barrier, args=(dsn, barrier, found))
+            for _ in range(6)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        rows = [r for r in rows_of(admin, "k") if r[1] == "queued"]
+        assert len(rows) == 1 and len(found) == 6
+        assert {str(f) for f in found} == {str(rows[0][0])}
+        assert sum(not isinstance(f, Duplicate) for f in found) == 1
+        admin.execute("UPDATE axa_queue SET status = 'completed' WHERE id = %s", (rows[0][0],))

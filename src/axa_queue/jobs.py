@@ -549,6 +549,83 @@ def enqueue_unique_call(
     return call, carrier
 
 
+def enqueue_unique_one_call(
+    job: NewJob,
+    job_id: UUID,
+    now: datetime | None = None,
+    traced: bool = True,
+    carrier: Any = None,
+) -> tuple[Call[UUID | None], Any]:
+    """The call that queues one job with a unique key (`sql.ENQUEUE_UNIQUE_ONE`, scalar
+    parameters), and the trace context it stores. It reads `job_id` (queued), the
+    holder's id as a `Duplicate`, or `None`: the holder came after the statement's
+    snapshot, send it again (`traced` false, with the same `carrier`)."""
+    sending = (
+        None if tracing.sender is None or not traced else tracing.sender((job.name,), (job_id,))
+    )
+    if sending is not None:
+        carrier = sending.carrier
+
+    def read(rows: list[Row], _count: int) -> UUID | None:
+        if not rows:
+            return None
+        row = rows[0]
+        return job_id if row.queued else Duplicate(str(row.id))
+
+    call = Call(
+        sql.ENQUEUE_UNIQUE_ONE,
+        {
+            "id": job_id,
+            "name": job.name,
+            "args": job.encoded_args(),
+            "max_attempts": job.max_attempts,
+            "priority": job.priority_value(),
+            "at": job.run_at,
+            "delay": job.delay_seconds(),
+            "timeout_ms": job.timeout_ms(),
+            "unique_key": job.unique_key,
+            "unique_for_ms": job.unique_for_ms(),
+            "now": now,
+            "trace_context": carrier,
+        },
+        read,
+        None if sending is None else sending.end,
+    )
+    return call, carrier
+
+
+def enqueue_unique_one_on(
+    conn: AnyConnection, job: NewJob, now: datetime | None = None
+) -> UUID | Awaitable[UUID]:
+    """Queue `job`, which has a unique key, on `conn` with `sql.ENQUEUE_UNIQUE_ONE`: its
+    id, or its holder's as a `Duplicate` (an awaitable of it on an async connection).
+    Sent again only when the holder committed after the statement's snapshot."""
+    job_id = uuid4()
+    call, carrier = enqueue_unique_one_call(job, job_id, now)
+    answer = run(conn, call)
+    if inspect.isawaitable(answer):
+        return _settle_one(conn, job, job_id, now, carrier, answer)
+    while answer is None:
+        call, _ = enqueue_unique_one_call(job, job_id, now, False, carrier)
+        answer = run(conn, call)
+    return cast("UUID", answer)
+
+
+async def _settle_one(
+    conn: AnyConnection,
+    job: NewJob,
+    job_id: UUID,
+    now: datetime | None,
+    carrier: Any,
+    first: Awaitable[UUID | None],
+) -> UUID:
+    answer = await first
+    while answer is None:
+        call, _ = enqueue_unique_one_call(job, job_id, now, False, carrier)
+        answer = await cast("Awaitable[UUID | None]", run(conn, call))
+    return answer
+
+
 class UniqueEnqueue:
     """Queuing a batch of jobs some of which have a unique key: one `ENQUEUE_UNIQUE` per
     batch, and one more for the jobs whose holder came after its snapshot (a race with
@@ -619,7 +696,13 @@ def enqueue_unique_on(
     conn: AnyConnection, jobs: Sequence[NewJob], now: datetime | None = None
 ) -> list[UUID] | Awaitable[list[UUID]]:
     """Queue `jobs` (some with a unique key) on `conn` (`UniqueEnqueue`): their ids in
-    order, or an awaitable of them on an async connection."""
+    order, or an awaitable of them on an async connection. A single keyed job takes
+    the one-row statement (`enqueue_unique_one_on`)."""
+    if len(jobs) == 1 and jobs[0].unique_key is not None:
+        one = enqueue_unique_one_on(conn, jobs[0], now)
+        if inspect.isawaitable(one):
+            return _listed(one)
+        return [one]
     batch = UniqueEnqueue(jobs, now)
     call = batch.call()
     if call is None:
@@ -633,6 +716,10 @@ def enqueue_unique_on(
         if call is None:
             return batch.result()
         answers = run(conn, call)
+
+
+async def _listed(one: Awaitable[UUID]) -> list[UUID]:
+    return [await one]
 
 
 async def _settle(
@@ -776,15 +863,8 @@ def enqueue_on(conn: AnyConnection, job: NewJob) -> UUID | Awaitable[UUID]:
     whose unique key is taken writes nothing and returns the holder's id as a
     `Duplicate`."""
     if job.unique_key is not None:
-        ids = enqueue_unique_on(conn, [job])
-        if inspect.isawaitable(ids):
-            return _only(ids)
-        return ids[0]
+        return enqueue_unique_one_on(conn, job)
     return run(conn, enqueue_call(job))
-
-
-async def _only(ids: Awaitable[list[UUID]]) -> UUID:
-    return (await ids)[0]
 
 
 @overload

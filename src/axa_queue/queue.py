@@ -44,6 +44,7 @@ from .jobs import (
     enqueue_call,
     enqueue_many_call,
     enqueue_unique_on,
+    enqueue_unique_one_on,
     job_call,
     job_id_of,
     jobs_call,
@@ -411,7 +412,8 @@ class Queue(Connected):
         mode = self.options.resolved_mode()
         if mode == "queue":
             if job.unique_key is not None:
-                return (await self._unique([job]))[0]
+                async with self.pool.connection() as conn:
+                    return await typing.cast("Awaitable[UUID]", enqueue_unique_one_on(conn, job))
             return await self._run(enqueue_call(job))
         return await self._perform(job, mode)
 

@@ -117,6 +117,68 @@ insert, which sees that holder's new version, deleted by this very transaction, 
 conflict). Rows without a key go in as `ENQUEUE_MANY` puts them: no index entry, no
 conflict."""
 
+ENQUEUE_UNIQUE_ONE = """WITH inserted AS (
+        INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                               trace_context, unique_key, unique_for_ms)
+        VALUES (%(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
+                COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+                %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s)
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+            AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+        DO NOTHING
+        RETURNING id
+    ), expired AS (
+        UPDATE axa_queue SET unique_key = NULL
+        WHERE NOT EXISTS (SELECT FROM inserted)
+          AND unique_key = %(unique_key)s AND unique_for_ms IS NOT NULL
+          AND status IN ('completed', 'failed', 'cancelled')
+          AND updated_at + make_interval(secs => unique_for_ms / 1000.0)
+              <= COALESCE(%(now)s::timestamptz, now())
+        RETURNING id
+    ), again AS (
+        INSERT INTO axa_queue (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                               trace_context, unique_key, unique_for_ms)
+        SELECT %(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
+               COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+               %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s
+        WHERE EXISTS (SELECT FROM expired)
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+            AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+        DO NOTHING
+        RETURNING id
+    )
+    SELECT id::text AS id, true AS queued FROM inserted
+    UNION ALL
+    SELECT id::text, true FROM again
+    UNION ALL
+    SELECT q.id::text, false FROM axa_queue q
+    WHERE NOT EXISTS (SELECT FROM inserted) AND NOT EXISTS (SELECT FROM again)
+      AND q.unique_key = %(unique_key)s
+      AND (q.status IN ('queued', 'running', 'needs_review') OR q.unique_for_ms IS NOT NULL)
+      AND NOT (q.status IN ('completed', 'failed', 'cancelled') AND q.unique_for_ms IS NOT NULL
+               AND q.updated_at + make_interval(secs => q.unique_for_ms / 1000.0)
+                   <= COALESCE(%(now)s::timestamptz, now()))"""
+"""Queue one job with a unique key (`NewJob.unique_key`), in one statement of scalar
+parameters: what `enqueue` sends for a keyed job, as `ENQUEUE` for one without. Returns
+one row: the job's id with `queued` true, or the holder's with `queued` false (nothing
+written); or no row: the holder committed after the statement's snapshot, send it again.
+
+It inserts first: when the key is free (the usual case) the insert is all that runs, an
+index probe and an index entry more than `ENQUEUE`'s, which the other steps' one-time
+filters skip. Safe under any concurrency: the unique index `axa_queue_unique` decides,
+never a read before the write; `ON CONFLICT ... DO NOTHING` names the index's predicate
+(an inference of a partial index needs it) and waits for a transaction that inserted the
+same key to end: committed, its job holds the key; rolled back, ours is queued. Only
+when the insert was refused: a finished holder whose `unique_for` has passed by `now`
+loses its key (`expired`) and the job is inserted again (`again`), which sees that
+holder's new version, deleted by this very transaction, as no conflict. Then the holder
+is read from the statement's snapshot: a holder committed after it is not there (under
+READ COMMITTED the next statement has a new snapshot; under REPEATABLE READ or
+SERIALIZABLE PostgreSQL raises a serialization failure instead, which the caller's
+transaction retries as it retries any), nor is a finished holder past its `unique_for`
+that another transaction freed first (ours found its key cleared): both come back as
+no row, and the job is sent again."""
+
 ENQUEUE_COPY = """COPY axa_queue (id, name, args, max_attempts, priority, timeout_ms, trace_context)
     FROM STDIN (FORMAT BINARY)"""
 """Queue many jobs due now in one statement, faster than `ENQUEUE_MANY` from a few dozen

@@ -43,6 +43,7 @@ from .jobs import (
     enqueue_call,
     enqueue_many_call,
     enqueue_unique_on,
+    enqueue_unique_one_on,
     job_call,
     job_id_of,
     jobs_call,
@@ -149,7 +150,8 @@ class SyncQueue(Connected):
         mode = self.options.resolved_mode()
         if mode == "queue":
             if job.unique_key is not None:
-                return self._unique([job])[0]
+                with self.pool.connection() as conn:
+                    return typing.cast("UUID", enqueue_unique_one_on(conn, job))
             return self._run(enqueue_call(job))
         return self._perform(job, mode)
 
