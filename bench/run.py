@@ -93,7 +93,7 @@ BENCH_DONE = "CREATE TABLE bench_done (job_id UUID PRIMARY KEY)"
 JOB = "noop"
 ExactlyOnceError = floor.ExactlyOnceError
 SPAWN = multiprocessing.get_context("spawn")
-BulkMethod = Literal["axa", "unique", "values", "copy", "unnest"]
+BulkMethod = Literal["axa", "unique", "values", "copy", "unnest", "unique_unnest"]
 FloorDrain = Literal["one", "batch", "fused"]
 
 
@@ -348,6 +348,32 @@ async def _enqueue_single_raw(dsn: str, jobs: int, warmup: int) -> float:
         return jobs / (time.perf_counter() - t0)
 
 
+UNIQUE_FLOOR = """INSERT INTO axa_queue (id, name, args, unique_key) VALUES (%s, %s, %s, %s)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+        AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+    DO NOTHING RETURNING id"""
+"""The floor of a keyed enqueue: the one-row INSERT ... ON CONFLICT DO NOTHING the unique
+index needs, an index probe and an index entry more than the raw INSERT."""
+
+
+async def _enqueue_single_unique_raw(dsn: str, jobs: int, warmup: int) -> float:
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cur = conn.cursor()
+        for _ in range(warmup):
+            key = str(uuid.uuid4())
+            await cur.execute(
+                UNIQUE_FLOOR, (uuid.uuid4(), JOB, Jsonb({"k": "w"}), key), prepare=True
+            )
+            await cur.fetchall()
+        args = [{"k": str(uuid.uuid4())} for _ in range(jobs)]
+        keys = [f"key:{one['k']}" for one in args]
+        t0 = time.perf_counter()
+        for one, key in zip(args, keys, strict=True):
+            await cur.execute(UNIQUE_FLOOR, (uuid.uuid4(), JOB, Jsonb(one), key), prepare=True)
+            await cur.fetchall()
+        return jobs / (time.perf_counter() - t0)
+
+
 def enqueue_through(dsn: str, kind: str, jobs: int, batch: int) -> integrations.Rate:
     """Jobs/s of `jobs` jobs queued on a connection of `kind` (`integrations.KINDS`) in
     one transaction, one by one (`batch` 1) or `batch` at a time, in a fresh schema."""
@@ -362,12 +388,13 @@ def enqueue_through(dsn: str, kind: str, jobs: int, batch: int) -> integrations.
         return rate
 
 
-def enqueue_single(
-    dsn: str, jobs: int, side: Literal["axa", "raw", "unique"], warmup: int = 20
-) -> float:
+SingleSide = Literal["axa", "raw", "unique", "unique_raw"]
+
+
+def enqueue_single(dsn: str, jobs: int, side: SingleSide, warmup: int = 20) -> float:
     """Jobs/s of `jobs` sequential single enqueues into axa-queue's table, each
     awaited before the next: `Queue.enqueue`, the same with a unique key per job, or a
-    raw prepared one-row INSERT."""
+    raw prepared one-row INSERT, without or with a key (`UNIQUE_FLOOR`)."""
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn, done_table=False)
         prepare_for_timing(sdsn)
@@ -375,6 +402,7 @@ def enqueue_single(
             "axa": _enqueue_single_axa,
             "raw": _enqueue_single_raw,
             "unique": _enqueue_single_unique,
+            "unique_raw": _enqueue_single_unique_raw,
         }[side]
         rate = asyncio.run(run(sdsn, jobs, warmup))
         with psycopg.connect(sdsn) as conn:
@@ -448,6 +476,21 @@ def _raw_bulk(
                 " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::jsonb[])",
                 ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
             )
+        elif method == "unique_unnest":
+            cur.execute(
+                "INSERT INTO axa_queue (id, name, args, unique_key)"
+                " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::jsonb[], %s::text[])"
+                " ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND (status IN"
+                " ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)"
+                " DO NOTHING RETURNING id",
+                (
+                    [r[0] for r in rows],
+                    [r[1] for r in rows],
+                    [r[2] for r in rows],
+                    [f"key:{one['k']}" for one in args],
+                ),
+            )
+            cur.fetchall()
         elif method == "copy":
             with cur.copy("COPY axa_queue (id, name, args) FROM STDIN") as copy:
                 for row in rows:
@@ -473,7 +516,8 @@ def enqueue_bulk(dsn: str, jobs: int, method: BulkMethod) -> float:
     of argument dicts to committed rows (ids made and arguments encoded in the timed
     part): `Queue.enqueue_all` (`unique`: each job with a unique key of its own), or raw
     `values` (one multi-row INSERT), `copy` or `unnest` (one INSERT ... SELECT FROM
-    unnest of arrays)."""
+    unnest of arrays), or `unique_unnest` (the same with a key per job, ON CONFLICT DO
+    NOTHING: the floor of `unique`)."""
     if method == "values" and jobs * 3 > 65_535:
         raise ValueError("one multi-row INSERT takes at most 21,845 jobs")
     args = [{"k": str(uuid.uuid4())} for _ in range(jobs)]
@@ -1426,7 +1470,7 @@ def cases(config: Config) -> list[tuple[str, Case]]:
     dsn = config.dsn
     found: list[tuple[str, Case]] = []
     if "enqueue" in config.workloads:
-        sides: tuple[Literal["axa", "raw", "unique"], ...] = ("axa", "raw", "unique")
+        sides: tuple[SingleSide, ...] = ("axa", "raw", "unique", "unique_raw")
         for side in sides:
             found.append(
                 (
@@ -1437,7 +1481,14 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                     ),
                 )
             )
-        methods: tuple[BulkMethod, ...] = ("axa", "unique", "values", "copy", "unnest")
+        methods: tuple[BulkMethod, ...] = (
+            "axa",
+            "unique",
+            "values",
+            "copy",
+            "unnest",
+            "unique_unnest",
+        )
         for method in methods:
             found.append(
                 (
@@ -1805,6 +1856,21 @@ def format_report(report: Report) -> str:
             f"  enqueue_all {c.bulk_jobs:,}, unique keys vs without",
             m("enqueue.bulk.unique"),
             m("enqueue.bulk.axa"),
+        )
+        row(
+            "  single, unique keys vs raw INSERT ... ON CONFLICT (floor)",
+            m("enqueue.single.unique"),
+            m("enqueue.single.unique_raw"),
+        )
+        row(
+            "  floor: raw INSERT ... ON CONFLICT vs raw INSERT (information)",
+            m("enqueue.single.unique_raw"),
+            m("enqueue.single.raw"),
+        )
+        row(
+            f"  enqueue_all {c.bulk_jobs:,}, unique keys vs INSERT unnest ON CONFLICT (floor)",
+            m("enqueue.bulk.unique"),
+            m("enqueue.bulk.unique_unnest"),
         )
         row(
             f"  enqueue_all {c.bulk_jobs:,} vs COPY (information)",
