@@ -133,6 +133,10 @@ class Lent:
     async def __aenter__(self) -> psycopg.AsyncConnection[Any]:
         lender = self.lender
         lender.busy = True  # before any await: no other block of the run takes it meanwhile
+        conn = lender.conn
+        if conn is not None and not conn.closed:  # the usual case: no coroutine more
+            self.conn = conn
+            return conn
         try:
             self.conn = await lender.take(self.timeout)
         except BaseException:
