@@ -254,7 +254,7 @@ def bench_queue(
 ) -> Queue:
     """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
     writes its key to `bench_done` on one of the queue's own connections, as a handler
-    would; or, given `held` (a cursor per loop, each on its own connection), with a
+    would (`queue.pool.connection()`: inside a run, the connection lent to its loop); or, given `held` (a cursor per loop, each on its own connection), with a
     cursor it holds, as the floor's workers do. `started` gets each key's start time.
     `global_limit` limits the job across processes (`scope="global"`)."""
     queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))

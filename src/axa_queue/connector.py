@@ -21,7 +21,9 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
 from . import pooler, sql
+from .context import running_or_none as _running
 from .errors import OptionsError
+from .lending import Lent
 from .options import QueueOptions, dsn_from_environment
 
 __all__ = ["RECONNECT_DELAYS", "Connected", "Connector", "QuickPool"]
@@ -43,7 +45,17 @@ class _QuickAttempt(AttemptWithBackoff):
 
 
 class QuickPool(AsyncConnectionPool):
-    """The queue's pool: reconnects within half a second of the database coming back."""
+    """The queue's pool: reconnects within half a second of the database coming back;
+    inside a worker's run of an async handler, `connection()` hands out the connection
+    lent to the run, with no checkout (see `lending`)."""
+
+    def connection(self, timeout: float | None = None) -> Any:
+        job = _running()
+        if job is not None:
+            lender = job._lender
+            if lender is not None and lender.lends_to(job._run, self):
+                return Lent(lender, job._run, timeout)
+        return super().connection(timeout)
 
     async def _add_connection(
         self, attempt: AttemptWithBackoff | None, growing: bool = False

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 from .errors import NotInAJobError
@@ -62,6 +62,9 @@ class JobContext:
     _run: Stoppable | None = field(default=None, repr=False, compare=False)
     """The worker's record of the run (`None` for a run without a row): `cancelled`
     reads it, so the flag changes while this context stays frozen."""
+    _lender: Any = field(default=None, repr=False, compare=False)
+    """The worker loop's `lending.Lender` while an async handler runs (its lent
+    connection is what `queue.pool.connection()` hands out), else `None`."""
 
     @property
     def cancelled(self) -> bool:

@@ -99,7 +99,7 @@ class Worker:
         self.troubles = Troubles()
         self.connections = Connections(connector, options.seconds("stale_after"))
         self.claims = Claims(self.state, self.connections, registry, options, self._spawn)
-        self.runner = Runner(self.state, self.claims, registry, options, self.identity)
+        self.runner = Runner(self.state, self.claims, registry, options, self.identity, pool)
         self.exchange = Exchange(
             self.state, self.connections, self.runner, self.claims, registry, options
         )
@@ -257,6 +257,7 @@ class Worker:
             if one.timer is not None:
                 one.timer.cancel()
         self.runner.executor.shutdown(wait=False, cancel_futures=True)
+        await self.runner.close()
         await self.connections.close()
         state.phase = Phase.STOPPED
 

@@ -1,7 +1,9 @@
 """The listener: wakes the exchange loop on LISTEN/NOTIFY, reconnecting when it drops.
 
 A notification carries the schema of the job's table and, for a delayed job, the
-seconds until it is due; the exchange looks for work then. One on `CANCEL_CHANNEL`
+seconds until it is due; the exchange looks for work then (woken at once, it runs
+before the listener waits for the next notification: that wait is off the path from
+a notification to a claim). One on `CANCEL_CHANNEL`
 names a running job a person cancelled: the heartbeat checks it at once.
 """
 
@@ -51,6 +53,11 @@ async def listen(
                         state.wake_in(float(delay or 0))
                     except ValueError:
                         state.wake()
+                    if state.nudge.is_set():
+                        # Let the exchange loop send its claim first: waiting for the
+                        # next notification (psycopg's reader, timer and future) is
+                        # then done while the claim is on its way, not before it.
+                        await asyncio.sleep(0)
         except psycopg.Error as error:
             troubles.failed("listener", error)
             log.warning(

@@ -5,7 +5,9 @@ At most `workers` loops run at once; a loop whose run ends goes on to the best r
 waiting (claimed ahead, `prefetch`) in the same step, with no new task. Async handlers
 are awaited on the event loop; sync ones run in `JobThreads`, with a copy of the run's
 context. Each run is the current job (`current_job()`, its log records' job fields) for
-its middleware and handler; with no middleware the handler is called directly.
+its middleware and handler; with no middleware the handler is called directly. Each
+loop running async handlers is lent a connection of the queue's pool (`lending`),
+taken on first use and given back once no loop has used it for `LEND_IDLE`.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import json
 import logging
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from .. import logs
 from ..arguments import result_json
 from ..context import JobContext, enter, leave
 from ..handlers import JobHandler
+from ..lending import LEND_IDLE, Lender, Lending
 from ..middleware import through
 from ..options import QueueOptions, to_timedelta
 from ..policies import NO_POLICY, Discard, Retry, Snooze, judge
@@ -34,6 +37,9 @@ from .state import CANCELLED, Run, State, order_of
 from .tasks import cancel_all, uncancel
 from .threads import JobThreads
 
+if TYPE_CHECKING:
+    from psycopg_pool import AsyncConnectionPool
+
 __all__ = ["Runner"]
 
 log = logging.getLogger("axa_queue.worker")
@@ -43,7 +49,13 @@ class Runner:
     """Runs the claimed runs of one worker on its loops."""
 
     def __init__(
-        self, state: State, claims: Claims, registry: Registry, options: QueueOptions, identity: str
+        self,
+        state: State,
+        claims: Claims,
+        registry: Registry,
+        options: QueueOptions,
+        identity: str,
+        pool: AsyncConnectionPool[Any] | None = None,
     ) -> None:
         self.state = state
         self.claims = claims
@@ -58,6 +70,14 @@ class Runner:
         self.aborting = False
         """Whether this worker cancelled its runs' loops (an abort, or the grace period
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
+        self.lending = None if pool is None else Lending(pool)
+        """The connections of the queue's pool lent to the loops; none for a drain's."""
+        self.shelf: list[Lender] = []
+        """Lenders no loop uses now, some with a connection still checked out."""
+        self.shelf_timer: asyncio.TimerHandle | None = None
+        """Gives the connections on the shelf back to the pool (`LEND_IDLE`)."""
+        self.giving: set[asyncio.Task[None]] = set()
+        """Connections being given back by the timer."""
 
     def take(self, claimed: list[Run]) -> None:
         """Hold newly claimed runs: start them while loops are free, keep the rest
@@ -86,15 +106,65 @@ class Runner:
         event loop."""
         task = asyncio.current_task()
         state = self.state
-        while True:
-            await self._execute(one)
-            if not state.waiting or state.active >= state.slots:
+        lender = self._lender()
+        try:
+            while True:
+                await self._execute(one, lender)
+                if not state.waiting or state.active >= state.slots:
+                    state.poke()
+                    return
+                one = state.waiting.pop(0)
+                self._begin(one)
+                one.task = task
                 state.poke()
-                return
-            one = state.waiting.pop(0)
-            self._begin(one)
-            one.task = task
-            state.poke()
+        finally:
+            if lender is not None:
+                self._shelve(lender)
+
+    def _lender(self) -> Lender | None:
+        """A lender for a loop starting: one from the shelf (its connection, if any,
+        still checked out), else a new one; none without a pool."""
+        if self.shelf:
+            return self.shelf.pop()
+        return None if self.lending is None else Lender(self.lending)
+
+    def _shelve(self, lender: Lender) -> None:
+        """Keep the lender of a loop that ended for the next loop; its connection goes
+        back to the pool if no loop takes it within `LEND_IDLE`."""
+        lender.run = None
+        self.shelf.append(lender)
+        if lender.conn is not None and self.shelf_timer is None:
+            self.shelf_timer = asyncio.get_running_loop().call_later(LEND_IDLE, self._unshelve)
+
+    def _unshelve(self) -> None:
+        """Give back the connections of the lenders on the shelf: no loop took them
+        since they were shelved (a loop that did has it, not the shelf)."""
+        self.shelf_timer = None
+        idle = [one for one in self.shelf if one.conn is not None]
+        if not idle:
+            return
+        self.shelf = [one for one in self.shelf if one.conn is None]
+        task = asyncio.get_running_loop().create_task(self._give_back(idle))
+        self.giving.add(task)
+        task.add_done_callback(self.giving.discard)
+
+    async def _give_back(self, lenders: list[Lender]) -> None:
+        for lender in lenders:
+            try:
+                await lender.give_back()
+            except Exception as error:  # the pool closed: nothing to give back to
+                log.debug("could not give a lent connection back", extra={"error": describe(error)})
+
+    async def close(self) -> None:
+        """Give every lent connection back to the pool (the worker stops; its loops are
+        done)."""
+        if self.shelf_timer is not None:
+            self.shelf_timer.cancel()
+            self.shelf_timer = None
+        lenders, self.shelf = self.shelf, []
+        await self._give_back(lenders)
+        if self.giving:
+            await asyncio.wait(list(self.giving))
 
     def _begin(self, one: Run) -> None:
         self.state.active += 1
@@ -115,7 +185,7 @@ class Runner:
         if one.name in self.registry.limits or one.name in self.registry.global_limits:
             state.wake()  # a place under its limit came free: its jobs may be waiting
 
-    async def _execute(self, one: Run) -> None:
+    async def _execute(self, one: Run, lender: Lender | None = None) -> None:
         """Run the handler to its end, its time limit, or the loss of its claim, then
         record the ending. Cancelled from outside (not by `Run.stop`), it aborts: the
         job stays `running` for stale recovery. A `CancelledError` the handler raises of
@@ -134,7 +204,11 @@ class Runner:
                 pass  # lost while it waited for a loop: its handler never starts
             else:
                 one.started = True
-                job = self._job(one)
+                if lender is not None and handler.is_async:
+                    lender.run = one  # inside this run, the pool hands out the lent connection
+                else:
+                    lender = None
+                job = self._job(one, lender)
                 token = enter(job)
                 try:
                     if self.registry.middleware:
@@ -153,6 +227,8 @@ class Runner:
                         result = await self._call(handler, one.args_text, job)
                 finally:
                     leave(token)
+                    if lender is not None:
+                        lender.run = None
                 if result is not None:
                     one.result, error = result_json(result, one.name)
         except asyncio.CancelledError as failure:
@@ -235,7 +311,7 @@ class Runner:
         if status == "queued":
             self.state.wake_in(delay)
 
-    def _job(self, one: Run) -> JobContext:
+    def _job(self, one: Run, lender: Lender | None = None) -> JobContext:
         """The `JobContext` of `one`, about to run (its deadline from its timer)."""
         deadline = None
         if one.timer is not None:
@@ -249,6 +325,7 @@ class Runner:
             deadline,
             None if one.trace_context is None else carrier_of(one.trace_context),
             one,
+            lender,
         )
 
     async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:
