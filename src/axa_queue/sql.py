@@ -295,7 +295,8 @@ def _with_gate(statement: str, *, rate: bool = False) -> str:
             END AS asked,
             CASE WHEN w.rate IS NULL THEN NULL
                 ELSE axa_queue_rate_room('axa_queue'::regclass, 'axa_rate_slots'::regclass, w.name,
-                                         w.rate, w.per_ms, %(now)s::timestamptz)
+                                         w.rate, w.per_ms, %(now)s::timestamptz,
+                                         least(w.cap, %(free)s))
             END AS slots
         FROM json_to_recordset(%(wanted)s::json)
             AS w(name text, cap int, global int, rate int, per_ms bigint)
