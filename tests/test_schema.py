@@ -22,7 +22,6 @@ from axa_queue.cli import main
 from axa_queue.schema import (
     CHECK_ACTS,
     CHECK_QUEUE,
-    CHECK_RATE_SLOTS,
     CHECK_SCHEDULE,
     CHECK_WORKERS,
     MIGRATIONS,
@@ -200,12 +199,16 @@ def test_each_migration_declares_exactly_what_it_makes(dsn: str, admin) -> None:
 
 def test_the_checked_columns_are_the_declared_ones() -> None:
     checked = {}
-    for statement in (CHECK_QUEUE, CHECK_SCHEDULE, CHECK_ACTS, CHECK_WORKERS, CHECK_RATE_SLOTS):
+    for statement in (CHECK_QUEUE, CHECK_SCHEDULE, CHECK_ACTS, CHECK_WORKERS):
         found = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
         assert found is not None
         checked[found[2]] = [c.strip() for c in found[1].split(",")]
     declared: dict[str, list[str]] = {}
+    # The rate limits' slots are left to the recorded version (migration 7): a role that
+    # never claims a rate-limited name (the dashboard) needs no grant on them.
     for table, column in expected().columns:
+        if table == "axa_rate_slots":
+            continue
         declared.setdefault(table, []).append(column)
     assert checked == declared
 

@@ -135,9 +135,6 @@ CHECK_ACTS = (
 CHECK_WORKERS = "SELECT id, host, pid, names, loops, running, version, started_at, seen_at FROM axa_workers LIMIT 0"
 """Fails unless the worker processes table has every column."""
 
-CHECK_RATE_SLOTS = "SELECT name, slot, at FROM axa_rate_slots LIMIT 0"
-"""Fails unless the rate limits' slots table has every column."""
-
 MISSING_TRIGGERS = """SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
@@ -279,7 +276,6 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_SCHEDULE, "axa_schedule"),
         (CHECK_ACTS, "axa_job_acts"),
         (CHECK_WORKERS, "axa_workers"),
-        (CHECK_RATE_SLOTS, "axa_rate_slots"),
     ):
         try:
             async with conn.transaction():
