@@ -61,6 +61,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from multiprocessing.connection import Connection as Pipe
 from pathlib import Path
@@ -90,6 +91,9 @@ the checks: one may catch the server finishing our own last case) mark a run BUS
 DONE = "INSERT INTO bench_done (job_id) VALUES (%s)"
 """What every benchmark job does: one row in the side table, keyed by the job."""
 BENCH_DONE = "CREATE TABLE bench_done (job_id UUID PRIMARY KEY)"
+
+RATE_NOT_BINDING = 100
+"""The rate limit of the bench case where it never binds: claims of the job a millisecond."""
 JOB = "noop"
 ExactlyOnceError = floor.ExactlyOnceError
 SPAWN = multiprocessing.get_context("spawn")
@@ -251,15 +255,19 @@ def bench_queue(
     prefetch: int = 0,
     held: list[psycopg.AsyncCursor[Any]] | None = None,
     global_limit: int | None = None,
+    rate_limit: int | None = None,
 ) -> Queue:
     """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
     writes its key to `bench_done` on one of the queue's own connections, as a handler
     would (`queue.pool.connection()`: inside a run, the connection lent to its loop); or, given `held` (a cursor per loop, each on its own connection), with a
     cursor it holds, as the floor's workers do. `started` gets each key's start time.
-    `global_limit` limits the job across processes (`scope="global"`)."""
+    `global_limit` limits the job across processes (`scope="global"`); `rate_limit`
+    limits its claims to that many a millisecond (`Queue.rate_limit`)."""
     queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))
     if global_limit is not None:
         queue.limit(JOB, global_limit, scope="global")
+    if rate_limit is not None:
+        queue.rate_limit(JOB, rate_limit, per=timedelta(milliseconds=1))
 
     @queue.handler(JOB)
     async def noop(args: dict[str, Any]) -> None:
@@ -568,13 +576,16 @@ async def _drain_in_process(
     prefetch: int = 0,
     hold: bool = False,
     global_limit: int | None = None,
+    rate_limit: int | None = None,
 ) -> Drain:
     connections = [
         await psycopg.AsyncConnection.connect(dsn, autocommit=True)
         for _ in range(loops if hold else 0)
     ]
     held = [conn.cursor() for conn in connections] if hold else None
-    queue = bench_queue(dsn, loops, prefetch=prefetch, held=held, global_limit=global_limit)
+    queue = bench_queue(
+        dsn, loops, prefetch=prefetch, held=held, global_limit=global_limit, rate_limit=rate_limit
+    )
     await queue.open()
     try:
         await queue_jobs(queue, jobs)
@@ -753,6 +764,7 @@ def drain_axa(
     *,
     hold: bool = False,
     global_limit: int | None = None,
+    rate_limit: int | None = None,
 ) -> Drain:
     """Jobs/s of axa-queue running `jobs` pre-queued no-op jobs with `loops` loops in
     each of `processes` processes (this one when 1, else spawned children), from the
@@ -760,13 +772,17 @@ def drain_axa(
     (one process only) claims that many jobs ahead of the loops; `hold` (one process
     only) has the handler write on a connection it holds, not one from the pool;
     `global_limit` (one process only) limits the job across processes, which every
-    claim then checks (`axa_queue_room`)."""
+    claim then checks (`axa_queue_room`); `rate_limit` (one process only) limits its
+    claims to that many a millisecond, which every claim checks and stamps
+    (`axa_queue_rate_room`, `axa_rate_slots`)."""
     timeout = max(60.0, jobs / 50)
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn)
         if processes == 1:
             rate = asyncio.run(
-                _drain_in_process(sdsn, jobs, loops, timeout, prefetch, hold, global_limit)
+                _drain_in_process(
+                    sdsn, jobs, loops, timeout, prefetch, hold, global_limit, rate_limit
+                )
             )
         else:
             rate = _drain_processes(sdsn, jobs, loops, processes, timeout)
@@ -1552,6 +1568,17 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                     ),
                 )
             )
+        # A rate limit that never binds (100 claims a millisecond): the gate's and the
+        # slots' cost alone.
+        found.append(
+            (
+                f"drain axa 1 x {pl} loops, rate limit {RATE_NOT_BINDING}/ms",
+                _drained(
+                    f"drain.axa.1x{pl}r",
+                    partial(drain_axa, dsn, config.drain_jobs, pl, rate_limit=RATE_NOT_BINDING),
+                ),
+            )
+        )
         if config.processes > 1:
             key = f"{config.processes}x{config.process_loops}"
             found.append(
@@ -1946,6 +1973,11 @@ def format_report(report: Report) -> str:
         row(
             f"  axa 1 x {c.process_loops}, global limit {max(c.process_loops // 2, 1)} vs no limit",
             m(f"drain.axa.1x{c.process_loops}gh"),
+            m(f"drain.axa.1x{c.process_loops}"),
+        )
+        row(
+            f"  axa 1 x {c.process_loops}, rate limit not binding vs no limit",
+            m(f"drain.axa.1x{c.process_loops}r"),
             m(f"drain.axa.1x{c.process_loops}"),
         )
         if c.processes > 1:

@@ -62,6 +62,7 @@ def test_every_workload_runs_once(database_url: str) -> None:
         "drain.axa.1x10ph",
         "drain.axa.1x10g",
         "drain.axa.1x10gh",
+        "drain.axa.1x10r",
         "drain.axa.2x10",
         "drain.floor.one",
         "drain.floor.batch",

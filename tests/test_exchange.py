@@ -200,9 +200,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     limited = re.sub(
         r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_LIMITED
     )
+    # And with a rate limit on it (`EXCHANGE_RATED`: a gate, and the slots stamped).
+    rated = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_RATED)
     for statement, wanted in (
         (numbered, {"name": "Backlog", "cap": 10}),
         (limited, {"name": "Backlog", "cap": 10, "global": 5}),
+        (rated, {"name": "Backlog", "cap": 10, "global": 5, "rate": 3, "per_ms": 1000}),
     ):
         claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL").format(
             pgsql.Literal(json.dumps([wanted]))
@@ -212,7 +215,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         assert "axa_queue_pick" in candidates, plan
         assert "axa_queue_ready" not in candidates, plan
     # Which jobs are due is judged by now() itself, never a parameter (see EXCHANGE).
-    for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED):
+    for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED, sql.EXCHANGE_RATED):
         assert "AND run_at <= now() AND id <> ALL" in statement
 
 

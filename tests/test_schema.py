@@ -204,7 +204,11 @@ def test_the_checked_columns_are_the_declared_ones() -> None:
         assert found is not None
         checked[found[2]] = [c.strip() for c in found[1].split(",")]
     declared: dict[str, list[str]] = {}
+    # The rate limits' slots are left to the recorded version (migration 7): a role that
+    # never claims a rate-limited name (the dashboard) needs no grant on them.
     for table, column in expected().columns:
+        if table == "axa_rate_slots":
+            continue
         declared.setdefault(table, []).append(column)
     assert checked == declared
 

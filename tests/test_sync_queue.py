@@ -91,6 +91,7 @@ ONLY_ASYNC = {
     "observers",
     "open",
     "purge",
+    "rate_limit",
     "recover_stale",
     "run",
     "running",

@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
@@ -222,6 +223,28 @@ class Queue(Connected):
                 f'expected the scope of the limit of job {name!r} to be "process" or '
                 f'"global", got: {scope!r}'
             )
+
+    def rate_limit(self, name: str, jobs: int, *, per: timedelta) -> None:
+        """Start at most `jobs` (at least one) jobs named `name` in any window of `per`
+        (a positive `timedelta`), counted across every process and host: each claim of
+        the name takes one of `jobs` slots kept in the database (`axa_rate_slots`), one
+        last taken `per` ago or more, so retries count as new starts. Enforced by the
+        claim statement, under the same lock as a global limit (`limit(...,
+        scope="global")`), which the name may have as well: both apply. Every process
+        that handles the name should register the same rate: each claim honours the
+        one its own process registered (docs/handlers.md)."""
+        check_name(name)
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+            raise OptionsError(
+                f"expected the rate limit of job {name!r} to be a positive integer, got: {jobs!r}"
+            )
+        if not isinstance(per, timedelta) or per <= timedelta(0):
+            raise OptionsError(
+                f"expected per= of the rate limit of job {name!r} to be a positive "
+                f"timedelta (such as timedelta(seconds=1)), got: {per!r}"
+            )
+        per_ms = math.ceil(per / timedelta(milliseconds=1))
+        self.registry.rate_limits[name] = (jobs, per_ms)
 
     def schedule(self, schedule: Schedule) -> Schedule:
         """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice."""

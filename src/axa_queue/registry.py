@@ -52,6 +52,10 @@ class Registry:
     global_limits: dict[str, int] = field(default_factory=dict)
     """At most this many runs of the name at once across every process (checked by the
     claim statement, `sql.EXCHANGE`)."""
+    rate_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """At most this many claims of the name in any window of that many milliseconds,
+    across every process (checked and stamped by the claim statement,
+    `sql.EXCHANGE_RATED`)."""
     schedules: list[Schedule] = field(default_factory=list)
     observers: list[RunObserver] = field(default_factory=list)
     threads: ThreadHooks = field(default_factory=ThreadHooks)

@@ -301,8 +301,9 @@ plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
 
-Global limits are claimed by `EXCHANGE_LIMITED`, this statement with a gate in
-`wanted`; a process without any sends this one, unchanged.
+Global limits are claimed by `EXCHANGE_LIMITED`, and rate limits by `EXCHANGE_RATED`,
+this statement with a gate in `wanted`; a process without any sends this one,
+unchanged.
 
 Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
 again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
@@ -332,9 +333,11 @@ One lock taken, and one taken and let go, per ending: under a microsecond each (
 one ending a statement; this costs nothing measurable)."""
 
 
-def _with_gate(statement: str) -> str:
+def _with_gate(statement: str, *, rate: bool = False) -> str:
     """`statement` (`EXCHANGE`) whose `wanted` caps a name with a `global` limit by
-    `axa_queue_room`; refuses a statement whose `wanted` is not the one expected."""
+    `axa_queue_room`; with `rate`, also a name with a rate limit by
+    `axa_queue_rate_room`, stamping the slots it claims by (`EXCHANGE_RATED`). Refuses a
+    statement whose parts are not the ones expected."""
     plain = """    ), wanted AS (
         SELECT w.name, least(w.cap, %(free)s) AS cap
         FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
@@ -347,9 +350,56 @@ def _with_gate(statement: str) -> str:
         FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global int)
         WHERE %(free)s > 0
     ), candidates"""
-    if plain not in statement:
+    rated = """    ), gates AS (
+        SELECT w.name, w.rate, w.per_ms,
+            CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
+                ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name, w.global))
+            END AS asked,
+            CASE WHEN w.rate IS NULL THEN NULL
+                ELSE axa_queue_rate_room('axa_queue'::regclass, 'axa_rate_slots'::regclass, w.name,
+                                         w.rate, w.per_ms, %(now)s::timestamptz,
+                                         least(w.cap, %(free)s))
+            END AS slots
+        FROM json_to_recordset(%(wanted)s::json)
+            AS w(name text, cap int, global int, rate int, per_ms bigint)
+        WHERE %(free)s > 0
+        OFFSET 0
+    ), wanted AS MATERIALIZED (
+        SELECT g.name, g.rate, g.per_ms, g.asked, g.slots,
+               CASE WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS cap
+        FROM gates g
+    ), candidates"""
+    tail = """                  q.trace_context::text AS trace_context
+    )
+    SELECT id, attempts, NULL AS name"""
+    stamped = """                  q.trace_context::text AS trace_context
+    ), taken AS (
+        SELECT w.name, w.rate, w.per_ms, w.asked, w.slots,
+               (SELECT count(*) FROM claimed c WHERE c.name = w.name)::int AS n
+        FROM wanted w WHERE w.slots IS NOT NULL
+    ), stamped AS (
+        INSERT INTO axa_rate_slots (name, slot, at)
+        SELECT t.name, t.slots[i], COALESCE(%(now)s::timestamptz, clock_timestamp())
+        FROM taken t CROSS JOIN LATERAL generate_series(1, t.n) AS i
+        ON CONFLICT (name, slot) DO UPDATE SET at = EXCLUDED.at
+    )
+    SELECT id, attempts, NULL AS name"""
+    waits = """
+    UNION ALL
+    SELECT NULL, NULL, t.name, NULL, NULL, NULL, NULL,
+           extract(epoch FROM COALESCE(
+               (SELECT min(s.at) FROM axa_rate_slots s
+                WHERE s.name = t.name AND s.slot < t.rate AND s.slot <> ALL(t.slots)),
+               COALESCE(%(now)s::timestamptz, clock_timestamp()))
+               + t.per_ms * interval '1 millisecond'
+               - COALESCE(%(now)s::timestamptz, clock_timestamp()))::float8,
+           NULL
+    FROM taken t WHERE cardinality(t.slots) < t.asked AND t.n = cardinality(t.slots)"""
+    if plain not in statement or (rate and tail not in statement):
         raise AssertionError("EXCHANGE's wanted CTE changed: change _with_gate with it")
-    return statement.replace(plain, gated)
+    if not rate:
+        return statement.replace(plain, gated)
+    return statement.replace(plain, rated).replace(tail, stamped) + waits
 
 
 EXCHANGE_LIMITED = _with_gate(EXCHANGE)
@@ -367,7 +417,39 @@ and never deadlock on them; the endings are written before any is taken, and the
 claim never waits for a row lock (`SKIP LOCKED`), so a statement holding a name's lock
 waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statement
 that committed while this one waited for the lock is found `running` when locked, and
-skipped."""
+skipped. A process with rate limits sends `EXCHANGE_RATED` instead."""
+
+EXCHANGE_RATED = _with_gate(EXCHANGE, rate=True)
+"""`EXCHANGE_LIMITED` for a process with rate limits (`Queue.rate_limit`): a wanted
+name may also carry its rate limit (`[{"name", "cap", "global", "rate", "per_ms"}]`),
+and its cap is then cut to the number of its free slots, which `axa_queue_rate_room`
+(migration 7) returns after taking the name's lock (the one global limits take) and
+reading `axa_rate_slots` with a snapshot of its own. `gates` calls the functions once
+per name (`OFFSET 0` keeps it from being folded into `wanted`, which would copy the
+calls). Then, in the same statement, `stamped` stamps as many of those free slots as
+jobs of the name were claimed (`taken`, counted over `claimed`), with the clock read
+after the claims (so never before a claimed job's `started_at`).
+
+Why this is exact under concurrency: the name's lock is held from the read of the
+slots to the commit of the stamps, so statements read and stamp a name's slots one at
+a time, each seeing every stamp committed before; a slot is used only when its last
+stamp is `per` old or more, read after the lock, and stamped later still; so the
+claims that used one slot are `per` apart or more, and any window of `per` holds at
+most one per slot: never more than `rate` claims. The stamps are an upsert (`ON
+CONFLICT DO UPDATE`), which in READ COMMITTED writes the newest version of a slot's row
+even when the statement's own snapshot, taken before it waited for the lock, is older:
+an `UPDATE` would miss a slot's row made by another process after that snapshot, and a
+claim would go unstamped. A slot without a row is free and the stamp makes it, so
+nothing need be made ahead. Retries and jobs queued again are claimed by this
+statement like any other job, so each of their runs takes a slot.
+
+The last `UNION ALL` says when to look again: for each rate-limited name whose free
+slots were fewer than it asked for and all used, a row with no id, the name, and in
+`run_at` the seconds until its earliest busy slot frees (read with the statement's
+snapshot, which can only make it sooner: a slot stamped since looks older, and one
+looked at early costs an exchange that finds it busy and says when again). The client
+sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
+A process without rate limits never sends this statement."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
@@ -1074,19 +1156,19 @@ they would stay on a server connection other clients then use (see `pooler`)."""
 # --- A schema named in every statement ---------------------------------------------------
 
 _TABLE = re.compile(
-    r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?![\w.'\"(])"
+    r"(?<![\w.'\"])(?<!LISTEN )(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers|axa_rate_slots)(?![\w.'\"(])"
 )
 """A table named in a statement; not the channel (`'axa_queue'`, `LISTEN axa_queue`),
 a setting (`axa_queue.notify`), a `table.column` or a longer name (`axa_queue_ready`)."""
 
 _TABLE_LITERAL = re.compile(
-    r"(?<=to_regclass\(')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?=')"
-    r"|(?<=')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?='::regclass)"
+    r"(?<=to_regclass\(')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers|axa_rate_slots)(?=')"
+    r"|(?<=')(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers|axa_rate_slots)(?='::regclass)"
 )
 """A table named in a literal that becomes a `regclass`."""
 
 _FUNCTION = re.compile(
-    r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role|axa_queue_room)(?=\()"
+    r"(?<![\w.])(axa_queue_notify|axa_job_acts_refuse|axa_job_acts_role|axa_queue_room|axa_queue_rate_room)(?=\()"
 )
 """A function the setup makes (a trigger of the same name is not followed by `(`)."""
 

@@ -380,6 +380,78 @@ RECORD_6 = """INSERT INTO axa_schema_version (version, name)
     VALUES (6, 'global limits') ON CONFLICT (version) DO NOTHING"""
 """Migration 6 is applied."""
 
+# --- Migration 7: rate limits (additive) ------------------------------------------------
+
+SETUP_RATE_SLOTS = """CREATE TABLE IF NOT EXISTS axa_rate_slots (
+    name TEXT NOT NULL,
+    slot INTEGER NOT NULL,
+    at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (name, slot)
+)"""
+"""The ring of slots of each rate-limited job name (`Queue.rate_limit`): slot `k` of a
+name holds when the claim that last used it was made. A claim may use a slot last used
+`per` ago or more (or never: a slot without a row), and stamps it; so with N slots no
+more than N claims of the name are made in any window of `per`. Rows are only ever
+stamped again (never deleted): a name has at most as many as its largest limit. In the
+queue's schema, beside `axa_queue`, so each queue has its own."""
+
+SETUP_RATE_ROOM_FUNCTION = """CREATE OR REPLACE FUNCTION axa_queue_rate_room(jobs regclass, slots regclass, job_name text, most integer, per_ms bigint, claim_at timestamptz, want integer)
+RETURNS integer[] LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    cutoff timestamptz;
+    made integer;
+    free integer[];
+    more integer[];
+BEGIN
+    PERFORM pg_advisory_xact_lock(hashtextextended(jobs::oid::text || ' ' || job_name, 1635213689));
+    cutoff := COALESCE(claim_at, clock_timestamp()) - per_ms * interval '1 millisecond';
+    IF slots = to_regclass('"axa_rate_slots"') THEN
+        SELECT count(*), (array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.at <= cutoff))[1:want]
+            INTO made, free FROM "axa_rate_slots" s WHERE s.name = job_name AND s.slot < most;
+    ELSE
+        EXECUTE format('SELECT count(*), (array_agg(s.slot ORDER BY s.slot) FILTER (WHERE s.at <= $3))[1:$4] '
+                       'FROM %s s WHERE s.name = $1 AND s.slot < $2', slots)
+            INTO made, free USING job_name, most, cutoff, want;
+    END IF;
+    free := COALESCE(free, '{}');
+    IF made < most AND cardinality(free) < want THEN
+        IF slots = to_regclass('"axa_rate_slots"') THEN
+            free := free || ARRAY(SELECT n FROM generate_series(0, most - 1) AS n
+                WHERE NOT EXISTS (SELECT FROM "axa_rate_slots" s WHERE s.name = job_name AND s.slot = n)
+                ORDER BY n LIMIT want - cardinality(free));
+        ELSE
+            EXECUTE format('SELECT ARRAY(SELECT n FROM generate_series(0, $2 - 1) AS n '
+                           'WHERE NOT EXISTS (SELECT FROM %s s WHERE s.name = $1 AND s.slot = n) '
+                           'ORDER BY n LIMIT $3)', slots)
+                INTO more USING job_name, most, want - cardinality(free);
+            free := free || more;
+        END IF;
+    END IF;
+    RETURN free;
+END
+$$"""
+"""Up to `want` free slots, lowest number first, of `job_name` under a rate limit of
+`most` claims per `per_ms` milliseconds: of the slots `0` to `most - 1`, those not used
+since `per_ms` before `claim_at` (NULL: the database's clock, read after the lock), a
+slot without a row being free. Called by `EXCHANGE_RATED`'s claim for each name with a
+rate limit, which then stamps as many of them as it claimed jobs of the name. Like
+`axa_queue_room`, it first takes the name's transaction-level advisory lock (the very
+same lock: a name with both limits is claimed under one), held until the claim
+commits, so the slots of a name are read and stamped by one statement at a time across
+every process; and, being `VOLATILE`, it reads them with a snapshot taken after the
+lock, which sees every stamp committed before. It reads the name's rows once (one
+index range); numbers without a row are looked for only while the ring is not yet
+whole. Slots numbered `most` or more are ignored: two processes configured with
+different limits each honour their own. `jobs` (the queue's table, for the lock's
+key) and `slots` come as `regclass`es, so the function reads the caller's tables
+whatever the search path (by static queries when the search path finds that table,
+else by `EXECUTE`), and its body is the same in every schema (`"axa_rate_slots"` is
+quoted, which `sql.in_schema` leaves alone)."""
+
+RECORD_7 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (7, 'rate limits') ON CONFLICT (version) DO NOTHING"""
+"""Migration 7 is applied."""
+
 # --- Migrations ------------------------------------------------------------------------
 
 
@@ -476,6 +548,9 @@ WORKERS_COLUMNS = (
     "id", "host", "pid", "names", "loops", "running", "version", "started_at", "seen_at",
 )  # fmt: skip
 """The worker processes table's columns (migration 3)."""
+
+RATE_SLOTS_COLUMNS = ("name", "slot", "at")
+"""The rate limits' slots table's columns (migration 7)."""
 
 ACTS_COLUMNS = ("id", "job_id", "job_name", "act", "attempts", "by", "reason", "at")
 """The acts table's columns as the crate makes it; migration 2 adds `db_role`."""
@@ -617,6 +692,23 @@ MIGRATIONS: tuple[Migration, ...] = (
         RECORD_6,
         Expectations(
             functions=(("axa_queue_room(regclass,text,integer)", body_of(SETUP_ROOM_FUNCTION)),),
+        ),
+    ),
+    Migration(
+        7,
+        "rate limits",
+        (SETUP_RATE_SLOTS, SETUP_RATE_ROOM_FUNCTION),
+        RECORD_7,
+        Expectations(
+            tables=("axa_rate_slots",),
+            columns=tuple(("axa_rate_slots", c) for c in RATE_SLOTS_COLUMNS),
+            constraints=(("axa_rate_slots", "axa_rate_slots_pkey"),),
+            functions=(
+                (
+                    "axa_queue_rate_room(regclass,regclass,text,integer,bigint,timestamptz,integer)",
+                    body_of(SETUP_RATE_ROOM_FUNCTION),
+                ),
+            ),
         ),
     ),
 )

@@ -81,23 +81,29 @@ def wanted(
     in_use: Mapping[str, int],
     free: int,
     global_limits: Mapping[str, int] | None = None,
+    rate_limits: Mapping[str, tuple[int, int]] | None = None,
 ) -> list[dict[str, Any]]:
     """The names to claim, each with how many it may take now (its free places under a
     limit, else all free places), as `sql.EXCHANGE` reads them; a name with a global
     limit also carries it (`global`), which the statement checks against every
-    process's running jobs. With global limits the names come sorted, so every process
-    takes the names' locks in the same order."""
+    process's running jobs, and a name with a rate limit its claims per window
+    (`rate`) and the window (`per_ms`), which the statement checks against the name's
+    slots. With global or rate limits the names come sorted, so every process takes the
+    names' locks in the same order."""
     found: list[dict[str, Any]] = []
     for name in names:
         limit = limits.get(name)
         cap = free if limit is None else min(limit - in_use.get(name, 0), free)
         if cap > 0:
             found.append({"name": name, "cap": cap})
-    if global_limits:
+    if global_limits or rate_limits:
         for one in found:
-            most = global_limits.get(one["name"])
+            most = global_limits.get(one["name"]) if global_limits else None
             if most is not None:
                 one["global"] = most
+            rate = rate_limits.get(one["name"]) if rate_limits else None
+            if rate is not None:
+                one["rate"], one["per_ms"] = rate
         found.sort(key=lambda one: str(one["name"]))
     return found
 

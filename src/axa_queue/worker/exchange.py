@@ -79,8 +79,11 @@ class Exchange:
 
     @property
     def statement(self) -> str:
-        """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit:
-        a process without one sends the plain statement, whose plan is unchanged."""
+        """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
+        or `sql.EXCHANGE_RATED` once it has a rate limit: a process without either sends
+        the plain statement, whose plan is unchanged."""
+        if self.registry.rate_limits:
+            return sql.EXCHANGE_RATED
         return sql.EXCHANGE_LIMITED if self.registry.global_limits else sql.EXCHANGE
 
     def _flush_due(self) -> None:
@@ -136,6 +139,7 @@ class Exchange:
                     state.in_use,
                     free,
                     self.registry.global_limits,
+                    self.registry.rate_limits,
                 )
                 if claim
                 else []
@@ -223,6 +227,12 @@ class Exchange:
         except psycopg.OperationalError:
             await self.connections.exchange_broke(conn)
             raise
+        if self.registry.rate_limits:
+            # Rows with a float: seconds until a rate-limited name's next free slot.
+            waits = [row for row in rows if type(row) is float]
+            if waits:
+                self.state.wake_in(max(min(waits), 0.0))
+                rows = [row for row in rows if type(row) is not float]
         claimed = [row for row in rows if type(row) is Run]
         if len(claimed) > 1:
             claimed.sort(key=order_of)
@@ -265,7 +275,9 @@ def _rows(
     default_limit: int, sent: float, limits: dict[str, int], timeouts: dict[str, float]
 ) -> Any:
     """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
-    becomes a `Run` and each ending recorded its (id, attempt). It finds every column
+    becomes a `Run`, each ending recorded its (id, attempt), and each row of
+    `sql.EXCHANGE_RATED` saying when a rate-limited name's next slot frees its seconds
+    (a float). It finds every column
     by its name once, then reads each row's values by those places: as cheap as reading
     tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
     the statement cannot shift the others. A job stored without `max_attempts` or a
@@ -277,9 +289,11 @@ def _rows(
             at[c] for c in COLUMNS
         )
 
-        def make(values: Any) -> Run | tuple[str, int]:
+        def make(values: Any) -> Run | tuple[str, int] | float:
             if values[name] is None:
                 return (values[id_], values[attempts])
+            if values[id_] is None:  # `sql.EXCHANGE_RATED`: when a name's next slot frees
+                return float(values[run_at])
             ms = values[timeout]
             job = values[name]
             return Run(
