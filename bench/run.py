@@ -1011,10 +1011,13 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 # --- the claim on a big table ----------------------------------------------------------------
 
 
-CLAIM_PARAMETERS = ("completed", "completed_attempts", "endings", "free", "wanted", "losing", "now")
-"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$6` of the PREPAREd form."""
+CLAIM_PARAMETERS = (
+    "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
+    "starts", "started_attempts",
+)  # fmt: skip
+"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$10` of the PREPAREd form."""
 
-CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[], timestamptz"
+CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
 """Their types, for PREPARE."""
 
 
@@ -1030,6 +1033,9 @@ def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]
         "wanted": json.dumps(wanted),
         "losing": "{}",
         "now": None,
+        "idle": free,
+        "starts": "{}",
+        "started_attempts": "{}",
     }
 
 

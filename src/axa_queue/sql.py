@@ -156,6 +156,13 @@ EXCHANGE = """WITH RECURSIVE endings AS (
                  ELSE pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
                       ::text IS NOT NULL
             END AS told
+    ), marked AS (
+        UPDATE axa_queue q SET ahead = NULL
+        FROM unnest(%(starts)s::uuid[], %(started_attempts)s::int[]) AS m(id, attempts)
+        WHERE q.id = ANY(%(starts)s::uuid[]) AND q.id = m.id AND q.attempts = m.attempts
+          AND q.ahead = m.attempts AND q.status = (SELECT 'running')
+          AND q.id <> ALL(ARRAY(SELECT id FROM endings))
+        RETURNING q.id
     ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
         UNION ALL
@@ -177,7 +184,7 @@ EXCHANGE = """WITH RECURSIVE endings AS (
             ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
         ) j WHERE levels.priority IS NOT NULL
     ), picked AS MATERIALIZED (
-        SELECT id FROM (
+        SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
             SELECT id, priority, run_at, cap,
                    row_number() OVER (PARTITION BY name ORDER BY priority DESC, run_at) AS n
             FROM candidates
@@ -185,17 +192,21 @@ EXCHANGE = """WITH RECURSIVE endings AS (
     ), claimed AS (
         UPDATE axa_queue q
         SET status = 'running', started_at = COALESCE(%(now)s::timestamptz, clock_timestamp()), updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
-            attempts = q.attempts + 1
+            attempts = q.attempts + 1,
+            ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
+                         THEN q.attempts + 1 END
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
-                  q.trace_context::text AS trace_context
+                  q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead
     )
     SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
-           NULL AS priority, NULL AS run_at, NULL AS trace_context FROM finished
+           NULL AS priority, NULL AS run_at, NULL AS trace_context, NULL AS ahead FROM finished
     UNION ALL
-    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at, trace_context
-    FROM claimed"""
+    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at, trace_context,
+           ahead
+    FROM claimed
+    WHERE (SELECT count(*) FROM marked) >= 0"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
 again after a backoff), each row fenced by its own attempt, and claim up to `free` ready
 jobs of the wanted names, highest priority then oldest first, at most `cap` of each.
@@ -238,6 +249,20 @@ always judged by `now()` itself: the planner evaluates it when it estimates a ge
 plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick` in
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
+
+Runs claimed ahead (`QueueOptions.prefetch`): the claimed rows ranked within `idle`
+(the loops idle as the statement is sent), in the claim's own order, start at once and
+are stamped `ahead` NULL; the others wait in the process for a loop and are stamped
+`ahead` = their attempt, returned as `ahead` true: their handler has not started, so
+if the process dies stale recovery gives the attempt back (`RECOVER_STALE`). When a
+loop starts a waiting run, its (id, attempt) travels in the next statement (`starts`,
+`started_attempts`, array literals) and `marked` clears `ahead`, fenced like an ending
+by the attempt and `running` (a run given back, or claimed again by anyone, is not
+touched); a run whose ending is in the same statement needs no mark (and a row must
+not be changed twice by one statement). The loop never waits for the mark: a run
+started less than one exchange before its process died may be taken as not started,
+which `GIVE_BACK_LIMIT` bounds. `marked` is a data-modifying CTE, which PostgreSQL
+runs whether read or not; the final `WHERE` reads it only to say so.
 
 Global limits are claimed by `EXCHANGE_LIMITED`, this statement with a gate in
 `wanted`; a process without any sends this one, unchanged.
@@ -419,13 +444,28 @@ names them after it), so the schema can be dropped."""
 
 # --- Housekeeping ----------------------------------------------------------------------
 
+GIVE_BACK_LIMIT = 3
+"""How many times stale recovery gives a job back an attempt whose handler it takes as
+never started (`axa_queue.given_back`): a start is marked by the exchange after it (the
+loop does not wait for it), so a handler that kills its process at once looks never
+started; past this many give-backs its attempts are burned as any crashed run's, and
+such a job fails at last rather than crash worker after worker for ever."""
+
 RECOVER_STALE = """WITH recovered AS (
     UPDATE axa_queue
-    SET status = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END,
-        error = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN error
+    SET status = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                            OR attempts < COALESCE(max_attempts, %(max)s)
+                      THEN 'queued' ELSE 'failed' END,
+        error = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                          OR attempts < COALESCE(max_attempts, %(max)s) THEN error
                      ELSE 'abandoned by its worker' END,
-        started_at = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN NULL
+        started_at = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                               OR attempts < COALESCE(max_attempts, %(max)s) THEN NULL
                           ELSE started_at END,
+        max_attempts = CASE WHEN ahead = attempts AND given_back < %(give_back)s
+                            THEN COALESCE(max_attempts, %(max)s) + 1 ELSE max_attempts END,
+        given_back = CASE WHEN ahead = attempts AND given_back < %(give_back)s
+                          THEN given_back + 1 ELSE given_back END,
         updated_at = COALESCE(%(now)s::timestamptz, now())
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
       AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
@@ -442,6 +482,14 @@ RECOVER_STALE = """WITH recovered AS (
 """Recover runs not heard from for the stale period: queued again with attempts left,
 else failed, so a crash can never loop for ever.
 
+A run claimed ahead whose handler was never marked started (`ahead = attempts`, see
+`EXCHANGE`) did no work: its job is queued again and gets its attempt back, at most
+`give_back` (`GIVE_BACK_LIMIT`) times per job. Not by lowering `attempts`, which fences
+every run (each run keeps a number of its own, and a stalled process that wakes finds
+its attempt superseded), but by raising the job's limit by one (`max_attempts`, the
+worker's default `max` if it had none), as a snooze does, and counting it in
+`given_back`. Such a run never fails for want of attempts.
+
 Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
 the stale period after the server started, only runs silent for that long before it
 started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
@@ -450,8 +498,9 @@ wait, so it can only find fewer runs stale (claims and heartbeats stamp the time
 write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always)."""
 
 STALE = """SELECT id, name, attempts,
-        CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
-            AS status
+        CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                  OR attempts < COALESCE(max_attempts, %(max)s)
+             THEN 'queued' ELSE 'failed' END AS status
     FROM axa_queue
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
       AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)

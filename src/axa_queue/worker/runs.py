@@ -60,16 +60,26 @@ class Runner:
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
 
     def take(self, claimed: list[Run]) -> None:
-        """Hold newly claimed runs: start them while loops are free, keep the rest
-        waiting, best first, for the next loop to come free."""
+        """Hold newly claimed runs: start at once those the claim stamped to start (the
+        loops idle when it was sent), keep the runs claimed ahead waiting, best first,
+        for the next loop to come free (and start them now if loops are free)."""
         state = self.state
+        ahead: list[Run] = []
+        loop = asyncio.get_running_loop()
         for one in claimed:
             state.runs[one.key] = one
             state.in_use[one.name] += 1
-        if not state.waiting or not claimed or state.waiting[-1].order <= claimed[0].order:
-            state.waiting.extend(claimed)  # the usual case: later claims are no better
+            if one.ahead:
+                ahead.append(one)
+            else:  # idle loops when the claim was sent: at least as many now
+                self._begin(one)
+                one.task = loop.create_task(self._loop(one))
+        if not ahead:
+            pass
+        elif not state.waiting or state.waiting[-1].order <= ahead[0].order:
+            state.waiting.extend(ahead)  # the usual case: later claims are no better
         else:
-            state.waiting = sorted([*state.waiting, *claimed], key=order_of)
+            state.waiting = sorted([*state.waiting, *ahead], key=order_of)
         self._start_waiting()
 
     def _start_waiting(self) -> None:
@@ -98,6 +108,8 @@ class Runner:
 
     def _begin(self, one: Run) -> None:
         self.state.active += 1
+        if one.ahead:  # its row says not started: the next exchange says it is
+            self.state.started(one)
         if one.timeout is not None:
             one.timer = asyncio.get_running_loop().call_later(
                 one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
