@@ -179,7 +179,9 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
         pgsql.Literal(f"{{{one}}}")
     )
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(pgsql.Literal(failed))
+    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
+        pgsql.Literal(failed)
+    )
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]

@@ -556,3 +556,121 @@ async def test_a_side_statement_the_database_never_answers_is_given_up_and_its_c
         assert (await connections.on_side("SELECT 1 AS one", None))[0].one == 1
     finally:
         await connections.close()
+
+
+# --- runs claimed ahead ----------------------------------------------------------------
+
+
+def exchange(
+    admin: psycopg.Connection[Any],
+    *,
+    completed: list[UUID] = (),  # type: ignore[assignment]
+    starts: list[UUID] = (),  # type: ignore[assignment]
+    attempts: int = 1,
+    wanted: str = "[]",
+    free: int = 0,
+    idle: int = 0,
+) -> list[Any]:
+    """Send `sql.EXCHANGE` as a worker would: completed runs, start marks (each of
+    `attempts`), and a claim."""
+    from axa_queue import sql
+
+    return admin.execute(
+        sql.EXCHANGE,
+        {
+            "completed": "{" + ",".join(map(str, completed)) + "}",
+            "completed_attempts": "{" + ",".join(str(attempts) for _ in completed) + "}",
+            "endings": "[]",
+            "free": free,
+            "wanted": wanted,
+            "losing": "{}",
+            "now": None,
+            "idle": idle,
+            "starts": "{" + ",".join(map(str, starts)) + "}",
+            "started_attempts": "{" + ",".join(str(attempts) for _ in starts) + "}",
+        },
+    ).fetchall()
+
+
+def ahead_of(admin: psycopg.Connection[Any], job_id: UUID) -> tuple[Any, ...]:
+    row = admin.execute(
+        "SELECT status, attempts, ahead, max_attempts, given_back FROM axa_queue WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+async def test_a_claim_starts_as_many_jobs_as_loops_are_idle_and_stamps_the_others_ahead(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    first = await queue.enqueue("Ahead", {}, priority=2)
+    second = await queue.enqueue("Ahead", {}, priority=1)
+    third = await queue.enqueue("Ahead", {})
+    rows = exchange(admin, wanted='[{"name": "Ahead", "cap": 3}]', free=3, idle=1)
+    assert sorted((row[0], row[-1]) for row in rows) == sorted(
+        [(str(first), False), (str(second), True), (str(third), True)]
+    )
+    assert ahead_of(admin, first) == ("running", 1, None, None, 0)
+    assert ahead_of(admin, second) == ("running", 1, 1, None, 0)
+    # A loop takes the second: the next statement marks its start, and only its own.
+    exchange(admin, starts=[second])
+    assert ahead_of(admin, second) == ("running", 1, None, None, 0)
+    assert ahead_of(admin, third) == ("running", 1, 1, None, 0)
+
+
+async def test_a_stalled_process_whose_waiting_runs_were_given_back_can_neither_mark_nor_end_them(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(stale_after=1.0)
+    job_id = await queue.enqueue("Ahead", {}, max_attempts=1)
+    exchange(admin, wanted='[{"name": "Ahead", "cap": 1}]', free=1, idle=0)
+    assert ahead_of(admin, job_id) == ("running", 1, 1, 1, 0)
+    # Its process stalls; recovery gives the attempt back, keeping the attempt number.
+    [back] = await queue.recover_stale(now=later(admin, 3600))
+    assert (back.attempts, back.state) == (1, JobState.QUEUED)
+    assert ahead_of(admin, job_id) == ("queued", 1, 1, 2, 1)
+    # The process wakes: its start mark and its ending of attempt 1 are refused.
+    assert exchange(admin, starts=[job_id]) == []
+    assert ahead_of(admin, job_id) == ("queued", 1, 1, 2, 1)
+    assert exchange(admin, completed=[job_id]) == [], "an ending of a given-back run landed"
+    assert ahead_of(admin, job_id) == ("queued", 1, 1, 2, 1)
+    # Claimed again (attempt 2, started at once), the old run is fenced all the same.
+    exchange(admin, wanted='[{"name": "Ahead", "cap": 1}]', free=1, idle=1)
+    assert ahead_of(admin, job_id) == ("running", 2, None, 2, 1)
+    assert exchange(admin, starts=[job_id], completed=[job_id]) == []
+    assert ahead_of(admin, job_id) == ("running", 2, None, 2, 1)
+
+
+async def test_a_waiting_run_whose_attempt_was_given_back_never_starts_and_its_job_runs_again(
+    make_queue, admin, caplog
+) -> None:
+    # One loop and one job claimed ahead; the event loop is blocked past half of
+    # stale_after while recovery gives the waiting run's attempt back, so the check
+    # before it starts finds its claim gone: its handler never starts, and the job runs
+    # once, later, under a new attempt, its attempts intact.
+    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=2.9, stale_after=3.0)
+    first = Blocking()
+    second = Blocking()
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    first_id = await queue.enqueue("First", {}, priority=1, max_attempts=5)
+    second_id = await queue.enqueue("Second", {}, max_attempts=1)
+    async with running(queue):
+        await asyncio.wait_for(first.started.wait(), 15)
+        await eventually(lambda: ahead_of(admin, second_id) == ("running", 1, 1, 1, 0))
+        other = await make_queue(stale_after=3.0)
+        recovered = await other.recover_stale(now=later(admin, 3600))
+        assert {(r.id, r.state) for r in recovered} == {
+            (first_id, JobState.QUEUED),
+            (second_id, JobState.QUEUED),
+        }
+        time.sleep(1.7)  # noqa: ASYNC251 - blocks the event loop past half of stale_after
+        first.release.set()
+        second.release.set()
+        await eventually(
+            lambda: second.calls == 1 and status_of(admin, second_id)[0] == "completed"
+        )
+    assert status_of(admin, second_id) == ("completed", None, 2)
+    assert ahead_of(admin, second_id)[3:] == (2, 1)  # its attempt given back once

@@ -133,7 +133,7 @@ class QueueOptions:
     """How long completed, failed and cancelled rows are kept."""
     maintenance_interval: Duration = timedelta(minutes=5)
     """How often to recover stale jobs, purge old rows and archive unused schedules."""
-    prefetch: int = 0
+    prefetch: int = 20
     """Jobs claimed ahead of the loops, so a loop coming free starts its next job without
     waiting for the database: more jobs per statement, more throughput for short jobs.
     They count as `running` (and report in) while they wait, so a crash leaves them to

@@ -332,6 +332,24 @@ waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statem
 that committed while this one waited for the lock is found `running` when locked, and
 skipped."""
 
+GIVE_BACK = """UPDATE axa_queue q
+    SET status = 'queued', ahead = NULL, started_at = NULL,
+        run_at = COALESCE(%(now)s::timestamptz, now()),
+        updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
+        max_attempts = r.max_attempts + 1, given_back = q.given_back + 1
+    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::int[])
+        AS r(id, attempts, max_attempts)
+    WHERE q.id = ANY(%(ids)s::uuid[]) AND q.id = r.id AND q.attempts = r.attempts
+      AND q.ahead = r.attempts AND q.status = (SELECT 'running')
+    RETURNING q.id::text AS id"""
+"""A stopping worker lets go of runs it claimed ahead and never started (the grace
+period over): queue them again at once, each with its attempt given back, rather than
+leave them to stale recovery. Fenced by the attempt and by `ahead` (never a run whose
+start was marked, nor one given back or claimed again since). `limits` is each run's
+limit as its worker read it (the job's `max_attempts`, else its handler's or the
+worker's), raised by one, as stale recovery raises it; `attempts` is never lowered
+(it fences every run). Counted in `given_back`."""
+
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
     ), beaten AS (

@@ -19,7 +19,9 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID
 
-from .. import logs
+import psycopg
+
+from .. import logs, sql
 from ..arguments import result_json
 from ..context import JobContext, enter, leave
 from ..handlers import JobHandler
@@ -27,7 +29,7 @@ from ..middleware import through
 from ..options import QueueOptions, to_timedelta
 from ..policies import NO_POLICY, Discard, Retry, Snooze, judge
 from ..registry import Registry
-from ..retries import cut_error, describe
+from ..retries import cut_error, describe, first_line
 from ..tracing import carrier_of
 from .claims import Claims
 from .state import CANCELLED, Run, State, order_of
@@ -289,7 +291,8 @@ class Runner:
             tasks = [r.task for r in state.runs.values() if r.task is not None]
             if not tasks:
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._forget_waiting()  # a claim still in flight: its runs stay `running`
+                    # A claim still in flight: its runs stay `running`, for stale recovery.
+                    await self._give_back(self._forget_waiting())
                     return
                 await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
                 continue
@@ -306,13 +309,43 @@ class Runner:
                 )
                 self.aborting = True
                 await cancel_all(pending)
-                self._forget_waiting()
+                await self._give_back(self._forget_waiting())
 
-    def _forget_waiting(self) -> None:
-        """Let go of runs claimed ahead that never started: like the runs aborted, they
-        stay `running` for stale recovery."""
+    def _forget_waiting(self) -> list[Run]:
+        """Let go of runs claimed ahead that never started, and return them."""
         state = self.state
-        for one in state.waiting:
+        forgotten, state.waiting = state.waiting, []
+        for one in forgotten:
             state.runs.pop(one.key, None)
             state.in_use[one.name] -= 1
-        state.waiting = []
+        return forgotten
+
+    async def _give_back(self, runs: list[Run]) -> None:
+        """Queue again at once, with their attempts given back, the runs claimed ahead
+        that a stop let go of before their handler started (`sql.GIVE_BACK`, fenced by
+        their attempts); if the database does not answer, stale recovery gives them
+        back later (`sql.RECOVER_STALE`)."""
+        runs = [one for one in runs if one.ahead]
+        if not runs:
+            return
+        try:
+            await self.claims.connections.on_side(
+                sql.GIVE_BACK,
+                {
+                    "ids": "{" + ",".join(one.id for one in runs) + "}",
+                    "attempts": "{" + ",".join(str(one.attempts) for one in runs) + "}",
+                    "limits": "{" + ",".join(str(one.limit) for one in runs) + "}",
+                    "now": self.claims.connections.now(),
+                },
+            )
+        except psycopg.Error as error:
+            log.warning(
+                "stopping: could not queue again the jobs claimed ahead that never started; "
+                "stale recovery will",
+                extra={"jobs": len(runs), "error": first_line(error)},
+            )
+            return
+        log.info(
+            "stopping: queued again the jobs claimed ahead that never started",
+            extra={"jobs": len(runs)},
+        )
