@@ -272,7 +272,7 @@ async def test_a_cancellation_meant_for_one_run_never_reaches_the_next_run_on_it
     assert status_of(admin, first) == ("failed", "timed out after 0.1 s", 1)
 
 
-async def test_a_stop_past_its_grace_leaves_jobs_claimed_ahead_for_stale_recovery(
+async def test_a_stop_past_its_grace_gives_back_the_jobs_claimed_ahead_and_leaves_the_aborted_one_to_stale_recovery(
     make_queue, admin
 ) -> None:
     queue = await make_queue(workers=1, prefetch=3, shutdown_grace=0.2)
@@ -295,9 +295,12 @@ async def test_a_stop_past_its_grace_leaves_jobs_claimed_ahead_for_stale_recover
     await asyncio.wait_for(started.wait(), 15)
     stop.set()
     await asyncio.wait_for(task, 15)
+    # The one whose handler ran stays `running`, for stale recovery; the three that
+    # never started are queued again at once, each with its attempt given back.
     assert admin.execute(
-        "SELECT status, count(*), max(attempts) FROM axa_queue GROUP BY status"
-    ).fetchall() == [("running", 4, 1)]
+        "SELECT status, count(*), max(attempts), max(max_attempts), max(given_back) "
+        "FROM axa_queue GROUP BY status ORDER BY status"
+    ).fetchall() == [("queued", 3, 1, 2, 1), ("running", 1, 1, None, 0)]
 
 
 async def test_a_worker_whose_connections_drop_mid_run_reconnects_and_finishes_every_job(
