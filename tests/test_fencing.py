@@ -4,6 +4,7 @@ that was given up on stops, goes to review, and never overwrites its replacement
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import datetime
 from typing import Any
@@ -674,3 +675,36 @@ async def test_a_waiting_run_whose_attempt_was_given_back_never_starts_and_its_j
         )
     assert status_of(admin, second_id) == ("completed", None, 2)
     assert ahead_of(admin, second_id)[3:] == (2, 1)  # its attempt given back once
+
+
+def test_a_job_given_back_says_so_in_its_info_on_the_command_line_and_on_the_dashboard(
+    dsn: str, admin
+) -> None:
+    from starlette.testclient import TestClient
+
+    from axa_queue import Queue, SyncQueue
+    from axa_queue.web.app import create_app
+    from test_cli import cli
+    from test_web import ORIGIN, TOKEN
+
+    async def setup() -> None:
+        async with Queue(dsn):
+            pass
+
+    asyncio.run(setup())
+    with SyncQueue(dsn) as jobs:
+        given = jobs.enqueue("Report")
+        plain = jobs.enqueue("Report")
+        admin.execute("UPDATE axa_queue SET given_back = 2 WHERE id = %s", (given,))
+        info = jobs.job(given)
+        assert info is not None and info.given_back == 2
+        plain_info = jobs.job(plain)
+        assert plain_info is not None and plain_info.given_back == 0
+    shown = cli("show", str(given), dsn=dsn).stdout
+    assert "given back" in shown and "never started" in shown
+    assert "given back" not in cli("show", str(plain), dsn=dsn).stdout
+    assert json.loads(cli("show", str(given), "--json", dsn=dsn).stdout)["given_back"] == 2
+    board = TestClient(create_app(dsn, token=TOKEN))
+    board.post("/signin", data={"token": TOKEN, "name": "alice"}, headers=ORIGIN)
+    assert '<dd id="job-given-back">2 tries' in board.get(f"/jobs/{given}").text
+    assert "job-given-back" not in board.get(f"/jobs/{plain}").text

@@ -544,7 +544,7 @@ PURGEABLE = """SELECT count(*) AS purgeable FROM axa_queue
 # --- Inspection ------------------------------------------------------------------------
 
 JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue WHERE id = %s"""
 """One job, without its arguments. Times come as epoch seconds (exact numeric), which
@@ -557,7 +557,7 @@ RESULT = "SELECT status, result FROM axa_queue WHERE id = %s"
 for `Queue.result`, which returns it to its caller and never shows it."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue
     WHERE (%(state)s::text IS NULL OR status = %(state)s)
@@ -889,7 +889,7 @@ WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
 
 WEB_JOBS_NEWEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -902,7 +902,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -915,7 +915,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -928,7 +928,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -959,7 +959,7 @@ output column of that name, its epoch seconds, which no index holds."""
 
 WEB_JOBS_OLDEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -972,7 +972,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -985,7 +985,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -998,7 +998,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
