@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from axa_queue import JobState, NewJob, Recovered, sql
+from axa_queue import JobState, NewJob, QueueOptions, Recovered, sql
 from conftest import eventually, later, lock_waits, running, status_of
 
 WORKER_SCRIPT = '''
@@ -78,6 +78,10 @@ asyncio.run(main())
 '''
 
 
+DEFAULT_PREFETCH = QueueOptions().prefetch
+"""Worker processes claim ahead as the default says unless a test says otherwise."""
+
+
 class Worker:
     """A worker subprocess and where its output went."""
 
@@ -96,7 +100,9 @@ async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitab
     script.write_text(WORKER_SCRIPT)
     started: list[Worker] = []
 
-    async def start(workers: int = 1, prefetch: int = 0, stale_after: float = 1.0) -> Worker:
+    async def start(
+        workers: int = 1, prefetch: int = DEFAULT_PREFETCH, stale_after: float = 1.0
+    ) -> Worker:
         log = tmp_path / f"worker-{len(started)}.log"
         with log.open("wb") as errors:
             process = await asyncio.create_subprocess_exec(
@@ -339,7 +345,10 @@ async def test_setting_the_stop_event_lets_jobs_in_progress_finish_and_records_t
     make_queue, admin, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="axa_queue")
-    queue = await make_queue(workers=1)
+    # One loop and nothing claimed ahead: a job queued while it runs waits for a claim,
+    # which a stopping worker never makes (a job claimed ahead would run: a stop runs
+    # what it holds).
+    queue = await make_queue(workers=1, prefetch=0)
     handler, events = blocking_handler()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {})

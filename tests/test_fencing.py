@@ -201,8 +201,9 @@ async def test_any_running_queue_recovers_a_stale_job_and_runs_it_again(make_que
 async def test_a_run_that_finds_its_claim_taken_stops_its_handler_and_goes_to_review(
     make_queue, admin, how: str
 ) -> None:
-    # One loop, so this process cannot claim the job again itself.
-    queue = await make_queue(workers=1, heartbeat_interval=0.1, stale_after=5)
+    # One loop and nothing claimed ahead, so this process cannot claim the job again
+    # itself.
+    queue = await make_queue(workers=1, prefetch=0, heartbeat_interval=0.1, stale_after=5)
     handler = Blocking()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {}, max_attempts=3)
@@ -289,8 +290,9 @@ async def test_a_job_in_review_is_never_retried_by_itself(make_queue, admin) -> 
 async def test_a_stale_run_can_never_overwrite_the_result_of_its_replacement(
     make_queue, admin, outcome: str
 ) -> None:
-    # The old run: one loop, and no heartbeat during the test, so it never notices.
-    old_queue = await make_queue(workers=1, **SLOW_BEAT)
+    # The old run: one loop, nothing claimed ahead (so its process never claims the job
+    # again), and no heartbeat during the test, so it never notices.
+    old_queue = await make_queue(workers=1, prefetch=0, **SLOW_BEAT)
     old = Blocking(outcome)
     old_queue.handle("Job", old)
     # The replacement, in another "process", recovers and reruns the job.
@@ -320,7 +322,8 @@ async def test_a_stale_run_can_never_overwrite_the_result_of_its_replacement(
 async def test_a_run_that_finishes_after_losing_its_claim_stops_its_replacement_too(
     make_queue, admin
 ) -> None:
-    old_queue = await make_queue(workers=1, **SLOW_BEAT)
+    # Nothing claimed ahead: the old process never claims the job again itself.
+    old_queue = await make_queue(workers=1, prefetch=0, **SLOW_BEAT)
     old = Blocking()
     old_queue.handle("Job", old)
     new_queue = await make_queue(workers=1, heartbeat_interval=0.1, stale_after=0.5)
