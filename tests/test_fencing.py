@@ -434,9 +434,11 @@ async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stal
 async def test_a_refused_ending_never_claims_the_same_job_again_in_its_statement(
     make_queue, admin, caplog
 ) -> None:
-    # One loop and no heartbeat during the test: the run ends after another process's
-    # recovery queued its job again, as a worker whose event loop was blocked would.
-    queue = await make_queue(workers=1, **SLOW_BEAT)
+    # One loop, nothing claimed ahead (no free place to claim the job again before its
+    # ending is refused) and no heartbeat during the test: the run ends after another
+    # process's recovery queued its job again, as a worker whose event loop was
+    # blocked would.
+    queue = await make_queue(workers=1, prefetch=0, **SLOW_BEAT)
     handler = Blocking()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {}, max_attempts=3)
