@@ -252,7 +252,7 @@ def bench_queue(
     dsn: str,
     loops: int,
     started: dict[str, float] | None = None,
-    prefetch: int = 0,
+    prefetch: int | None = None,
     held: list[psycopg.AsyncCursor[Any]] | None = None,
     global_limit: int | None = None,
     rate_limit: int | None = None,
@@ -262,8 +262,12 @@ def bench_queue(
     would (`queue.pool.connection()`: inside a run, the connection lent to its loop); or, given `held` (a cursor per loop, each on its own connection), with a
     cursor it holds, as the floor's workers do. `started` gets each key's start time.
     `global_limit` limits the job across processes (`scope="global"`); `rate_limit`
-    limits its claims to that many a millisecond (`Queue.rate_limit`)."""
-    queue = Queue(dsn, QueueOptions(workers=loops, prefetch=prefetch))
+    limits its claims to that many a millisecond (`Queue.rate_limit`). `prefetch`
+    None is the default (`QueueOptions.prefetch`)."""
+    options = QueueOptions(workers=loops)
+    queue = Queue(
+        dsn, options if prefetch is None else dataclasses.replace(options, prefetch=prefetch)
+    )
     if global_limit is not None:
         queue.limit(JOB, global_limit, scope="global")
     if rate_limit is not None:
@@ -573,7 +577,7 @@ async def _drain_in_process(
     jobs: int,
     loops: int,
     timeout: float,
-    prefetch: int = 0,
+    prefetch: int | None = None,
     hold: bool = False,
     global_limit: int | None = None,
     rate_limit: int | None = None,
@@ -760,7 +764,7 @@ def drain_axa(
     jobs: int,
     loops: int,
     processes: int = 1,
-    prefetch: int = 0,
+    prefetch: int | None = None,
     *,
     hold: bool = False,
     global_limit: int | None = None,
@@ -968,11 +972,11 @@ async def _listening(dsn: str, query: str, timeout: float = 15.0) -> None:
 
 
 async def _latency_axa(
-    dsn: str, total: int, spacing: float, loops: int
+    dsn: str, total: int, spacing: float, loops: int, prefetch: int | None = None
 ) -> tuple[dict[str, float], dict[str, float]]:
     started: dict[str, float] = {}
     producer = _Producer(dsn, "axa", axa_sql.CHANNEL, total, spacing)
-    queue = bench_queue(dsn, loops, started)
+    queue = bench_queue(dsn, loops, started, prefetch=prefetch)
     try:
         await queue.open()
         await warm_pool(queue)
@@ -1000,15 +1004,21 @@ async def _latency_axa(
 
 
 def latency_axa(
-    dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: int = 10, loops: int = 10
+    dsn: str,
+    samples: int,
+    *,
+    spacing_ms: float = 5.0,
+    warmup: int = 10,
+    loops: int = 10,
+    prefetch: int | None = None,
 ) -> Latency:
-    """Enqueue -> handler start of an idle axa-queue worker with `loops` loops, the
-    jobs queued by another process with `enqueue_on`, one every `spacing_ms`; the
-    first `warmup` samples are left out."""
+    """Enqueue -> handler start of an idle axa-queue worker with `loops` loops (and the
+    default `prefetch` unless given), the jobs queued by another process with
+    `enqueue_on`, one every `spacing_ms`; the first `warmup` samples are left out."""
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn)
         total = samples + warmup
-        sent, started = asyncio.run(_latency_axa(sdsn, total, spacing_ms / 1000, loops))
+        sent, started = asyncio.run(_latency_axa(sdsn, total, spacing_ms / 1000, loops, prefetch))
         verify_axa(sdsn, total)
     return _latency_of(sent, started, warmup)
 
@@ -1071,10 +1081,13 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 # --- the claim on a big table ----------------------------------------------------------------
 
 
-CLAIM_PARAMETERS = ("completed", "completed_attempts", "endings", "free", "wanted", "losing", "now")
-"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$6` of the PREPAREd form."""
+CLAIM_PARAMETERS = (
+    "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
+    "starts", "started_attempts",
+)  # fmt: skip
+"""`sql.EXCHANGE`'s named parameters, in the order of `$1..$10` of the PREPAREd form."""
 
-CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[], timestamptz"
+CLAIM_TYPES = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
 """Their types, for PREPARE."""
 
 
@@ -1090,6 +1103,9 @@ def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]
         "wanted": json.dumps(wanted),
         "losing": "{}",
         "now": None,
+        "idle": free,
+        "starts": "{}",
+        "started_attempts": "{}",
     }
 
 
@@ -1795,7 +1811,10 @@ def goals(report: Report) -> list[tuple[str, str, bool | None]]:
     )
     for text, key in (
         ("  the same, handler through the pool (information)", f"1x{c.process_loops}p"),
-        ("  without prefetch, through the pool (information)", f"1x{c.process_loops}"),
+        (
+            f"  the default prefetch ({QueueOptions().prefetch}), through the pool (information)",
+            f"1x{c.process_loops}",
+        ),
     ):
         ratio = _ratio(m(f"drain.axa.{key}"), m("drain.floor.batch"))
         out.append((text, "not measured" if ratio is None else f"{ratio:.2f}x", None))

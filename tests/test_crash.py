@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from axa_queue import JobState, NewJob, Recovered
+from axa_queue import JobState, NewJob, QueueOptions, Recovered, sql
 from conftest import eventually, later, lock_waits, running, status_of
 
 WORKER_SCRIPT = '''
@@ -48,6 +48,16 @@ async def main() -> None:
     async def sleep(args):
         await asyncio.sleep(600)
 
+    @queue.handler("Block")
+    async def block(args):
+        async with queue.pool.connection() as conn:
+            await conn.execute("INSERT INTO began (n) VALUES (%s)", (args["n"],))
+        await asyncio.sleep(600)
+
+    @queue.handler("Quick")
+    async def quick(args):
+        return None
+
     @queue.handler("Record")
     async def record(args):
         await asyncio.sleep(args.get("sleep", 0))
@@ -68,6 +78,10 @@ asyncio.run(main())
 '''
 
 
+DEFAULT_PREFETCH = QueueOptions().prefetch
+"""Worker processes claim ahead as the default says unless a test says otherwise."""
+
+
 class Worker:
     """A worker subprocess and where its output went."""
 
@@ -86,7 +100,9 @@ async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitab
     script.write_text(WORKER_SCRIPT)
     started: list[Worker] = []
 
-    async def start(workers: int = 1, prefetch: int = 0, stale_after: float = 1.0) -> Worker:
+    async def start(
+        workers: int = 1, prefetch: int = DEFAULT_PREFETCH, stale_after: float = 1.0
+    ) -> Worker:
         log = tmp_path / f"worker-{len(started)}.log"
         with log.open("wb") as errors:
             process = await asyncio.create_subprocess_exec(
@@ -173,6 +189,94 @@ async def test_jobs_claimed_ahead_by_a_killed_process_are_recovered_and_each_run
     assert {status_of(admin, i) for i in ids} == {("completed", None, 2)}
 
 
+async def test_jobs_a_killed_process_claimed_ahead_and_never_started_run_later_with_their_attempts(
+    spawn, make_queue, admin
+) -> None:
+    # Two loops, three jobs claimed ahead. A quick job of a higher priority starts with
+    # the first block; when it ends, its loop takes the best job waiting, whose start
+    # the next exchange marks. So two blocks run (their handlers wrote `began`), two
+    # wait, unstarted, when the process is killed.
+    admin.execute("CREATE TABLE began (n INTEGER PRIMARY KEY)")
+    queue = await make_queue()
+    quick = await queue.enqueue("Quick", {}, priority=10, max_attempts=1)
+    blocks = {n: await queue.enqueue("Block", {"n": n}, max_attempts=1) for n in range(4)}
+    doomed = await spawn(workers=2, prefetch=3)
+
+    def marked() -> bool:
+        began = admin.execute("SELECT count(*) FROM began").fetchone()
+        waiting = admin.execute(
+            "SELECT count(*) FROM axa_queue WHERE status = 'running' AND ahead = attempts"
+        ).fetchone()
+        started = admin.execute(
+            "SELECT count(*) FROM axa_queue WHERE status = 'running' AND ahead IS NULL"
+        ).fetchone()
+        return began == (2,) and waiting == (2,) and started == (2,)
+
+    await eventually(marked)
+    assert status_of(admin, quick)[0] == "completed"
+    doomed.process.kill()
+    assert await asyncio.wait_for(doomed.process.wait(), 10) == -signal.SIGKILL
+    started = {n for (n,) in admin.execute("SELECT n FROM began").fetchall()}
+    assert len(started) == 2
+
+    rescuer = await make_queue(stale_after=1.0)
+    recovered = await rescuer.recover_stale(now=later(admin, 3600))
+    assert sorted((r.id, r.attempts, r.state) for r in recovered) == sorted(
+        [(blocks[n], 1, JobState.FAILED) for n in started]
+        + [(blocks[n], 1, JobState.QUEUED) for n in set(blocks) - started]
+    )
+    for n, job_id in blocks.items():
+        row = admin.execute(
+            "SELECT status, error, attempts, max_attempts, given_back FROM axa_queue WHERE id = %s",
+            (job_id,),
+        ).fetchone()
+        if n in started:  # its handler ran: its only attempt is spent, as before
+            assert row == ("failed", "abandoned by its worker", 1, 1, 0)
+        else:  # never started: queued again with its attempt given back
+            assert row == ("queued", None, 1, 2, 1)
+
+    ran: list[int] = []
+    rescuer.handle("Block", lambda args: ran.append(args["n"]))
+    async with running(rescuer):
+        await eventually(
+            lambda: all(
+                status_of(admin, blocks[n])[0] == "completed" for n in set(blocks) - started
+            )
+        )
+    assert sorted(ran) == sorted(set(blocks) - started)
+    for n in set(blocks) - started:
+        assert status_of(admin, blocks[n]) == ("completed", None, 2)
+
+
+CLAIM_AHEAD = """UPDATE axa_queue SET status = 'running', started_at = now(), updated_at = now(),
+    attempts = attempts + 1, ahead = attempts + 1 WHERE id = %s"""
+"""Claim a job ahead, as `sql.EXCHANGE` does for a process that then dies before
+marking its start."""
+
+
+async def test_a_job_that_kills_its_process_before_its_start_is_marked_gets_its_attempt_back_at_most_a_few_times(
+    make_queue, admin
+) -> None:
+    # A run taken for not started (its start unmarked) is given back at most
+    # GIVE_BACK_LIMIT times: a job killing its process at once cannot loop for ever.
+    queue = await make_queue(stale_after=1.0)
+    job_id = await queue.enqueue("Doom", {}, max_attempts=1)
+    for _ in range(sql.GIVE_BACK_LIMIT):
+        admin.execute(CLAIM_AHEAD, (job_id,))
+        [back] = await queue.recover_stale(now=later(admin, 3600))
+        assert back.state is JobState.QUEUED
+    admin.execute(CLAIM_AHEAD, (job_id,))
+    assert await queue.recover_stale(dry_run=True, now=later(admin, 3600)) == [
+        Recovered(job_id, "Doom", sql.GIVE_BACK_LIMIT + 1, JobState.FAILED)
+    ]
+    [burned] = await queue.recover_stale(now=later(admin, 3600))
+    assert burned.state is JobState.FAILED
+    row = admin.execute(
+        "SELECT attempts, max_attempts, given_back FROM axa_queue WHERE id = %s", (job_id,)
+    ).fetchone()
+    assert row == (sql.GIVE_BACK_LIMIT + 1, 1 + sql.GIVE_BACK_LIMIT, sql.GIVE_BACK_LIMIT)
+
+
 async def test_a_killed_job_with_no_attempts_left_is_failed_by_another_process(
     spawn, make_queue, admin
 ) -> None:
@@ -241,7 +345,10 @@ async def test_setting_the_stop_event_lets_jobs_in_progress_finish_and_records_t
     make_queue, admin, caplog
 ) -> None:
     caplog.set_level(logging.INFO, logger="axa_queue")
-    queue = await make_queue(workers=1)
+    # One loop and nothing claimed ahead: a job queued while it runs waits for a claim,
+    # which a stopping worker never makes (a job claimed ahead would run: a stop runs
+    # what it holds).
+    queue = await make_queue(workers=1, prefetch=0)
     handler, events = blocking_handler()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {})

@@ -52,9 +52,9 @@ async def test_many_endings_share_one_statement_when_jobs_are_claimed_ahead(
     batches: list[int] = []
     exchange = Exchange.send
 
-    async def counted(self: Exchange, batch: list[Any], free: int, wanted: Any) -> Any:
+    async def counted(self: Exchange, batch: list[Any], free: int, *rest: Any) -> Any:
         batches.append(len(batch))
-        return await exchange(self, batch, free, wanted)
+        return await exchange(self, batch, free, *rest)
 
     monkeypatch.setattr(Exchange, "send", counted)
     queue = await make_queue(workers=2, prefetch=20)
@@ -118,9 +118,9 @@ async def test_completions_retries_and_failures_sharing_one_statement_are_each_w
     kinds: list[set[str]] = []
     exchange = Exchange.send
 
-    async def seen(self: Exchange, batch: list[Any], free: int, wanted: Any) -> Any:
+    async def seen(self: Exchange, batch: list[Any], free: int, *rest: Any) -> Any:
         kinds.append({one.status for one in batch})
-        return await exchange(self, batch, free, wanted)
+        return await exchange(self, batch, free, *rest)
 
     monkeypatch.setattr(Exchange, "send", seen)
     queue = await make_queue(workers=2, prefetch=30, retry_backoff=3600)
@@ -170,13 +170,18 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     failed = json.dumps(
         [{"id": str(one), "attempts": 1, "status": "failed", "error": "boom", "delay": 0}]
     )
-    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
+    names = [
+        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
+        "starts", "started_attempts",
+    ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz"
-    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL").format(
+    types = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
+    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
         pgsql.Literal(f"{{{one}}}")
     )
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL").format(pgsql.Literal(failed))
+    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
+        pgsql.Literal(failed)
+    )
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]
@@ -193,9 +198,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     queue = await make_queue()
     await queue.enqueue_all(NewJob("Backlog", {"n": n}, priority=n % 3) for n in range(30_000))
     admin.execute("ANALYZE axa_queue")
-    names = ["completed", "completed_attempts", "endings", "free", "wanted", "losing", "now"]
+    names = [
+        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
+        "starts", "started_attempts",
+    ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz"
+    types = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
     # The same with a global limit on the name (`EXCHANGE_LIMITED`: a gate in `wanted`).
     limited = re.sub(
         r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_LIMITED
@@ -207,7 +215,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         (limited, {"name": "Backlog", "cap": 10, "global": 5}),
         (rated, {"name": "Backlog", "cap": 10, "global": 5, "rate": 3, "per_ms": 1000}),
     ):
-        claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL").format(
+        claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}'").format(
             pgsql.Literal(json.dumps([wanted]))
         )
         plan = _generic_plan(admin, statement, types, claim)
@@ -267,7 +275,7 @@ async def test_a_cancellation_meant_for_one_run_never_reaches_the_next_run_on_it
     assert status_of(admin, first) == ("failed", "timed out after 0.1 s", 1)
 
 
-async def test_a_stop_past_its_grace_leaves_jobs_claimed_ahead_for_stale_recovery(
+async def test_a_stop_past_its_grace_gives_back_the_jobs_claimed_ahead_and_leaves_the_aborted_one_to_stale_recovery(
     make_queue, admin
 ) -> None:
     queue = await make_queue(workers=1, prefetch=3, shutdown_grace=0.2)
@@ -290,9 +298,12 @@ async def test_a_stop_past_its_grace_leaves_jobs_claimed_ahead_for_stale_recover
     await asyncio.wait_for(started.wait(), 15)
     stop.set()
     await asyncio.wait_for(task, 15)
+    # The one whose handler ran stays `running`, for stale recovery; the three that
+    # never started are queued again at once, each with its attempt given back.
     assert admin.execute(
-        "SELECT status, count(*), max(attempts) FROM axa_queue GROUP BY status"
-    ).fetchall() == [("running", 4, 1)]
+        "SELECT status, count(*), max(attempts), max(max_attempts), max(given_back) "
+        "FROM axa_queue GROUP BY status ORDER BY status"
+    ).fetchall() == [("queued", 3, 1, 2, 1), ("running", 1, 1, None, 0)]
 
 
 async def test_a_worker_whose_connections_drop_mid_run_reconnects_and_finishes_every_job(

@@ -4,6 +4,7 @@ that was given up on stops, goes to review, and never overwrites its replacement
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from datetime import datetime
 from typing import Any
@@ -200,8 +201,9 @@ async def test_any_running_queue_recovers_a_stale_job_and_runs_it_again(make_que
 async def test_a_run_that_finds_its_claim_taken_stops_its_handler_and_goes_to_review(
     make_queue, admin, how: str
 ) -> None:
-    # One loop, so this process cannot claim the job again itself.
-    queue = await make_queue(workers=1, heartbeat_interval=0.1, stale_after=5)
+    # One loop and nothing claimed ahead, so this process cannot claim the job again
+    # itself.
+    queue = await make_queue(workers=1, prefetch=0, heartbeat_interval=0.1, stale_after=5)
     handler = Blocking()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {}, max_attempts=3)
@@ -288,8 +290,9 @@ async def test_a_job_in_review_is_never_retried_by_itself(make_queue, admin) -> 
 async def test_a_stale_run_can_never_overwrite_the_result_of_its_replacement(
     make_queue, admin, outcome: str
 ) -> None:
-    # The old run: one loop, and no heartbeat during the test, so it never notices.
-    old_queue = await make_queue(workers=1, **SLOW_BEAT)
+    # The old run: one loop, nothing claimed ahead (so its process never claims the job
+    # again), and no heartbeat during the test, so it never notices.
+    old_queue = await make_queue(workers=1, prefetch=0, **SLOW_BEAT)
     old = Blocking(outcome)
     old_queue.handle("Job", old)
     # The replacement, in another "process", recovers and reruns the job.
@@ -319,7 +322,8 @@ async def test_a_stale_run_can_never_overwrite_the_result_of_its_replacement(
 async def test_a_run_that_finishes_after_losing_its_claim_stops_its_replacement_too(
     make_queue, admin
 ) -> None:
-    old_queue = await make_queue(workers=1, **SLOW_BEAT)
+    # Nothing claimed ahead: the old process never claims the job again itself.
+    old_queue = await make_queue(workers=1, prefetch=0, **SLOW_BEAT)
     old = Blocking()
     old_queue.handle("Job", old)
     new_queue = await make_queue(workers=1, heartbeat_interval=0.1, stale_after=0.5)
@@ -430,9 +434,11 @@ async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stal
 async def test_a_refused_ending_never_claims_the_same_job_again_in_its_statement(
     make_queue, admin, caplog
 ) -> None:
-    # One loop and no heartbeat during the test: the run ends after another process's
-    # recovery queued its job again, as a worker whose event loop was blocked would.
-    queue = await make_queue(workers=1, **SLOW_BEAT)
+    # One loop, nothing claimed ahead (no free place to claim the job again before its
+    # ending is refused) and no heartbeat during the test: the run ends after another
+    # process's recovery queued its job again, as a worker whose event loop was
+    # blocked would.
+    queue = await make_queue(workers=1, prefetch=0, **SLOW_BEAT)
     handler = Blocking()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {}, max_attempts=3)
@@ -556,3 +562,154 @@ async def test_a_side_statement_the_database_never_answers_is_given_up_and_its_c
         assert (await connections.on_side("SELECT 1 AS one", None))[0].one == 1
     finally:
         await connections.close()
+
+
+# --- runs claimed ahead ----------------------------------------------------------------
+
+
+def exchange(
+    admin: psycopg.Connection[Any],
+    *,
+    completed: list[UUID] = (),  # type: ignore[assignment]
+    starts: list[UUID] = (),  # type: ignore[assignment]
+    attempts: int = 1,
+    wanted: str = "[]",
+    free: int = 0,
+    idle: int = 0,
+) -> list[Any]:
+    """Send `sql.EXCHANGE` as a worker would: completed runs, start marks (each of
+    `attempts`), and a claim."""
+    from axa_queue import sql
+
+    return admin.execute(
+        sql.EXCHANGE,
+        {
+            "completed": "{" + ",".join(map(str, completed)) + "}",
+            "completed_attempts": "{" + ",".join(str(attempts) for _ in completed) + "}",
+            "endings": "[]",
+            "free": free,
+            "wanted": wanted,
+            "losing": "{}",
+            "now": None,
+            "idle": idle,
+            "starts": "{" + ",".join(map(str, starts)) + "}",
+            "started_attempts": "{" + ",".join(str(attempts) for _ in starts) + "}",
+        },
+    ).fetchall()
+
+
+def ahead_of(admin: psycopg.Connection[Any], job_id: UUID) -> tuple[Any, ...]:
+    row = admin.execute(
+        "SELECT status, attempts, ahead, max_attempts, given_back FROM axa_queue WHERE id = %s",
+        (job_id,),
+    ).fetchone()
+    assert row is not None
+    return tuple(row)
+
+
+async def test_a_claim_starts_as_many_jobs_as_loops_are_idle_and_stamps_the_others_ahead(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    first = await queue.enqueue("Ahead", {}, priority=2)
+    second = await queue.enqueue("Ahead", {}, priority=1)
+    third = await queue.enqueue("Ahead", {})
+    rows = exchange(admin, wanted='[{"name": "Ahead", "cap": 3}]', free=3, idle=1)
+    assert sorted((row[0], row[-1]) for row in rows) == sorted(
+        [(str(first), False), (str(second), True), (str(third), True)]
+    )
+    assert ahead_of(admin, first) == ("running", 1, None, None, 0)
+    assert ahead_of(admin, second) == ("running", 1, 1, None, 0)
+    # A loop takes the second: the next statement marks its start, and only its own.
+    exchange(admin, starts=[second])
+    assert ahead_of(admin, second) == ("running", 1, None, None, 0)
+    assert ahead_of(admin, third) == ("running", 1, 1, None, 0)
+
+
+async def test_a_stalled_process_whose_waiting_runs_were_given_back_can_neither_mark_nor_end_them(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(stale_after=1.0)
+    job_id = await queue.enqueue("Ahead", {}, max_attempts=1)
+    exchange(admin, wanted='[{"name": "Ahead", "cap": 1}]', free=1, idle=0)
+    assert ahead_of(admin, job_id) == ("running", 1, 1, 1, 0)
+    # Its process stalls; recovery gives the attempt back, keeping the attempt number.
+    [back] = await queue.recover_stale(now=later(admin, 3600))
+    assert (back.attempts, back.state) == (1, JobState.QUEUED)
+    assert ahead_of(admin, job_id) == ("queued", 1, 1, 2, 1)
+    # The process wakes: its start mark and its ending of attempt 1 are refused.
+    assert exchange(admin, starts=[job_id]) == []
+    assert ahead_of(admin, job_id) == ("queued", 1, 1, 2, 1)
+    assert exchange(admin, completed=[job_id]) == [], "an ending of a given-back run landed"
+    assert ahead_of(admin, job_id) == ("queued", 1, 1, 2, 1)
+    # Claimed again (attempt 2, started at once), the old run is fenced all the same.
+    exchange(admin, wanted='[{"name": "Ahead", "cap": 1}]', free=1, idle=1)
+    assert ahead_of(admin, job_id) == ("running", 2, None, 2, 1)
+    assert exchange(admin, starts=[job_id], completed=[job_id]) == []
+    assert ahead_of(admin, job_id) == ("running", 2, None, 2, 1)
+
+
+async def test_a_waiting_run_whose_attempt_was_given_back_never_starts_and_its_job_runs_again(
+    make_queue, admin, caplog
+) -> None:
+    # One loop and one job claimed ahead; the event loop is blocked past half of
+    # stale_after while recovery gives the waiting run's attempt back, so the check
+    # before it starts finds its claim gone: its handler never starts, and the job runs
+    # once, later, under a new attempt, its attempts intact.
+    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=2.9, stale_after=3.0)
+    first = Blocking()
+    second = Blocking()
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    first_id = await queue.enqueue("First", {}, priority=1, max_attempts=5)
+    second_id = await queue.enqueue("Second", {}, max_attempts=1)
+    async with running(queue):
+        await asyncio.wait_for(first.started.wait(), 15)
+        await eventually(lambda: ahead_of(admin, second_id) == ("running", 1, 1, 1, 0))
+        other = await make_queue(stale_after=3.0)
+        recovered = await other.recover_stale(now=later(admin, 3600))
+        assert {(r.id, r.state) for r in recovered} == {
+            (first_id, JobState.QUEUED),
+            (second_id, JobState.QUEUED),
+        }
+        time.sleep(1.7)  # noqa: ASYNC251 - blocks the event loop past half of stale_after
+        first.release.set()
+        second.release.set()
+        await eventually(
+            lambda: second.calls == 1 and status_of(admin, second_id)[0] == "completed"
+        )
+    assert status_of(admin, second_id) == ("completed", None, 2)
+    assert ahead_of(admin, second_id)[3:] == (2, 1)  # its attempt given back once
+
+
+def test_a_job_given_back_says_so_in_its_info_on_the_command_line_and_on_the_dashboard(
+    dsn: str, admin
+) -> None:
+    from starlette.testclient import TestClient
+
+    from axa_queue import Queue, SyncQueue
+    from axa_queue.web.app import create_app
+    from test_cli import cli
+    from test_web import ORIGIN, TOKEN
+
+    async def setup() -> None:
+        async with Queue(dsn):
+            pass
+
+    asyncio.run(setup())
+    with SyncQueue(dsn) as jobs:
+        given = jobs.enqueue("Report")
+        plain = jobs.enqueue("Report")
+        admin.execute("UPDATE axa_queue SET given_back = 2 WHERE id = %s", (given,))
+        info = jobs.job(given)
+        assert info is not None and info.given_back == 2
+        plain_info = jobs.job(plain)
+        assert plain_info is not None and plain_info.given_back == 0
+    shown = cli("show", str(given), dsn=dsn).stdout
+    assert "given back" in shown and "never started" in shown
+    assert "given back" not in cli("show", str(plain), dsn=dsn).stdout
+    assert json.loads(cli("show", str(given), "--json", dsn=dsn).stdout)["given_back"] == 2
+    board = TestClient(create_app(dsn, token=TOKEN))
+    board.post("/signin", data={"token": TOKEN, "name": "alice"}, headers=ORIGIN)
+    assert '<dd id="job-given-back">2 tries' in board.get(f"/jobs/{given}").text
+    assert "job-given-back" not in board.get(f"/jobs/{plain}").text

@@ -344,6 +344,10 @@ class JobInfo:
     """Its unique key, or `None`: while it holds it, no other job with it is queued."""
     unique_for: timedelta | None = None
     """How long its key stays taken after it finished, or `None`."""
+    given_back: int = 0
+    """How many of its attempts were given back, their handler never started: runs
+    claimed ahead (`QueueOptions.prefetch`) by a process that died or stopped before it
+    started them. Each also raised `max_attempts` by one."""
 
 
 @dataclass(frozen=True)
@@ -756,6 +760,7 @@ def job_info(row: Row) -> JobInfo:
         updated_at=moment(row.updated_at),
         unique_key=row.unique_key,
         unique_for=None if row.unique_for_ms is None else timedelta(milliseconds=row.unique_for_ms),
+        given_back=row.given_back,
     )
 
 

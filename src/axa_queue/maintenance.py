@@ -64,7 +64,9 @@ async def recover_stale(
     now: datetime | None = None,
 ) -> list[Recovered]:
     """Recover runs not heard from for `stale_seconds`: queued again with attempts left
-    (by the job's own limit, else `max_attempts`), else failed. Nothing is recovered
+    (by the job's own limit, else `max_attempts`), else failed; a run claimed ahead whose
+    handler never started is queued with its attempt given back (see
+    `sql.RECOVER_STALE`). Nothing is recovered
     within `stale_seconds` of the server's start, nor a run in `held` (array literals
     of ids and attempts: the runs the caller holds; see `sql.RECOVER_STALE`). With
     `dry_run`, only say what would be done. `now` is the time to judge by (default: the
@@ -72,6 +74,7 @@ async def recover_stale(
     params = {
         "stale": stale_seconds,
         "max": max_attempts,
+        "give_back": sql.GIVE_BACK_LIMIT,
         "held": held[0],
         "held_attempts": held[1],
         "now": now,

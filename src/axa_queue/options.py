@@ -133,11 +133,13 @@ class QueueOptions:
     """How long completed, failed and cancelled rows are kept."""
     maintenance_interval: Duration = timedelta(minutes=5)
     """How often to recover stale jobs, purge old rows and archive unused schedules."""
-    prefetch: int = 0
+    prefetch: int = 20
     """Jobs claimed ahead of the loops, so a loop coming free starts its next job without
     waiting for the database: more jobs per statement, more throughput for short jobs.
-    They count as `running` (and report in) while they wait, so a crash leaves them to
-    stale recovery like jobs in progress, and a stop runs them. Off by default."""
+    They count as `running` (and report in) while they wait, and a stop runs them. Their
+    handler not started, a crash (stale recovery) or a stop past its grace gives their
+    attempt back (docs/design.md, Runs claimed ahead). `0` turns it off: best for long
+    jobs, which one busy process would otherwise hold while another is idle."""
     mode: Mode | None = None
     """What queuing a job on the queue's own connection does (`enqueue`, `enqueue_all`,
     `perform_later`, of `Queue` and `SyncQueue`; see `modes`); `None` reads

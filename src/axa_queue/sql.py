@@ -218,6 +218,13 @@ EXCHANGE = """WITH RECURSIVE endings AS (
                  ELSE pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || q.id::text)
                       ::text IS NOT NULL
             END AS told
+    ), marked AS (
+        UPDATE axa_queue q SET ahead = NULL
+        FROM unnest(%(starts)s::uuid[], %(started_attempts)s::int[]) AS m(id, attempts)
+        WHERE q.id = ANY(%(starts)s::uuid[]) AND q.id = m.id AND q.attempts = m.attempts
+          AND q.ahead = m.attempts AND q.status = (SELECT 'running')
+          AND q.id <> ALL(ARRAY(SELECT id FROM endings))
+        RETURNING q.id
     ), levels(priority) AS (
         (SELECT priority FROM axa_queue WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
         UNION ALL
@@ -239,7 +246,7 @@ EXCHANGE = """WITH RECURSIVE endings AS (
             ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
         ) j WHERE levels.priority IS NOT NULL
     ), picked AS MATERIALIZED (
-        SELECT id FROM (
+        SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
             SELECT id, priority, run_at, cap,
                    row_number() OVER (PARTITION BY name ORDER BY priority DESC, run_at) AS n
             FROM candidates
@@ -247,17 +254,21 @@ EXCHANGE = """WITH RECURSIVE endings AS (
     ), claimed AS (
         UPDATE axa_queue q
         SET status = 'running', started_at = COALESCE(%(now)s::timestamptz, clock_timestamp()), updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
-            attempts = q.attempts + 1
+            attempts = q.attempts + 1,
+            ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
+                         THEN q.attempts + 1 END
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
-                  q.trace_context::text AS trace_context
+                  q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead
     )
     SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
-           NULL AS priority, NULL AS run_at, NULL AS trace_context FROM finished
+           NULL AS priority, NULL AS run_at, NULL AS trace_context, NULL AS ahead FROM finished
     UNION ALL
-    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at, trace_context
-    FROM claimed"""
+    SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at, trace_context,
+           ahead
+    FROM claimed
+    WHERE (SELECT count(*) FROM marked) >= 0"""
 """In one statement and one commit: record how runs ended (completed, failed, or queued
 again after a backoff), each row fenced by its own attempt, and claim up to `free` ready
 jobs of the wanted names, highest priority then oldest first, at most `cap` of each.
@@ -300,6 +311,20 @@ always judged by `now()` itself: the planner evaluates it when it estimates a ge
 plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick` in
 order; compared with a parameter it cannot estimate, it took the `run_at` index and
 filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
+
+Runs claimed ahead (`QueueOptions.prefetch`): the claimed rows ranked within `idle`
+(the loops idle as the statement is sent), in the claim's own order, start at once and
+are stamped `ahead` NULL; the others wait in the process for a loop and are stamped
+`ahead` = their attempt, returned as `ahead` true: their handler has not started, so
+if the process dies stale recovery gives the attempt back (`RECOVER_STALE`). When a
+loop starts a waiting run, its (id, attempt) travels in the next statement (`starts`,
+`started_attempts`, array literals) and `marked` clears `ahead`, fenced like an ending
+by the attempt and `running` (a run given back, or claimed again by anyone, is not
+touched); a run whose ending is in the same statement needs no mark (and a row must
+not be changed twice by one statement). The loop never waits for the mark: a run
+started less than one exchange before its process died may be taken as not started,
+which `GIVE_BACK_LIMIT` bounds. `marked` is a data-modifying CTE, which PostgreSQL
+runs whether read or not; the final `WHERE` reads it only to say so.
 
 Global limits are claimed by `EXCHANGE_LIMITED`, and rate limits by `EXCHANGE_RATED`,
 this statement with a gate in `wanted`; a process without any sends this one,
@@ -369,10 +394,10 @@ def _with_gate(statement: str, *, rate: bool = False) -> str:
                CASE WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS cap
         FROM gates g
     ), candidates"""
-    tail = """                  q.trace_context::text AS trace_context
+    tail = """                  q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead
     )
     SELECT id, attempts, NULL AS name"""
-    stamped = """                  q.trace_context::text AS trace_context
+    stamped = """                  q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead
     ), taken AS (
         SELECT w.name, w.rate, w.per_ms, w.asked, w.slots,
                (SELECT count(*) FROM claimed c WHERE c.name = w.name)::int AS n
@@ -393,7 +418,7 @@ def _with_gate(statement: str, *, rate: bool = False) -> str:
                COALESCE(%(now)s::timestamptz, clock_timestamp()))
                + t.per_ms * interval '1 millisecond'
                - COALESCE(%(now)s::timestamptz, clock_timestamp()))::float8,
-           NULL
+           NULL, NULL
     FROM taken t WHERE cardinality(t.slots) < t.asked AND t.n = cardinality(t.slots)"""
     if plain not in statement or (rate and tail not in statement):
         raise AssertionError("EXCHANGE's wanted CTE changed: change _with_gate with it")
@@ -450,6 +475,24 @@ snapshot, which can only make it sooner: a slot stamped since looks older, and o
 looked at early costs an exchange that finds it busy and says when again). The client
 sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
 A process without rate limits never sends this statement."""
+
+GIVE_BACK = """UPDATE axa_queue q
+    SET status = 'queued', ahead = NULL, started_at = NULL,
+        run_at = COALESCE(%(now)s::timestamptz, now()),
+        updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
+        max_attempts = r.max_attempts + 1, given_back = q.given_back + 1
+    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::int[])
+        AS r(id, attempts, max_attempts)
+    WHERE q.id = ANY(%(ids)s::uuid[]) AND q.id = r.id AND q.attempts = r.attempts
+      AND q.ahead = r.attempts AND q.status = (SELECT 'running')
+    RETURNING q.id::text AS id"""
+"""A stopping worker lets go of runs it claimed ahead and never started (the grace
+period over): queue them again at once, each with its attempt given back, rather than
+leave them to stale recovery. Fenced by the attempt and by `ahead` (never a run whose
+start was marked, nor one given back or claimed again since). `limits` is each run's
+limit as its worker read it (the job's `max_attempts`, else its handler's or the
+worker's), raised by one, as stale recovery raises it; `attempts` is never lowered
+(it fences every run). Counted in `given_back`."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
@@ -563,13 +606,28 @@ names them after it), so the schema can be dropped."""
 
 # --- Housekeeping ----------------------------------------------------------------------
 
+GIVE_BACK_LIMIT = 3
+"""How many times stale recovery gives a job back an attempt whose handler it takes as
+never started (`axa_queue.given_back`): a start is marked by the exchange after it (the
+loop does not wait for it), so a handler that kills its process at once looks never
+started; past this many give-backs its attempts are burned as any crashed run's, and
+such a job fails at last rather than crash worker after worker for ever."""
+
 RECOVER_STALE = """WITH recovered AS (
     UPDATE axa_queue
-    SET status = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END,
-        error = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN error
+    SET status = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                            OR attempts < COALESCE(max_attempts, %(max)s)
+                      THEN 'queued' ELSE 'failed' END,
+        error = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                          OR attempts < COALESCE(max_attempts, %(max)s) THEN error
                      ELSE 'abandoned by its worker' END,
-        started_at = CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN NULL
+        started_at = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                               OR attempts < COALESCE(max_attempts, %(max)s) THEN NULL
                           ELSE started_at END,
+        max_attempts = CASE WHEN ahead = attempts AND given_back < %(give_back)s
+                            THEN COALESCE(max_attempts, %(max)s) + 1 ELSE max_attempts END,
+        given_back = CASE WHEN ahead = attempts AND given_back < %(give_back)s
+                          THEN given_back + 1 ELSE given_back END,
         updated_at = COALESCE(%(now)s::timestamptz, now())
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
       AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
@@ -586,6 +644,14 @@ RECOVER_STALE = """WITH recovered AS (
 """Recover runs not heard from for the stale period: queued again with attempts left,
 else failed, so a crash can never loop for ever.
 
+A run claimed ahead whose handler was never marked started (`ahead = attempts`, see
+`EXCHANGE`) did no work: its job is queued again and gets its attempt back, at most
+`give_back` (`GIVE_BACK_LIMIT`) times per job. Not by lowering `attempts`, which fences
+every run (each run keeps a number of its own, and a stalled process that wakes finds
+its attempt superseded), but by raising the job's limit by one (`max_attempts`, the
+worker's default `max` if it had none), as a snooze does, and counting it in
+`given_back`. Such a run never fails for want of attempts.
+
 Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
 the stale period after the server started, only runs silent for that long before it
 started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
@@ -594,8 +660,9 @@ wait, so it can only find fewer runs stale (claims and heartbeats stamp the time
 write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always)."""
 
 STALE = """SELECT id, name, attempts,
-        CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
-            AS status
+        CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                  OR attempts < COALESCE(max_attempts, %(max)s)
+             THEN 'queued' ELSE 'failed' END AS status
     FROM axa_queue
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
       AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
@@ -621,7 +688,7 @@ PURGEABLE = """SELECT count(*) AS purgeable FROM axa_queue
 # --- Inspection ------------------------------------------------------------------------
 
 JOB = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue WHERE id = %s"""
 """One job, without its arguments. Times come as epoch seconds (exact numeric), which
@@ -634,7 +701,7 @@ RESULT = "SELECT status, result FROM axa_queue WHERE id = %s"
 for `Queue.result`, which returns it to its caller and never shows it."""
 
 JOBS = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
     FROM axa_queue
     WHERE (%(state)s::text IS NULL OR status = %(state)s)
@@ -966,7 +1033,7 @@ WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
 
 WEB_JOBS_NEWEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -979,7 +1046,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -992,7 +1059,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -1005,7 +1072,7 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -1036,7 +1103,7 @@ output column of that name, its epoch seconds, which no index holds."""
 
 WEB_JOBS_OLDEST = """SELECT * FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -1049,7 +1116,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.run_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -1062,7 +1129,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
@@ -1075,7 +1142,7 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
         UNION ALL
         (SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, EXTRACT(EPOCH FROM run_at) AS run_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,

@@ -226,6 +226,8 @@ def _job_table(info: JobInfo) -> Printed:
         ("error", lines(info.error)),
     ):
         table.add_row(label, value)
+    if info.given_back:
+        table.add_row("given back", f"{info.given_back} (claimed ahead, never started)")
     if info.unique_key is not None:
         table.add_row("unique key", shown(info.unique_key))
         if info.unique_for is not None:

@@ -121,7 +121,7 @@ queue's schema, quoted, and a dot (`QueueOptions.schema`), or nothing (the
 
 # --- Checks ------------------------------------------------------------------------------
 
-CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms FROM axa_queue LIMIT 0"
+CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back FROM axa_queue LIMIT 0"
 """Fails unless the jobs table has every column."""
 
 CHECK_SCHEDULE = "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at, cron, timezone FROM axa_schedule LIMIT 0"

@@ -8,7 +8,9 @@ records which migrations ran (`axa_schema_version`); migration 2 is what this pa
 adds: indexes, CHECK constraints marked NOT VALID, a column recording each act's role,
 table storage settings and a statement-level trigger that sends one notification per
 INSERT statement; migration 3 adds trace contexts, results and the worker processes'
-table, and migration 4 a cron schedule's expression and zone.
+table, migration 4 a cron schedule's expression and zone, migration 5 unique keys,
+migration 6 the global limits' function, and migration 7 the columns of runs claimed
+ahead.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -452,6 +454,21 @@ RECORD_7 = """INSERT INTO axa_schema_version (version, name)
     VALUES (7, 'rate limits') ON CONFLICT (version) DO NOTHING"""
 """Migration 7 is applied."""
 
+# --- Migration 8: runs claimed ahead (additive) -----------------------------------------
+
+SETUP_AHEAD = """ALTER TABLE axa_queue ADD COLUMN IF NOT EXISTS ahead INTEGER,
+    ADD COLUMN IF NOT EXISTS given_back INTEGER NOT NULL DEFAULT 0"""
+"""`ahead`: the attempt claimed ahead of the loops (`QueueOptions.prefetch`) whose
+handler has not been marked started, or NULL. Meaningful only while `ahead = attempts
+AND status = 'running'`, so a client that never writes it (the Rust crate), claiming
+the job again (a higher attempt) or queuing it, never needs to clear it. Stale recovery
+gives such an attempt back (`sql.RECOVER_STALE`). `given_back`: how many attempts were
+given back so, which bounds it (`sql.GIVE_BACK_LIMIT`)."""
+
+RECORD_8 = """INSERT INTO axa_schema_version (version, name)
+    VALUES (8, 'runs claimed ahead') ON CONFLICT (version) DO NOTHING"""
+"""Migration 8 is applied."""
+
 # --- Migrations ------------------------------------------------------------------------
 
 
@@ -710,6 +727,13 @@ MIGRATIONS: tuple[Migration, ...] = (
                 ),
             ),
         ),
+    ),
+    Migration(
+        8,
+        "runs claimed ahead",
+        (SETUP_AHEAD,),
+        RECORD_8,
+        Expectations(columns=(("axa_queue", "ahead"), ("axa_queue", "given_back"))),
     ),
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""

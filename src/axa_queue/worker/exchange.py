@@ -103,7 +103,7 @@ class Exchange:
         while True:
             free = state.free()
             claim = free > 0 and state.look
-            if not state.endings and not claim:
+            if not state.endings and not state.starts and not claim:
                 if state.phase >= Phase.CLOSING:
                     return
                 # A timer rather than wait_for: no task per wait on the path of a wake-up.
@@ -115,13 +115,13 @@ class Exchange:
                 continue
             if decisions.holds(
                 due=state.due(),
-                endings=len(state.endings),
+                endings=len(state.endings) + len(state.starts),
                 now=loop.time(),
                 since=state.endings_since,
             ):
                 # Busy loops and jobs waiting for them: let endings gather, so one
                 # statement records many and claims many (see `decisions.due`).
-                if state.endings and self.flush_at is None:
+                if (state.endings or state.starts) and self.flush_at is None:
                     self.flush_at = loop.call_at(
                         state.endings_since + decisions.HOLD_ENDINGS, self._flush_due
                     )
@@ -132,6 +132,7 @@ class Exchange:
                 self.flush_at.cancel()
                 self.flush_at = None
             batch, since, state.endings = state.endings, state.endings_since, []
+            starts, state.starts = state.starts, []
             wanted = (
                 decisions.wanted(
                     self.registry.handlers,
@@ -148,7 +149,9 @@ class Exchange:
             state.claiming = bool(wanted)
             state.sending = batch
             try:
-                claimed, kept = await self.send(batch, free if wanted else 0, wanted)
+                claimed, kept = await self.send(
+                    batch, free if wanted else 0, wanted, starts, state.idle() if wanted else 0
+                )
             except psycopg.Error as error:
                 state.sending = []
                 state.claiming = False
@@ -159,7 +162,8 @@ class Exchange:
                     extra={"error": first_line(error), "endings": len(batch)},
                 )
                 state.endings = batch + state.endings
-                if batch:
+                state.starts = starts + state.starts
+                if batch or starts:
                     state.endings_since = since
                 await asyncio.sleep(min(RETRY_DATABASE, poll))
                 continue
@@ -176,11 +180,19 @@ class Exchange:
             self._recorded(batch, kept)
 
     async def send(
-        self, batch: list[Run], free: int, wanted: list[dict[str, Any]]
+        self,
+        batch: list[Run],
+        free: int,
+        wanted: list[dict[str, Any]],
+        starts: list[Run] | None = None,
+        idle: int = 0,
     ) -> tuple[list[Run], set[tuple[str, int]] | None]:
-        """Record the endings of `batch` and claim up to `free` jobs of the `wanted`
-        names in one statement; returns the runs claimed, best first, and the (id,
-        attempt) of the endings recorded, or `None` when all of them were."""
+        """Record the endings of `batch`, mark the runs of `starts` (claimed ahead)
+        started, and claim up to `free` jobs of the `wanted` names, the first `idle` to
+        start at once and the others ahead, in one statement; returns the runs claimed,
+        best first, and the (id, attempt) of the endings recorded, or `None` when all of
+        them were."""
+        starts = starts or []
         conn = await self.connections.for_exchange()
         ids: list[str] = []
         attempts: list[str] = []
@@ -220,6 +232,9 @@ class Exchange:
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
                     "losing": "{" + ",".join(self.state.losing) + "}",
+                    "idle": idle,
+                    "starts": "{" + ",".join(r.id for r in starts) + "}",
+                    "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",
                     "now": self.connections.now(),
                 },
             )
@@ -267,6 +282,7 @@ COLUMNS = (
     "priority",
     "run_at",
     "trace_context",
+    "ahead",
 )
 """The columns `sql.EXCHANGE` returns, read by name."""
 
@@ -285,7 +301,7 @@ def _rows(
 
     def factory(cursor: Any) -> RowMaker[Any]:
         at = {column.name: i for i, column in enumerate(cursor.description or ())}
-        id_, attempts, name, args, limit, timeout, priority, run_at, trace = (
+        id_, attempts, name, args, limit, timeout, priority, run_at, trace, ahead = (
             at[c] for c in COLUMNS
         )
 
@@ -305,6 +321,7 @@ def _rows(
                 values[args],
                 sent,
                 order=(-values[priority], values[run_at]),
+                ahead=values[ahead],
                 trace_context=values[trace],
             )
 

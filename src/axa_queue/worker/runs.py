@@ -21,7 +21,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from .. import logs
+import psycopg
+
+from .. import logs, sql
 from ..arguments import result_json
 from ..context import JobContext, enter, leave
 from ..handlers import JobHandler
@@ -30,7 +32,7 @@ from ..middleware import through
 from ..options import QueueOptions, to_timedelta
 from ..policies import NO_POLICY, Discard, Retry, Snooze, judge
 from ..registry import Registry
-from ..retries import cut_error, describe
+from ..retries import cut_error, describe, first_line
 from ..tracing import carrier_of
 from .claims import Claims
 from .state import CANCELLED, Run, State, order_of
@@ -80,16 +82,26 @@ class Runner:
         """Connections being given back by the timer."""
 
     def take(self, claimed: list[Run]) -> None:
-        """Hold newly claimed runs: start them while loops are free, keep the rest
-        waiting, best first, for the next loop to come free."""
+        """Hold newly claimed runs: start at once those the claim stamped to start (the
+        loops idle when it was sent), keep the runs claimed ahead waiting, best first,
+        for the next loop to come free (and start them now if loops are free)."""
         state = self.state
+        ahead: list[Run] = []
+        loop = asyncio.get_running_loop()
         for one in claimed:
             state.runs[one.key] = one
             state.in_use[one.name] += 1
-        if not state.waiting or not claimed or state.waiting[-1].order <= claimed[0].order:
-            state.waiting.extend(claimed)  # the usual case: later claims are no better
+            if one.ahead:
+                ahead.append(one)
+            else:  # idle loops when the claim was sent: at least as many now
+                self._begin(one)
+                one.task = loop.create_task(self._loop(one))
+        if not ahead:
+            pass
+        elif not state.waiting or state.waiting[-1].order <= ahead[0].order:
+            state.waiting.extend(ahead)  # the usual case: later claims are no better
         else:
-            state.waiting = sorted([*state.waiting, *claimed], key=order_of)
+            state.waiting = sorted([*state.waiting, *ahead], key=order_of)
         self._start_waiting()
 
     def _start_waiting(self) -> None:
@@ -144,11 +156,11 @@ class Runner:
         if not idle:
             return
         self.shelf = [one for one in self.shelf if one.conn is None]
-        task = asyncio.get_running_loop().create_task(self._give_back(idle))
+        task = asyncio.get_running_loop().create_task(self._return_connections(idle))
         self.giving.add(task)
         task.add_done_callback(self.giving.discard)
 
-    async def _give_back(self, lenders: list[Lender]) -> None:
+    async def _return_connections(self, lenders: list[Lender]) -> None:
         for lender in lenders:
             try:
                 await lender.give_back()
@@ -162,12 +174,14 @@ class Runner:
             self.shelf_timer.cancel()
             self.shelf_timer = None
         lenders, self.shelf = self.shelf, []
-        await self._give_back(lenders)
+        await self._return_connections(lenders)
         if self.giving:
             await asyncio.wait(list(self.giving))
 
     def _begin(self, one: Run) -> None:
         self.state.active += 1
+        if one.ahead:  # its row says not started: the next exchange says it is
+            self.state.started(one)
         if one.timeout is not None:
             one.timer = asyncio.get_running_loop().call_later(
                 one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
@@ -354,7 +368,8 @@ class Runner:
             tasks = [r.task for r in state.runs.values() if r.task is not None]
             if not tasks:
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._forget_waiting()  # a claim still in flight: its runs stay `running`
+                    # A claim still in flight: its runs stay `running`, for stale recovery.
+                    await self._give_back(self._forget_waiting())
                     return
                 await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
                 continue
@@ -371,13 +386,43 @@ class Runner:
                 )
                 self.aborting = True
                 await cancel_all(pending)
-                self._forget_waiting()
+                await self._give_back(self._forget_waiting())
 
-    def _forget_waiting(self) -> None:
-        """Let go of runs claimed ahead that never started: like the runs aborted, they
-        stay `running` for stale recovery."""
+    def _forget_waiting(self) -> list[Run]:
+        """Let go of runs claimed ahead that never started, and return them."""
         state = self.state
-        for one in state.waiting:
+        forgotten, state.waiting = state.waiting, []
+        for one in forgotten:
             state.runs.pop(one.key, None)
             state.in_use[one.name] -= 1
-        state.waiting = []
+        return forgotten
+
+    async def _give_back(self, runs: list[Run]) -> None:
+        """Queue again at once, with their attempts given back, the runs claimed ahead
+        that a stop let go of before their handler started (`sql.GIVE_BACK`, fenced by
+        their attempts); if the database does not answer, stale recovery gives them
+        back later (`sql.RECOVER_STALE`)."""
+        runs = [one for one in runs if one.ahead]
+        if not runs:
+            return
+        try:
+            await self.claims.connections.on_side(
+                sql.GIVE_BACK,
+                {
+                    "ids": "{" + ",".join(one.id for one in runs) + "}",
+                    "attempts": "{" + ",".join(str(one.attempts) for one in runs) + "}",
+                    "limits": "{" + ",".join(str(one.limit) for one in runs) + "}",
+                    "now": self.claims.connections.now(),
+                },
+            )
+        except psycopg.Error as error:
+            log.warning(
+                "stopping: could not queue again the jobs claimed ahead that never started; "
+                "stale recovery will",
+                extra={"jobs": len(runs), "error": first_line(error)},
+            )
+            return
+        log.info(
+            "stopping: queued again the jobs claimed ahead that never started",
+            extra={"jobs": len(runs)},
+        )

@@ -79,6 +79,9 @@ class Run:
     delay: float = 0.0
     raises: int | None = None
     """The job's new `max_attempts` written with its ending (a snooze), else `None`."""
+    ahead: bool = False
+    """Whether it was claimed ahead of the loops (its row's `ahead` set): when its loop
+    starts it, its start is marked by the next exchange (`State.starts`)."""
     trace_context: str | None = None
     """The trace context stored when the job was queued (JSON text), or `None`: what
     `JobContext.trace_context` is read from (see `tracing`)."""
@@ -153,6 +156,9 @@ class State:
         """When the oldest ending not yet sent was made (event loop time)."""
         self.sending: list[Run] = []
         """The endings in the statement in flight."""
+        self.starts: list[Run] = []
+        """Runs claimed ahead whose handler started, to be marked started (their row's
+        `ahead` cleared) by the next exchange, which the loop does not wait for."""
         self.losing: dict[str, Run] = {}
         """Runs that lost their claim, by job id, until their fate is written."""
         self.nudge = asyncio.Event()
@@ -173,6 +179,10 @@ class State:
     @property
     def stopping(self) -> bool:
         return self.phase >= Phase.STOPPING
+
+    def idle(self) -> int:
+        """Loops that no run holds or waits for: how many runs claimed now start at once."""
+        return max(self.slots - self.active - len(self.waiting), 0)
 
     def held(self) -> int:
         """Places held: runs claimed, and runs lost whose fate is not yet written."""
@@ -228,10 +238,19 @@ class State:
 
     def end(self, ending: Run) -> None:
         """Add an ending to be written by the next exchange."""
-        if not self.endings:
+        if not self.endings and not self.starts:
             self.endings_since = asyncio.get_running_loop().time()
             self.nudge.set()  # the exchange loop sends it, or sets the timer that will
         self.endings.append(ending)
+
+    def started(self, one: Run) -> None:
+        """A run claimed ahead starts on a loop: its start is marked by the next exchange
+        (sent like an ending: at once, or within `HOLD_ENDINGS` while every loop is
+        busy), which no one waits for."""
+        if not self.endings and not self.starts:
+            self.endings_since = asyncio.get_running_loop().time()
+            self.nudge.set()
+        self.starts.append(one)
 
     def held_literals(self) -> tuple[str, str]:
         """The (ids, attempts) of every run this process holds, as array literals."""
