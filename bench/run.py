@@ -1572,9 +1572,10 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                 ),
             )
         )
-        # Global limits: one as high as the loops (it never binds: the gate's cost alone),
-        # and one of half of them (it binds: the drain runs at most that many at once).
-        for limit, suffix in ((pl, "g"), (max(pl // 2, 1), "gh")):
+        # Global limits: one as high as the loops and the jobs claimed ahead, which count
+        # as running (it never binds: the gate's cost alone), and one of half the loops
+        # (it binds: the drain runs at most that many at once).
+        for limit, suffix in ((pl + QueueOptions().prefetch, "g"), (max(pl // 2, 1), "gh")):
             found.append(
                 (
                     f"drain axa 1 x {pl} loops, global limit {limit}",
@@ -1985,7 +1986,7 @@ def format_report(report: Report) -> str:
             base,
         )
         row(
-            f"  axa 1 x {c.process_loops}, global limit {c.process_loops} vs no limit",
+            f"  axa 1 x {c.process_loops}, global limit {c.process_loops + QueueOptions().prefetch} vs no limit",
             m(f"drain.axa.1x{c.process_loops}g"),
             m(f"drain.axa.1x{c.process_loops}"),
         )
