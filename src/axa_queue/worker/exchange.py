@@ -132,7 +132,10 @@ class Exchange:
                 self.flush_at.cancel()
                 self.flush_at = None
             batch, since, state.endings = state.endings, state.endings_since, []
-            starts, state.starts = state.starts, []
+            # A run that has ended needs no mark: its ending, in this batch (or refused,
+            # its claim lost), is what the statement writes of it.
+            starts = [one for one in state.starts if not one.done]
+            state.starts = []
             wanted = (
                 decisions.wanted(
                     self.registry.handlers,
