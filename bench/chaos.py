@@ -139,7 +139,7 @@ SCHEMA = [
             INSERT INTO chaos_changes (id, name, old, new, attempts, kind, pid, app)
             VALUES (NEW.id, NEW.name, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END,
                     NEW.status, NEW.attempts,
-                    CASE WHEN current_query() LIKE 'WITH RECURSIVE endings%%' THEN 'exchange'
+                    CASE WHEN current_query() LIKE 'WITH RECURSIVE %%' THEN 'exchange'
                          WHEN current_query() LIKE 'WITH recovered AS%%' THEN 'recovery'
                          WHEN current_query() LIKE 'WITH found AS%%' THEN 'lost'
                          WHEN current_query() LIKE 'WITH due AS%%' THEN 'schedule'

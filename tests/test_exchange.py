@@ -210,8 +210,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     )
     # And with a rate limit on it (`EXCHANGE_RATED`: a gate, and the slots stamped).
     rated = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_RATED)
+    # And the claim alone (`CLAIM`: nothing to record), which parameters it does not name
+    # keep their places and types.
+    alone = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.CLAIM)
     for statement, wanted in (
         (numbered, {"name": "Backlog", "cap": 10}),
+        (alone, {"name": "Backlog", "cap": 10}),
         (limited, {"name": "Backlog", "cap": 10, "global": 5}),
         (rated, {"name": "Backlog", "cap": 10, "global": 5, "rate": 3, "per_ms": 1000}),
     ):
@@ -390,3 +394,19 @@ async def test_a_clock_set_on_the_connector_stamps_the_claim_and_the_ending(
         await eventually(lambda: status_of(admin, job)[0] == "completed")
     row = admin.execute("SELECT updated_at FROM axa_queue WHERE id = %s", (job,)).fetchone()
     assert row == (clock,)
+
+
+def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None:
+    # An idle worker (nothing to record) sends `CLAIM`: the same claim, the same rows,
+    # nothing of the endings or the start marks for PostgreSQL to set up.
+    for part in ("endings", "finished", "marked", "axa_queue_done"):
+        assert part not in sql.CLAIM
+    assert sql.CLAIM.split("), wanted AS (")[1] in sql.EXCHANGE.replace(
+        " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
+    ).replace("\n    WHERE (SELECT count(*) FROM marked) >= 0", "").replace(
+        """    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
+           NULL AS priority, NULL AS run_at, NULL AS trace_context, NULL AS ahead FROM finished
+    UNION ALL
+""",
+        "",
+    )

@@ -419,7 +419,7 @@ async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stal
         # An application's transaction holds a lock every claim needs.
         holder.execute("LOCK TABLE axa_queue IN SHARE MODE")
         async with running(queue):
-            await eventually(lambda: lock_waits(admin, "WITH RECURSIVE endings") > 0)
+            await eventually(lambda: lock_waits(admin, "WITH RECURSIVE ") > 0)
             await asyncio.sleep(1.2)  # the claim waits longer than stale_after
             holder.rollback()
             await asyncio.wait_for(handler.started.wait(), 15)

@@ -253,6 +253,7 @@ async def test_a_queue_given_a_schema_works_through_pgbouncer(
     assert tables == [
         (schema, "axa_job_acts"),
         (schema, "axa_queue"),
+        (schema, "axa_rate_slots"),
         (schema, "axa_schedule"),
         (schema, "axa_schema_version"),
         (schema, "axa_workers"),
@@ -332,7 +333,7 @@ async def test_every_statement_of_a_queue_given_a_schema_names_it(
 
 def test_in_schema_names_the_tables_and_functions_and_leaves_channel_and_settings() -> None:
     bare = re.compile(
-        r"(?<![\w.\"'])(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers)(?![\w'.])"
+        r"(?<![\w.\"'])(axa_queue|axa_schedule|axa_job_acts|axa_schema_version|axa_workers|axa_rate_slots)(?![\w'.])"
     )
     for module in (sql, axa_schema, migrations):
         for name in dir(module):

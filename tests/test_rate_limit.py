@@ -106,11 +106,15 @@ def test_only_a_process_with_a_rate_limit_claims_through_the_rate_gate() -> None
     plain = Queue("postgresql://unused")
     rated = Queue("postgresql://unused")
     rated.rate_limit("A", 1, per=timedelta(seconds=1))
-    assert Exchange.statement.fget is not None
-    for queue, statement in ((plain, sql.EXCHANGE), (rated, sql.EXCHANGE_RATED)):
+    for queue, recording, statement in (
+        (plain, True, sql.EXCHANGE),
+        (plain, False, sql.CLAIM),
+        (rated, True, sql.EXCHANGE_RATED),
+        (rated, False, sql.EXCHANGE_RATED),
+    ):
         exchange = Exchange.__new__(Exchange)
         exchange.registry = queue.registry
-        assert exchange.statement is statement
+        assert exchange.statement(recording) is statement
 
 
 # --- one process -------------------------------------------------------------------------

@@ -476,6 +476,39 @@ looked at early costs an exchange that finds it busy and says when again). The c
 sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
 A process without rate limits never sends this statement."""
 
+
+def _claim_only(statement: str) -> str:
+    """`statement` (`EXCHANGE`) without its endings and start marks: the claim alone.
+    Refuses a statement whose parts are not the ones expected."""
+    head = "WITH RECURSIVE endings AS ("
+    levels = "    ), levels(priority) AS ("
+    not_ending = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
+    endings_rows = """    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
+           NULL AS priority, NULL AS run_at, NULL AS trace_context, NULL AS ahead FROM finished
+    UNION ALL
+"""
+    marked = "\n    WHERE (SELECT count(*) FROM marked) >= 0"
+    if not (
+        statement.startswith(head)
+        and levels in statement
+        and not_ending in statement
+        and endings_rows in statement
+        and statement.endswith(marked)
+    ):
+        raise AssertionError("EXCHANGE changed: change _claim_only with it")
+    claim = "WITH RECURSIVE levels(priority) AS (" + statement.split(levels, 1)[1]
+    return claim.replace(not_ending, "").replace(endings_rows, "")[: -len(marked)]
+
+
+CLAIM = _claim_only(EXCHANGE)
+"""`EXCHANGE` with nothing to record: the claim alone, for a process without global or
+rate limits that has no ending to write and no start to mark (a worker woken while
+idle, or looking for work with loops free and nothing finished). It is the same claim,
+the same parameters (those it does not name are ignored), the same rows; only the
+endings' and the marks' CTEs are gone, which PostgreSQL would set up and run empty
+(about 0.3 ms of a round trip of 0.9 ms on the benchmark machine, loaded): on the path
+of enqueue-to-start latency, which it shortens by that much."""
+
 GIVE_BACK = """UPDATE axa_queue q
     SET status = 'queued', ahead = NULL, started_at = NULL,
         run_at = COALESCE(%(now)s::timestamptz, now()),

@@ -77,14 +77,16 @@ class Exchange:
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since (see `Worker.trouble`)."""
 
-    @property
-    def statement(self) -> str:
+    def statement(self, recording: bool) -> str:
         """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
         or `sql.EXCHANGE_RATED` once it has a rate limit: a process without either sends
-        the plain statement, whose plan is unchanged."""
+        the plain statement, whose plan is unchanged, or `sql.CLAIM` when it has nothing
+        to record (no ending, no start to mark: `recording` false)."""
         if self.registry.rate_limits:
             return sql.EXCHANGE_RATED
-        return sql.EXCHANGE_LIMITED if self.registry.global_limits else sql.EXCHANGE
+        if self.registry.global_limits:
+            return sql.EXCHANGE_LIMITED
+        return sql.EXCHANGE if recording else sql.CLAIM
 
     def _flush_due(self) -> None:
         """The oldest ending gathered has waited `HOLD_ENDINGS`: send them now."""
@@ -226,7 +228,7 @@ class Exchange:
                 row_factory=_rows(self.options.max_attempts, sent, self.limits, self.timeouts)
             )
             await cursor.execute(
-                self.statement,
+                self.statement(bool(batch or starts)),
                 {
                     # Array literals: ids are uuid text and attempts digits, nothing to quote.
                     "completed": "{" + ",".join(ids) + "}",
