@@ -29,7 +29,8 @@ from axa_queue import Queue, QueueOptions
 
 
 async def main() -> None:
-    dsn, workers, prefetch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    dsn, workers = sys.argv[1], int(sys.argv[2])
+    prefetch = "auto" if sys.argv[3] == "auto" else int(sys.argv[3])
     stale_after = float(sys.argv[4])
     queue = Queue(
         dsn,
@@ -101,7 +102,7 @@ async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitab
     started: list[Worker] = []
 
     async def start(
-        workers: int = 1, prefetch: int = DEFAULT_PREFETCH, stale_after: float = 1.0
+        workers: int = 1, prefetch: int | str = DEFAULT_PREFETCH, stale_after: float = 1.0
     ) -> Worker:
         log = tmp_path / f"worker-{len(started)}.log"
         with log.open("wb") as errors:

@@ -6,6 +6,7 @@ import logging
 
 from axa_queue.worker import decisions
 from axa_queue.worker.decisions import HOLD_ENDINGS
+from axa_queue.worker.state import State
 
 BUSY = {"stopping": False, "active": 4, "slots": 4, "waiting": 10, "low_water": 4, "room": 24}
 
@@ -94,3 +95,42 @@ def test_a_run_that_lost_its_claim_holds_its_place_until_its_fate_is_written() -
     assert state.held_literals() == ("{" + one.id + "}", "{1}")
     state.phase = Phase.STOPPING
     assert state.free() == 0
+
+
+def test_auto_prefetch_claims_nothing_ahead_until_a_run_has_ended() -> None:
+    assert decisions.ahead(10, None, 100) == 0
+
+
+def test_auto_prefetch_claims_ahead_what_the_loops_start_within_its_horizon() -> None:
+    # 10 loops, 5 ms a run: 2,000 starts a second, 100 within 50 ms.
+    assert decisions.ahead(10, 0.005, 1000) == 100
+    assert decisions.ahead(10, 0.001, 100) == 100  # at most `most`
+    assert decisions.ahead(10, 0.0, 100) == 100
+
+
+def test_auto_prefetch_claims_nothing_ahead_for_long_jobs() -> None:
+    assert decisions.ahead(10, 1.0, 100) == 0
+    assert decisions.ahead(5, 0.1, 100) == 2
+    assert decisions.ahead(2, 0.1, 100) == 1
+    assert decisions.ahead(2, 0.2, 100) == 0
+
+
+def test_a_worker_holding_more_than_its_room_claims_nothing() -> None:
+    assert decisions.free_places(False, 10, 12) == 0
+
+
+def test_auto_prefetch_follows_how_long_runs_take() -> None:
+    state = State(10, "auto")
+    assert state.free() == 10  # nothing ahead before a run has ended
+    state.ran(0.001)
+    assert state.free() == 10 + decisions.AUTO_PREFETCH
+    for _ in range(100):
+        state.ran(2.0)  # the jobs became long: nothing ahead any more
+    assert state.free() == 10
+
+
+def test_a_fixed_prefetch_claims_that_many_ahead_whatever_runs_take() -> None:
+    state = State(10, 20)
+    assert state.free() == 30
+    state.ran(60.0)
+    assert state.free() == 30

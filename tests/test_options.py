@@ -77,6 +77,8 @@ def test_durations_take_a_timedelta_or_seconds_and_read_back_as_a_timedelta(give
         ({"mode": "x"}, ["mode", "'x'"]),
         ({"max_attempts": 0}, ["max_attempts", "0"]),
         ({"max_attempts": True}, ["max_attempts", "True"]),
+        ({"prefetch": -1}, ["prefetch", "-1", '"auto"']),
+        ({"prefetch": "fast"}, ["prefetch", "'fast'"]),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, list) else None,
 )

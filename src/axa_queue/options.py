@@ -133,13 +133,17 @@ class QueueOptions:
     """How long completed, failed and cancelled rows are kept."""
     maintenance_interval: Duration = timedelta(minutes=5)
     """How often to recover stale jobs, purge old rows and archive unused schedules."""
-    prefetch: int = 20
+    prefetch: int | Literal["auto"] = "auto"
     """Jobs claimed ahead of the loops, so a loop coming free starts its next job without
     waiting for the database: more jobs per statement, more throughput for short jobs.
     They count as `running` (and report in) while they wait, and a stop runs them. Their
     handler not started, a crash (stale recovery) or a stop past its grace gives their
-    attempt back (docs/design.md, Runs claimed ahead). `0` turns it off: best for long
-    jobs, which one busy process would otherwise hold while another is idle."""
+    attempt back (docs/design.md, Runs claimed ahead). `"auto"` claims ahead what the
+    loops start within 50 ms at the pace this process's runs take, at most 100 (none
+    until a run has ended, nor for runs longer than the loops x 50 ms, 0.1 s with 2):
+    many for short jobs, none for long ones, which one busy process would otherwise hold
+    while another is idle. A number claims that many ahead whatever runs take; `0`
+    turns it off."""
     mode: Mode | None = None
     """What queuing a job on the queue's own connection does (`enqueue`, `enqueue_all`,
     `perform_later`, of `Queue` and `SyncQueue`; see `modes`); `None` reads
@@ -190,13 +194,14 @@ class QueueOptions:
                 object.__setattr__(self, field.name, to_timedelta(value, field.name))
         _positive_int("workers", self.workers)
         _positive_int("max_attempts", self.max_attempts)
-        if (
+        if self.prefetch != "auto" and (
             not isinstance(self.prefetch, int)
             or isinstance(self.prefetch, bool)
             or self.prefetch < 0
         ):
             raise OptionsError(
-                f"expected prefetch to be zero or a positive integer, got: {self.prefetch!r}"
+                'expected prefetch to be "auto", zero or a positive integer, '
+                f"got: {self.prefetch!r}"
             )
         if self.pool_size is not None:
             _positive_int("pool_size", self.pool_size)

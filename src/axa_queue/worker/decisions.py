@@ -11,8 +11,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "AUTO_PREFETCH",
     "HOLD_ENDINGS",
+    "PREFETCH_HORIZON",
+    "RUN_SECONDS_WEIGHT",
     "SERVICE_RETRY_MAX",
+    "ahead",
     "due",
     "fate",
     "free_places",
@@ -34,6 +38,31 @@ SERVICE_RETRY_MAX = 60.0
 tries again; it starts at the poll interval and doubles."""
 
 
+AUTO_PREFETCH = 100
+"""The most jobs `prefetch="auto"` (the default) claims ahead of the loops."""
+
+PREFETCH_HORIZON = 0.050
+"""Seconds of the loops' work `prefetch="auto"` claims ahead: as many jobs as the loops
+start in that time at the pace this process's runs take (`ahead`)."""
+
+RUN_SECONDS_WEIGHT = 0.1
+"""The weight of each run's time in the running average `prefetch="auto"` reads."""
+
+
+def ahead(workers: int, run_seconds: float | None, most: int) -> int:
+    """How many jobs `prefetch="auto"` claims ahead of `workers` loops whose runs take
+    `run_seconds` on average: what they start within `PREFETCH_HORIZON`, at most
+    `most`; none before a run has ended (nothing says yet how long runs take). Short
+    jobs get many (one statement then records and claims many); runs longer than
+    `workers` x `PREFETCH_HORIZON` (a tenth of a second with 2 loops, half a second
+    with 10), none, so a busy process does not hold long jobs another could start."""
+    if run_seconds is None:
+        return 0
+    if run_seconds <= 0:
+        return most
+    return min(most, int(workers * PREFETCH_HORIZON / run_seconds))
+
+
 def room(workers: int, prefetch: int) -> int:
     """Runs a process may hold: its loops, and the jobs claimed ahead for them."""
     return workers + prefetch
@@ -46,8 +75,9 @@ def low_water(workers: int, prefetch: int) -> int:
 
 
 def free_places(stopping: bool, room: int, held: int) -> int:
-    """How many jobs the next exchange may claim: none once stopping."""
-    return 0 if stopping else room - held
+    """How many jobs the next exchange may claim: none once stopping, nor while it holds
+    more than its room (`prefetch="auto"` lowered it)."""
+    return 0 if stopping else max(room - held, 0)
 
 
 def due(

@@ -137,11 +137,17 @@ def order_of(one: Run) -> tuple[int, float]:
 class State:
     """The worker's phase and the runs it holds, shared by its services; event loop only."""
 
-    def __init__(self, workers: int, prefetch: int) -> None:
+    def __init__(self, workers: int, prefetch: int | str) -> None:
         self.phase = Phase.STARTING
         self.slots = workers
-        self.room = decisions.room(workers, prefetch)
-        self.low_water = decisions.low_water(workers, prefetch)
+        self.auto = not isinstance(prefetch, int)
+        """Whether `prefetch` is `"auto"`: jobs claimed ahead follow how long runs take."""
+        self.most_ahead = decisions.AUTO_PREFETCH if isinstance(prefetch, str) else prefetch
+        self.run_seconds: float | None = None
+        """How long this process's runs take, a running average (`prefetch="auto"`)."""
+        self.ahead = 0
+        self.room = self.low_water = 0
+        self._claim_ahead(0 if self.auto else self.most_ahead)
         self.runs: dict[tuple[str, int], Run] = {}
         """Every run claimed and not yet let go by its loop."""
         self.waiting: list[Run] = []
@@ -175,6 +181,24 @@ class State:
         self.check = asyncio.Event()
         """Set when a notification says a job this process runs may have been cancelled:
         the heartbeat loop reports in at once (`check_soon`)."""
+
+    def _claim_ahead(self, ahead: int) -> None:
+        """Claim up to `ahead` jobs ahead of the loops from now on."""
+        self.ahead = ahead
+        self.room = decisions.room(self.slots, ahead)
+        self.low_water = decisions.low_water(self.slots, ahead)
+
+    def ran(self, seconds: float) -> None:
+        """A run's handler took `seconds`: with `prefetch="auto"`, claim ahead what the
+        loops start within `decisions.PREFETCH_HORIZON` at the pace runs now take."""
+        if not self.auto:
+            return
+        mean = self.run_seconds
+        mean = seconds if mean is None else mean + (seconds - mean) * decisions.RUN_SECONDS_WEIGHT
+        self.run_seconds = mean
+        ahead = decisions.ahead(self.slots, mean, self.most_ahead)
+        if ahead != self.ahead:
+            self._claim_ahead(ahead)
 
     @property
     def stopping(self) -> bool:
