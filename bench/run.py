@@ -75,6 +75,7 @@ from psycopg.types.json import Jsonb
 
 from axa_queue import SETUP_STATEMENTS, NewJob, Queue, QueueOptions, enqueue_on
 from axa_queue import sql as axa_sql
+from axa_queue.worker.decisions import AUTO_PREFETCH
 
 HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
@@ -246,6 +247,12 @@ def foreign_activity(dsn: str) -> int:
 
 
 # --- the axa-queue side: a queue whose one job writes its row --------------------------------
+
+
+def most_ahead() -> int:
+    """The most jobs the default `prefetch` claims ahead of the loops."""
+    prefetch = QueueOptions().prefetch
+    return AUTO_PREFETCH if prefetch == "auto" else prefetch
 
 
 def bench_queue(
@@ -1575,7 +1582,7 @@ def cases(config: Config) -> list[tuple[str, Case]]:
         # Global limits: one as high as the loops and the jobs claimed ahead, which count
         # as running (it never binds: the gate's cost alone), and one of half the loops
         # (it binds: the drain runs at most that many at once).
-        for limit, suffix in ((pl + QueueOptions().prefetch, "g"), (max(pl // 2, 1), "gh")):
+        for limit, suffix in ((pl + most_ahead(), "g"), (max(pl // 2, 1), "gh")):
             found.append(
                 (
                     f"drain axa 1 x {pl} loops, global limit {limit}",
@@ -1986,7 +1993,7 @@ def format_report(report: Report) -> str:
             base,
         )
         row(
-            f"  axa 1 x {c.process_loops}, global limit {c.process_loops + QueueOptions().prefetch} vs no limit",
+            f"  axa 1 x {c.process_loops}, global limit {c.process_loops + most_ahead()} vs no limit",
             m(f"drain.axa.1x{c.process_loops}g"),
             m(f"drain.axa.1x{c.process_loops}"),
         )
