@@ -8,14 +8,14 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from uuid import UUID
+from uuid import RFC_4122, UUID
 
 import psycopg
 import pytest
 
 from axa_queue import NewJob, Queue, QueueOptions, enqueue_all_on, sql
 from axa_queue import jobs as jobs_module
-from axa_queue.jobs import COPY_FROM, copies, enqueue_many_call
+from axa_queue.jobs import COPY_FROM, copies, enqueue_many_call, new_ids
 
 STORED = (
     "SELECT id, name, args, status, max_attempts, priority, timeout_ms, trace_context,"
@@ -54,6 +54,16 @@ def test_a_batch_goes_by_copy_only_when_big_enough_and_due_now() -> None:
     assert not copies([*now, NewJob("Keyed", unique_key="k")])  # ENQUEUE_UNIQUE decides
     assert enqueue_many_call(now, copy=True).query == sql.ENQUEUE_COPY
     assert enqueue_many_call(now).query == sql.ENQUEUE_MANY
+
+
+def test_the_ids_of_a_batch_are_random_uuids_as_uuid4_makes_them() -> None:
+    ids = new_ids(1000)
+    assert len(set(ids)) == 1000 and new_ids(0) == []
+    assert all(job_id.version == 4 and job_id.variant == RFC_4122 for job_id in ids)
+    assert all(type(job_id) is UUID for job_id in ids)
+    call = enqueue_many_call(batch(COPY_FROM), copy=True)
+    assert call.instead is not None  # the INSERT is made only where COPY cannot go
+    assert call.read([], 0) == call.instead().read([], 0)
 
 
 async def test_a_batch_queued_by_copy_is_stored_as_the_insert_stores_it_ids_in_order(

@@ -410,7 +410,7 @@ def asyncpg_statement(call: Call[Any]) -> tuple[str, tuple[Any, ...]]:
     as the ordinary statement it carries (`Call.instead`): asyncpg's COPY takes other
     values than psycopg's binary rows."""
     if call.instead is not None:
-        call = call.instead
+        call = call.instead()
     query, order = dollar_query(call.query)
     params = call.params
     if isinstance(order, int):

@@ -55,9 +55,10 @@ class Call(Generic[T]):
     of the PostgreSQL type `copy_types` names in its place, a `json`/`jsonb` value as
     JSON text already (`params` is then unused)."""
     copy_types: Sequence[str] = ()
-    instead: Call[T] | None = None
-    """For a COPY: the same work as one ordinary statement, sent instead where COPY cannot
-    go (a connection in pipeline mode, asyncpg's: see `adapters`)."""
+    instead: Callable[[], Call[T]] | None = None
+    """For a COPY: makes the same work as one ordinary statement, sent instead where COPY
+    cannot go (a connection in pipeline mode, asyncpg's: see `adapters`); made only
+    there, so the COPY does not pay for it."""
 
     def __repr__(self) -> str:
         # Parameters may hold job arguments: never show them.
@@ -76,7 +77,7 @@ def run_sync(conn: psycopg.Connection[Any], call: Call[T], *, server_binding: bo
     if call.finished is not None:
         return _told_sync(conn, call, call.finished, server_binding)
     if call.instead is not None and conn.pgconn.pipeline_status != PipelineStatus.OFF:
-        call = call.instead  # a pipeline refuses COPY
+        call = call.instead()  # a pipeline refuses COPY
     cursor = (
         psycopg.Cursor(conn, row_factory=by_name)
         if server_binding
@@ -100,7 +101,7 @@ async def run_async(conn: psycopg.AsyncConnection[Any], call: Call[T]) -> T:
     if call.finished is not None:
         return await _told_async(conn, call, call.finished)
     if call.instead is not None and conn.pgconn.pipeline_status != PipelineStatus.OFF:
-        call = call.instead  # a pipeline refuses COPY
+        call = call.instead()  # a pipeline refuses COPY
     async with conn.cursor(row_factory=by_name) as cursor:
         if call.copy_rows is not None:
             set_json_dumps(_as_is, cursor)
