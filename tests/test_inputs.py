@@ -20,6 +20,8 @@ from zoneinfo import ZoneInfo
 import psycopg
 import pytest
 from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import axa_queue
 from axa_queue import (
@@ -466,3 +468,26 @@ def test_a_worker_module_with_a_schedule_or_handler_that_cannot_be_stored_stops_
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert f"importing '{module}' failed" in lines[0] and named in lines[0], lines[0]
     assert_private(result.output)
+
+
+_STORABLE_TEXT = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | _STORABLE_TEXT,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.tuples(inner, inner)
+        | st.dictionaries(_STORABLE_TEXT, inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON_VALUES)
+def test_arguments_are_encoded_as_json_dumps_encodes_them(value: Any) -> None:
+    expected = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    assert NewJob("Encoded", value).encoded_args() == expected
