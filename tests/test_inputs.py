@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 import json
 import logging
 import re
@@ -491,3 +492,24 @@ _JSON_VALUES = st.recursive(
 def test_arguments_are_encoded_as_json_dumps_encodes_them(value: Any) -> None:
     expected = json.dumps(value, separators=(",", ":"), allow_nan=False)
     assert NewJob("Encoded", value).encoded_args() == expected
+
+
+def test_newjob_takes_its_fields_as_a_dataclass_would() -> None:
+    """`NewJob.__init__` is written by hand (cheaper than the frozen dataclass's): it
+    takes every init field, in order, with the field's default."""
+    parameters = list(inspect.signature(NewJob).parameters.values())
+    fields = [f for f in dataclasses.fields(NewJob) if f.init]
+    assert [p.name for p in parameters] == [f.name for f in fields]
+    for parameter, found in zip(parameters, fields, strict=True):
+        if found.default_factory is not dataclasses.MISSING:
+            assert NewJob("Defaults").args == found.default_factory() == {}
+        elif found.default is dataclasses.MISSING:
+            assert parameter.default is inspect.Parameter.empty
+        else:
+            assert parameter.default == found.default
+    assert NewJob("Defaults").args is not NewJob("Defaults").args
+    assert dataclasses.replace(NewJob("Defaults"), priority=2) == NewJob("Defaults", priority=2)
+    for _ in range(2):  # a name refused is refused again; one taken is taken again
+        with pytest.raises(OptionsError, match="cannot be used"):
+            NewJob(" ")
+        assert NewJob("Defaults").name == "Defaults"

@@ -196,7 +196,22 @@ class JobState(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
+class _EmptyArgs:
+    """`NewJob`'s default `args`: a new empty dict for each job."""
+
+    def __repr__(self) -> str:
+        return "{}"
+
+
+_EMPTY_ARGS: Any = _EmptyArgs()
+
+_CHECKED_NAMES: set[str] = set()
+"""Job names `check_name` took already, so a batch of jobs of one name checks it once.
+Emptied when it grows past `_CHECKED_NAMES_MAX`."""
+_CHECKED_NAMES_MAX = 4096
+
+
+@dataclass(frozen=True, init=False)
 class NewJob:
     """A job to queue: the handler it is for, its arguments, and when and how it runs.
 
@@ -233,8 +248,58 @@ class NewJob:
     """The arguments as JSON, made once when the job is made: what is checked is what
     is stored, and a job queued by a schedule at every tick is encoded once."""
 
+    def __init__(
+        self,
+        name: str,
+        args: Any = _EMPTY_ARGS,
+        priority: int | None = None,
+        run_in: Duration | None = None,
+        run_at: datetime | None = None,
+        max_attempts: int | None = None,
+        timeout: Duration | None = None,
+        unique_key: str | None = None,
+        unique_for: Duration | None = None,
+    ) -> None:
+        # What dataclass's __init__ does for these fields, at a third of the cost of its
+        # object.__setattr__ per field (a frozen class's): bulk enqueues make thousands.
+        self.__dict__.update(
+            name=name,
+            args={} if args is _EMPTY_ARGS else args,
+            priority=priority,
+            run_in=run_in,
+            run_at=run_at,
+            max_attempts=max_attempts,
+            timeout=timeout,
+            unique_key=unique_key,
+            unique_for=unique_for,
+            _args_json="",
+        )
+        self.__post_init__()
+
     def __post_init__(self) -> None:
-        check_name(self.name)
+        name = self.name
+        if type(name) is not str or name not in _CHECKED_NAMES:
+            check_name(name)
+            if type(name) is str:
+                if len(_CHECKED_NAMES) >= _CHECKED_NAMES_MAX:
+                    _CHECKED_NAMES.clear()
+                _CHECKED_NAMES.add(name)
+        if not (
+            self.priority is None
+            and self.max_attempts is None
+            and self.run_in is None
+            and self.run_at is None
+            and self.timeout is None
+            and self.unique_key is None
+            and self.unique_for is None
+        ):
+            self._check_options()
+        # Refuses what cannot be stored, before any SQL; later changes to a mutable
+        # `args` are not seen: a NewJob is a value.
+        object.__setattr__(self, "_args_json", to_json(self.args, name))
+
+    def _check_options(self) -> None:
+        """Raise `OptionsError` for the first option that cannot be used."""
         if self.priority is not None and (
             not isinstance(self.priority, int)
             or isinstance(self.priority, bool)
@@ -286,9 +351,6 @@ class NewJob:
                     f"expected unique_for of job {self.name!r} to be more than zero, "
                     f"got: {self.unique_for!r}"
                 )
-        # Refuses what cannot be stored, before any SQL; later changes to a mutable
-        # `args` are not seen: a NewJob is a value.
-        object.__setattr__(self, "_args_json", to_json(self.args, self.name))
 
     def encoded_args(self) -> str:
         """The arguments as JSON text, as the `args` column will hold them, encoded (and
