@@ -12,7 +12,7 @@ async.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Generic, TypeVar, Union, cast
 
@@ -50,10 +50,10 @@ class Call(Generic[T]):
     finished: Callable[[BaseException | None], None] | None = None
     """Told once the statement has run (`None`) or failed (what it raised): how a
     tracing hook ends its span around an enqueue (see `tracing`); usually `None`."""
-    copy_rows: Sequence[Sequence[Any]] | None = None
-    """For a `COPY ... FROM STDIN (FORMAT BINARY)` query: the rows to send, each value
-    of the PostgreSQL type `copy_types` names in its place, a `json`/`jsonb` value as
-    JSON text already (`params` is then unused)."""
+    copy_rows: Iterable[Sequence[Any]] | None = None
+    """For a `COPY ... FROM STDIN (FORMAT BINARY)` query: the rows to send (iterated as
+    they are sent, once per send), each value of the PostgreSQL type `copy_types` names
+    in its place, a `json`/`jsonb` value as JSON text already (`params` is then unused)."""
     copy_types: Sequence[str] = ()
     instead: Callable[[], Call[T]] | None = None
     """For a COPY: makes the same work as one ordinary statement, sent instead where COPY

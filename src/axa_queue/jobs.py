@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import inspect
 import os
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -520,6 +520,29 @@ def new_ids(count: int) -> list[UUID]:
     ]
 
 
+@dataclass(frozen=True)
+class _CopyRows:
+    """The rows `sql.ENQUEUE_COPY` sends, made as the COPY sends them (not all before
+    it starts): the database stores each chunk while the next is made."""
+
+    ids: Sequence[UUID]
+    jobs: Sequence[NewJob]
+    carrier: Any
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        carrier = self.carrier
+        for job_id, job in zip(self.ids, self.jobs, strict=True):
+            yield (
+                job_id,
+                job.name,
+                job._args_json,  # encoded_args(), read directly: once per job
+                job.max_attempts,
+                0 if job.priority is None else job.priority,  # priority_value()
+                None if job.timeout is None else job.timeout_ms(),
+                carrier,
+            )
+
+
 def enqueue_many_call(
     jobs: Sequence[NewJob], now: datetime | None = None, *, copy: bool = False
 ) -> Call[list[UUID]]:
@@ -560,18 +583,7 @@ def enqueue_many_call(
             (),
             lambda _rows, _count: ids,
             finished,
-            copy_rows=[
-                (
-                    job_id,
-                    job.name,
-                    job._args_json,  # encoded_args(), read directly: once per job
-                    job.max_attempts,
-                    0 if job.priority is None else job.priority,  # priority_value()
-                    None if job.timeout is None else job.timeout_ms(),
-                    carrier,
-                )
-                for job_id, job in zip(ids, jobs, strict=True)
-            ],
+            copy_rows=_CopyRows(ids, jobs, carrier),
             copy_types=COPY_TYPES,
             instead=insert,
         )
