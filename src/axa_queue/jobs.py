@@ -520,27 +520,37 @@ def new_ids(count: int) -> list[UUID]:
     ]
 
 
+_ROWS_PER_CHUNK = 1000
+"""How many ids `_CopyRows` makes at a time."""
+
+
 @dataclass(frozen=True)
 class _CopyRows:
     """The rows `sql.ENQUEUE_COPY` sends, made as the COPY sends them (not all before
-    it starts): the database stores each chunk while the next is made."""
+    it starts): the database stores each chunk while the next is made. The ids not
+    made yet (`ids` holds those made, in order) are made here too, a chunk at a time."""
 
-    ids: Sequence[UUID]
     jobs: Sequence[NewJob]
+    ids: list[UUID]
     carrier: Any
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
-        carrier = self.carrier
-        for job_id, job in zip(self.ids, self.jobs, strict=True):
-            yield (
-                job_id,
-                job.name,
-                job._args_json,  # encoded_args(), read directly: once per job
-                job.max_attempts,
-                0 if job.priority is None else job.priority,  # priority_value()
-                None if job.timeout is None else job.timeout_ms(),
-                carrier,
-            )
+        jobs, ids, carrier = self.jobs, self.ids, self.carrier
+        for start in range(0, len(jobs), _ROWS_PER_CHUNK):
+            end = min(start + _ROWS_PER_CHUNK, len(jobs))
+            if len(ids) < end:
+                ids += new_ids(end - len(ids))
+            for at in range(start, end):
+                job = jobs[at]
+                yield (
+                    ids[at],
+                    job.name,
+                    job._args_json,  # encoded_args(), read directly: once per job
+                    job.max_attempts,
+                    0 if job.priority is None else job.priority,  # priority_value()
+                    None if job.timeout is None else job.timeout_ms(),
+                    carrier,
+                )
 
 
 def enqueue_many_call(
@@ -548,8 +558,10 @@ def enqueue_many_call(
 ) -> Call[list[UUID]]:
     """The call that queues many jobs in one statement; delays count from `now`. With
     `copy` (for a psycopg connection), jobs that `copies` says may go by COPY do; the
-    INSERT of arrays is then made only where the COPY cannot go (`Call.instead`)."""
-    ids = new_ids(len(jobs))
+    INSERT of arrays is then made only where the COPY cannot go (`Call.instead`), and
+    the ids as the rows are sent (unless a tracing hook wants them first)."""
+    by_copy = copy and copies(jobs, now)
+    ids = [] if by_copy and tracing.sender is None else new_ids(len(jobs))
     sending = (
         None
         if tracing.sender is None or not jobs
@@ -558,11 +570,16 @@ def enqueue_many_call(
     carrier = None if sending is None else sending.carrier
     finished = None if sending is None else sending.end
 
+    def made(_rows: list[Row], _count: int) -> list[UUID]:
+        if len(ids) < len(jobs):  # for the INSERT (the COPY makes them as it sends)
+            ids.extend(new_ids(len(jobs) - len(ids)))
+        return ids
+
     def insert(finished: Callable[[BaseException | None], None] | None = None) -> Call[list[UUID]]:
         return Call(
             sql.ENQUEUE_MANY,
             {
-                "id": ids,
+                "id": made([], 0),
                 "name": [job.name for job in jobs],
                 "args": [job.encoded_args() for job in jobs],
                 "max_attempts": [job.max_attempts for job in jobs],
@@ -573,17 +590,17 @@ def enqueue_many_call(
                 "now": now,
                 "trace_context": carrier,
             },
-            lambda _rows, _count: ids,
+            made,
             finished,
         )
 
-    if copy and copies(jobs, now):
+    if by_copy:
         return Call(
             sql.ENQUEUE_COPY,
             (),
-            lambda _rows, _count: ids,
+            made,
             finished,
-            copy_rows=_CopyRows(ids, jobs, carrier),
+            copy_rows=_CopyRows(jobs, ids, carrier),
             copy_types=COPY_TYPES,
             instead=insert,
         )
