@@ -139,7 +139,7 @@ class QueueOptions:
     They count as `running` (and report in) while they wait, and a stop runs them. Their
     handler not started, a crash (stale recovery) or a stop past its grace gives their
     attempt back (docs/design.md, Runs claimed ahead). `"auto"` claims ahead what the
-    loops start within 50 ms at the pace this process's runs take, at most 100 (none
+    loops start within 50 ms at the pace this process's runs take, at most 200 (none
     until a run has ended, nor for runs longer than the loops x 50 ms, 0.1 s with 2):
     many for short jobs, none for long ones, which one busy process would otherwise hold
     while another is idle. A number claims that many ahead whatever runs take; `0`

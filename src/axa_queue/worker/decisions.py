@@ -38,7 +38,7 @@ SERVICE_RETRY_MAX = 60.0
 tries again; it starts at the poll interval and doubles."""
 
 
-AUTO_PREFETCH = 100
+AUTO_PREFETCH = 200
 """The most jobs `prefetch="auto"` (the default) claims ahead of the loops."""
 
 PREFETCH_HORIZON = 0.050
