@@ -480,10 +480,11 @@ def enqueue_call(job: NewJob, now: datetime | None = None) -> Call[UUID]:
     )
 
 
-COPY_FROM = 4
+COPY_FROM = 8
 """The fewest jobs `enqueue_all` sends by binary COPY (`sql.ENQUEUE_COPY`) instead of
-one INSERT of arrays (`sql.ENQUEUE_MANY`): measured level at 1 to 2 jobs, 1.2x faster at
-4 and about 2x at 10,000 (docs/performance.md)."""
+one INSERT of arrays (`sql.ENQUEUE_MANY`): one call in a transaction of its own measured
+level at 2 to 8 jobs, 1.1x faster at 16, 1.4x at 100 and about 2x at 10,000
+(docs/performance.md)."""
 
 COPY_TYPES = ("uuid", "text", "jsonb", "int4", "int2", "int8", "jsonb")
 """The types of `sql.ENQUEUE_COPY`'s columns, in order, for binary COPY."""
