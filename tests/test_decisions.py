@@ -6,7 +6,7 @@ import logging
 
 from axa_queue.worker import decisions
 from axa_queue.worker.decisions import HOLD_ENDINGS
-from axa_queue.worker.state import State
+from axa_queue.worker.state import Run, State
 
 BUSY = {"stopping": False, "active": 4, "slots": 4, "waiting": 10, "low_water": 4, "room": 24}
 
@@ -119,18 +119,51 @@ def test_a_worker_holding_more_than_its_room_claims_nothing() -> None:
     assert decisions.free_places(False, 10, 12) == 0
 
 
-def test_auto_prefetch_follows_how_long_runs_take() -> None:
+def test_auto_prefetch_claims_ahead_what_the_loops_not_held_by_long_runs_start_in_time() -> None:
     state = State(10, "auto")
+    assert state.pace() == {}
     assert state.free() == 10  # nothing ahead before a run has ended
-    state.ran(0.001)
-    assert state.free() == 10 + decisions.AUTO_PREFETCH
+    runs = [Run(str(n), "Short", 1, 1, None, "{}", 0.0, started=True) for n in range(10)]
+    state.runs = {one.key: one for one in runs}
+    state.ran("Short", 0.001)  # ten loops, a millisecond a run: 500 within 50 ms
+    assert state.pace() == {"Short": decisions.AUTO_PREFETCH}
+    assert state.free() == 10 + decisions.AUTO_PREFETCH - 10
+    for one in runs[:8]:
+        one.name = "New"  # eight loops busy with jobs of a name not timed yet
+    assert state.pace() == {"Short": 100}, "two loops: 100 within 50 ms"
+    assert state.free() == 10 + 100 - 10
+    for one in runs[8:]:
+        one.name = "New"
+    assert state.pace() == {"Short": 0}
+    assert state.free() == 0, "nothing ahead while no loop is known to come free soon"
     for _ in range(100):
-        state.ran(2.0)  # the jobs became long: nothing ahead any more
-    assert state.free() == 10
+        state.ran("New", 2.0)  # and the new name is long
+    assert state.pace() == {"Short": 0, "New": 0}
+    assert state.free() == 0
+
+
+def test_auto_prefetch_lets_a_name_wait_ahead_at_its_own_pace_and_each_name_one() -> None:
+    paced = {"Short": 100, "Long": 0}
+    names = ["Short", "Long", "New"]
+    # Loops idle: every name may fill them.
+    assert decisions.wanted(names, {}, {}, 110, paced=paced, waiting={}, idle=10) == [
+        {"name": "Short", "cap": 100},
+        {"name": "Long", "cap": 10},
+        {"name": "New", "cap": 10},
+    ]
+    # Loops busy, short jobs waiting: each other name may have one waiting, not more.
+    waiting = {"Short": 40, "Long": 1}
+    assert decisions.wanted(names, {}, {}, 60, paced=paced, waiting=waiting, idle=0) == [
+        {"name": "Short", "cap": 60},
+        {"name": "New", "cap": 1},
+    ]
+    # Nothing waits and the loops are busy: nothing of a long or new name is claimed.
+    assert decisions.wanted(["Long", "New"], {}, {}, 5, paced=paced, waiting={}, idle=0) == []
 
 
 def test_a_fixed_prefetch_claims_that_many_ahead_whatever_runs_take() -> None:
     state = State(10, 20)
     assert state.free() == 30
-    state.ran(60.0)
+    state.ran("Slow", 60.0)
+    assert state.pace() is None
     assert state.free() == 30

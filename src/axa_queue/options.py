@@ -138,12 +138,13 @@ class QueueOptions:
     waiting for the database: more jobs per statement, more throughput for short jobs.
     They count as `running` (and report in) while they wait, and a stop runs them. Their
     handler not started, a crash (stale recovery) or a stop past its grace gives their
-    attempt back (docs/design.md, Runs claimed ahead). `"auto"` claims ahead what the
-    loops start within 50 ms at the pace this process's runs take, at most 200 (none
-    until a run has ended, nor for runs longer than the loops x 50 ms, 0.1 s with 2):
-    many for short jobs, none for long ones, which one busy process would otherwise hold
-    while another is idle. A number claims that many ahead whatever runs take; `0`
-    turns it off."""
+    attempt back (docs/design.md, Runs claimed ahead). `"auto"` lets each name have
+    waiting what the loops would start within 50 ms at the pace its runs take here, at
+    most 200, counting only the loops not held by a long run (or one of a name not
+    timed yet): many for short jobs, none for long or new ones, which one busy process
+    would otherwise hold while another is idle (a name may have one waiting while
+    others do, so it is not left behind them). A number claims that many ahead
+    whatever runs take; `0` turns it off."""
     mode: Mode | None = None
     """What queuing a job on the queue's own connection does (`enqueue`, `enqueue_all`,
     `perform_later`, of `Queue` and `SyncQueue`; see `modes`); `None` reads

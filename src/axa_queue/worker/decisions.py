@@ -50,13 +50,12 @@ RUN_SECONDS_WEIGHT = 0.1
 
 
 def ahead(workers: int, run_seconds: float | None, most: int) -> int:
-    """How many jobs `prefetch="auto"` claims ahead of `workers` loops whose runs take
-    `run_seconds` on average: what they start within `PREFETCH_HORIZON`, at most
-    `most`; none before a run has ended (nothing says yet how long runs take). Short
-    jobs get many (one statement then records and claims many); runs longer than
-    `workers` x `PREFETCH_HORIZON` (a tenth of a second with 2 loops, half a second
-    with 10), none, so a busy process does not hold long jobs another could start."""
-    if run_seconds is None:
+    """How many jobs of a name whose runs take `run_seconds` on average (`None`: not
+    known yet) `prefetch="auto"` lets wait ahead of `workers` loops: what they would
+    start within `PREFETCH_HORIZON` if they ran only that name, at most `most`; none
+    while its pace is not known, nor for runs longer than `workers` x
+    `PREFETCH_HORIZON` (a tenth of a second with 2 loops, half a second with 10)."""
+    if run_seconds is None or workers <= 0:
         return 0
     if run_seconds <= 0:
         return most
@@ -112,6 +111,10 @@ def wanted(
     free: int,
     global_limits: Mapping[str, int] | None = None,
     rate_limits: Mapping[str, tuple[int, int]] | None = None,
+    *,
+    paced: Mapping[str, int] | None = None,
+    waiting: Mapping[str, int] | None = None,
+    idle: int = 0,
 ) -> list[dict[str, Any]]:
     """The names to claim, each with how many it may take now (its free places under a
     limit, else all free places), as `sql.EXCHANGE` reads them; a name with a global
@@ -119,11 +122,21 @@ def wanted(
     process's running jobs, and a name with a rate limit its claims per window
     (`rate`) and the window (`per_ms`), which the statement checks against the name's
     slots. With global or rate limits the names come sorted, so every process takes the
-    names' locks in the same order."""
+    names' locks in the same order.
+
+    With `prefetch="auto"`, `paced` says how many jobs of each name may wait ahead (see
+    `ahead`; a name not in it, none) and `waiting` how many of each wait now: a name
+    takes at most what fills the `idle` loops, or what it may still have waiting if
+    more; and while any job waits, every name may have one waiting, so a name of long
+    or new jobs is not left behind those of short ones."""
+    least = 1 if waiting else 0
     found: list[dict[str, Any]] = []
     for name in names:
         limit = limits.get(name)
         cap = free if limit is None else min(limit - in_use.get(name, 0), free)
+        if paced is not None:
+            may_wait = max(paced.get(name, 0), least) - (waiting or {}).get(name, 0)
+            cap = min(cap, max(idle, may_wait))
         if cap > 0:
             found.append({"name": name, "cap": cap})
     if global_limits or rate_limits:

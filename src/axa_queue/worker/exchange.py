@@ -88,6 +88,16 @@ class Exchange:
             return sql.EXCHANGE_LIMITED
         return sql.EXCHANGE if recording else sql.CLAIM
 
+    async def _idle(self, free: int, poll: float) -> None:
+        """Wait for something to do: a nudge, or the poll interval while places are free
+        (a timer rather than wait_for: no task per wait on the path of a wake-up)."""
+        state = self.state
+        timer = None if free <= 0 else asyncio.get_running_loop().call_later(poll, self._poll_due)
+        await state.nudge.wait()
+        if timer is not None:
+            timer.cancel()
+        state.nudge.clear()
+
     def _flush_due(self) -> None:
         """The oldest ending gathered has waited `HOLD_ENDINGS`: send them now."""
         self.flush_at = None
@@ -108,12 +118,7 @@ class Exchange:
             if not state.endings and not state.starts and not claim:
                 if state.phase >= Phase.CLOSING:
                     return
-                # A timer rather than wait_for: no task per wait on the path of a wake-up.
-                timer = None if free <= 0 else loop.call_later(poll, self._poll_due)
-                await state.nudge.wait()
-                if timer is not None:
-                    timer.cancel()
-                state.nudge.clear()
+                await self._idle(free, poll)
                 continue
             if decisions.holds(
                 due=state.due(),
@@ -133,6 +138,10 @@ class Exchange:
             if self.flush_at is not None:
                 self.flush_at.cancel()
                 self.flush_at = None
+            paced = state.pace()  # `prefetch="auto"`: how many may wait, in all and by name
+            if paced is not None:
+                free = state.free()
+                claim = free > 0 and state.look
             batch, since, state.endings = state.endings, state.endings_since, []
             # A run that has ended needs no mark: its ending, in this batch (or refused,
             # its claim lost), is what the statement writes of it.
@@ -146,10 +155,19 @@ class Exchange:
                     free,
                     self.registry.global_limits,
                     self.registry.rate_limits,
+                    paced=paced,
+                    waiting=None if paced is None else state.waiting_by_name(),
+                    idle=state.idle(),
                 )
                 if claim
                 else []
             )
+            if not wanted and not batch and not starts:
+                # No name may take a job now (its limit, or as many of its jobs as
+                # its pace allows wait already), and nothing to record: wait for a
+                # change (a run ending or starting, a notification, a timer).
+                await self._idle(free, poll)
+                continue
             wakes = state.wakes
             state.claiming = bool(wanted)
             state.sending = batch
@@ -177,7 +195,8 @@ class Exchange:
             self.failing = None
             got = len(claimed)
             self.runner.take(claimed)
-            if claim and got < free and state.wakes == wakes:
+            asked = min(free, sum(one["cap"] for one in wanted))
+            if wanted and got < asked and state.wakes == wakes:
                 # Fewer than it could take, and nothing new since it asked: there is
                 # no work for us until a notification, a timer, a limited name's place
                 # coming free, or the poll interval says otherwise.

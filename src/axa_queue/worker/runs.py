@@ -262,7 +262,7 @@ class Runner:
         one.done = True
         one.seconds = time.monotonic() - started
         if one.started:
-            self.state.ran(one.seconds)
+            self.state.ran(one.name, one.seconds)
         if one.stopped is not None and one.stopped[0] == CANCELLED:
             # The row says cancelled under this attempt (the heartbeat read it), a state
             # no one moves a job out of: nothing to write, no fate to decide.

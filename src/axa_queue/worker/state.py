@@ -141,10 +141,11 @@ class State:
         self.phase = Phase.STARTING
         self.slots = workers
         self.auto = not isinstance(prefetch, int)
-        """Whether `prefetch` is `"auto"`: jobs claimed ahead follow how long runs take."""
+        """Whether `prefetch` is `"auto"`: what is claimed ahead follows how long runs
+        take (`pace`)."""
         self.most_ahead = decisions.AUTO_PREFETCH if isinstance(prefetch, str) else prefetch
-        self.run_seconds: float | None = None
-        """How long this process's runs take, a running average (`prefetch="auto"`)."""
+        self.paces: dict[str, float] = {}
+        """How long each name's runs take here, a running average (`prefetch="auto"`)."""
         self.ahead = 0
         self.room = self.low_water = 0
         self._claim_ahead(0 if self.auto else self.most_ahead)
@@ -188,17 +189,41 @@ class State:
         self.room = decisions.room(self.slots, ahead)
         self.low_water = decisions.low_water(self.slots, ahead)
 
-    def ran(self, seconds: float) -> None:
-        """A run's handler took `seconds`: with `prefetch="auto"`, claim ahead what the
-        loops start within `decisions.PREFETCH_HORIZON` at the pace runs now take."""
+    def ran(self, name: str, seconds: float) -> None:
+        """A run of `name` took `seconds` (its handler's time): with `prefetch="auto"`,
+        the name's pace follows."""
         if not self.auto:
             return
-        mean = self.run_seconds
-        mean = seconds if mean is None else mean + (seconds - mean) * decisions.RUN_SECONDS_WEIGHT
-        self.run_seconds = mean
-        ahead = decisions.ahead(self.slots, mean, self.most_ahead)
+        mean = self.paces.get(name)
+        weight = decisions.RUN_SECONDS_WEIGHT
+        self.paces[name] = seconds if mean is None else mean + (seconds - mean) * weight
+
+    def pace(self) -> dict[str, int] | None:
+        """With `prefetch="auto"`, before a claim: how many jobs of each name may wait
+        ahead (`decisions.ahead`: what the loops would start within
+        `decisions.PREFETCH_HORIZON` at that name's pace, counting only the loops not
+        held by a run that frees its loop later than that: one of a name timed longer,
+        or not timed yet), and so how many in all (the most of any name); `None` with a
+        fixed `prefetch`."""
+        if not self.auto:
+            return None
+        paces, horizon = self.paces, decisions.PREFETCH_HORIZON
+        held = 0
+        for one in self.runs.values():
+            if one.started and not one.done:
+                seconds = paces.get(one.name)
+                if seconds is None or seconds > horizon:
+                    held += 1
+        loops, most = self.slots - held, self.most_ahead
+        by_name = {name: decisions.ahead(loops, seconds, most) for name, seconds in paces.items()}
+        ahead = max(by_name.values(), default=0)
         if ahead != self.ahead:
             self._claim_ahead(ahead)
+        return by_name
+
+    def waiting_by_name(self) -> Counter[str]:
+        """How many runs of each name wait for a loop."""
+        return Counter(one.name for one in self.waiting)
 
     @property
     def stopping(self) -> bool:
