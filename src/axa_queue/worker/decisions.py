@@ -42,11 +42,11 @@ AUTO_PREFETCH = 200
 """The most jobs `prefetch="auto"` (the default) claims ahead of the loops."""
 
 PREFETCH_HORIZON = 0.050
-"""Seconds of the loops' work `prefetch="auto"` claims ahead: as many jobs as the loops
-start in that time at the pace this process's runs take (`ahead`)."""
+"""Seconds of the loops' work `prefetch="auto"` claims ahead: as many jobs of a name as
+the loops would start in that time at the pace its runs take (`ahead`)."""
 
 RUN_SECONDS_WEIGHT = 0.1
-"""The weight of each run's time in the running average `prefetch="auto"` reads."""
+"""The weight of each run's time in its name's running average (`prefetch="auto"`)."""
 
 
 def ahead(workers: int, run_seconds: float | None, most: int) -> int:
