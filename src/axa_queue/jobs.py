@@ -554,6 +554,20 @@ class _CopyRows:
                 )
 
 
+def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
+    """The columns of `sql.ENQUEUE_MANY` and `sql.ENQUEUE_UNIQUE` other than the ids,
+    one array per column, the jobs in order."""
+    return {
+        "name": [job.name for job in jobs],
+        "args": [job.encoded_args() for job in jobs],
+        "max_attempts": [job.max_attempts for job in jobs],
+        "priority": [job.priority_value() for job in jobs],
+        "at": [job.run_at for job in jobs],
+        "delay": [job.delay_seconds() for job in jobs],
+        "timeout_ms": [job.timeout_ms() for job in jobs],
+    }
+
+
 def enqueue_many_call(
     jobs: Sequence[NewJob], now: datetime | None = None, *, copy: bool = False
 ) -> Call[list[UUID]]:
@@ -579,18 +593,7 @@ def enqueue_many_call(
     def insert(finished: Callable[[BaseException | None], None] | None = None) -> Call[list[UUID]]:
         return Call(
             sql.ENQUEUE_MANY,
-            {
-                "id": made([], 0),
-                "name": [job.name for job in jobs],
-                "args": [job.encoded_args() for job in jobs],
-                "max_attempts": [job.max_attempts for job in jobs],
-                "priority": [job.priority_value() for job in jobs],
-                "at": [job.run_at for job in jobs],
-                "delay": [job.delay_seconds() for job in jobs],
-                "timeout_ms": [job.timeout_ms() for job in jobs],
-                "now": now,
-                "trace_context": carrier,
-            },
+            {"id": made([], 0), **_columns(jobs), "now": now, "trace_context": carrier},
             made,
             finished,
         )
@@ -648,13 +651,7 @@ def enqueue_unique_call(
         sql.ENQUEUE_UNIQUE,
         {
             "id": list(ids),
-            "name": [job.name for job in jobs],
-            "args": [job.encoded_args() for job in jobs],
-            "max_attempts": [job.max_attempts for job in jobs],
-            "priority": [job.priority_value() for job in jobs],
-            "at": [job.run_at for job in jobs],
-            "delay": [job.delay_seconds() for job in jobs],
-            "timeout_ms": [job.timeout_ms() for job in jobs],
+            **_columns(jobs),
             "unique_key": keys,
             "unique_for_ms": [job.unique_for_ms() for job in jobs],
             "now": now,
