@@ -422,3 +422,21 @@ def test_the_url_given_to_the_blocks_reaches_the_tests_schema(dsn: str, schema: 
     assert url.startswith("postgresql://") and "search_path" in url
     with psycopg.connect(url) as conn:
         assert conn.execute("SHOW search_path").fetchone() == (schema,)
+
+
+def test_the_alembic_example_says_the_schema_versions_it_applies() -> None:
+    (block,) = [b for b in PYTHON_BLOCKS if "an Alembic migration" in b.code]
+    said = re.search(r"schema versions 1 to (\d+)", block.code)
+    applied = re.search(r"for version in \(([\d, ]+)\)", block.code)
+    assert said and applied, block.where
+    versions = [int(v) for v in applied[1].split(",")]
+    assert versions == list(range(1, int(said[1]) + 1)), block.where
+
+
+def test_an_example_that_makes_a_sign_in_token_prints_it() -> None:
+    for block in PYTHON_BLOCKS:
+        made = re.search(r"^(\s*)(\w+) = secrets\.token_urlsafe\(", block.code, re.M)
+        if made:
+            assert re.search(rf"print\(.*\{{{made[2]}\}}", block.code), (
+                f"{block.where}: makes a token and never prints it: nobody can sign in"
+            )
