@@ -471,6 +471,18 @@ def test_unknown_keys_fail_without_being_named_and_missing_fields_are_named() ->
     assert "Invoice needs field 'issued', which was not given" in decode_error(stored)
 
 
+def test_a_renamed_field_fails_naming_every_missing_field_and_counting_the_unknown_key() -> None:
+    stored = changed("owner", {"title": "x", "id_" + SECRET: 1})
+    del stored["issued"], stored["total"]
+    assert decode_error(stored) == (
+        "job 'Invoice': Invoice needs fields 'issued', 'total', which were not given"
+    )
+    assert decode_error(changed("owner", {"title": "x", "id_" + SECRET: 1})) == (
+        "job 'Invoice': Report needs field 'owner.id', which was not given; field 'owner' "
+        "was given 1 key that Report does not declare (not named here: keys are arguments too)"
+    )
+
+
 def test_a_plain_handler_gets_iso_text_only_if_it_was_converted_by_the_caller() -> None:
     with pytest.raises(OptionsError, match="pass the arguments as a dataclass"):
         NewJob("Invoice", {"issued": date(2026, 12, 1)})
