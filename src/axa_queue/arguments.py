@@ -80,7 +80,7 @@ MAX_PROBLEMS = 10
 """The most problems a typed handler's error lists (pydantic reports them all)."""
 
 
-def a(word: str) -> str:
+def _a(word: str) -> str:
     """`word` after its indefinite article, as it is said: "a set", "an object", "an M",
     "a UUID", "an HTTPError" (an initialism is read letter by letter)."""
     if word[:2].isupper() or len(word) == 1:  # an initialism: the first letter's name
@@ -209,7 +209,7 @@ def result_json(value: Any, job: str) -> tuple[str | None, str | None]:
         problem = "they hold a value JSON cannot hold"
     for said, meant in RESULT_WORDS:
         problem = problem.replace(said, meant)
-    a_kind = a(type(value).__name__)
+    a_kind = _a(type(value).__name__)
     itself = f"it holds {a_kind}, which JSON cannot hold"
     if problem.startswith(itself):  # the value itself, not something inside it
         problem = f"JSON cannot hold {a_kind}{problem[len(itself) :]}"
@@ -283,13 +283,13 @@ def _other(value: Any, depth: int, typed: bool) -> Any:
     if isinstance(value, (date, Decimal, UUID, enum.Enum)):
         if typed:
             text = value.isoformat() if isinstance(value, date) else str(value)
-            return _text(text, a(kind))
+            return _text(text, _a(kind))
         raise _Refused(
-            f"they hold {a(kind)}, which JSON cannot hold: pass the arguments as a "
+            f"they hold {_a(kind)}, which JSON cannot hold: pass the arguments as a "
             f"dataclass (its {CONVERTED} fields are converted both ways) or a pydantic "
             "model, or convert it to a JSON value yourself"
         )
-    raise _Refused(f"they hold {a(kind)}, which JSON cannot hold{CONVERT}")
+    raise _Refused(f"they hold {_a(kind)}, which JSON cannot hold{CONVERT}")
 
 
 def _dumped(model: Any) -> Any:
@@ -300,7 +300,7 @@ def _dumped(model: Any) -> Any:
     except (ValueError, TypeError, RecursionError):  # what pydantic's text says is not ours
         pass
     raise _Refused(
-        f"they hold {a(type(model).__name__)} that pydantic cannot dump as JSON "
+        f"they hold {_a(type(model).__name__)} that pydantic cannot dump as JSON "
         '(its model_dump(mode="json") raised)'
     )
 
