@@ -231,7 +231,7 @@ async def test_job_info_and_the_packages_logs_never_hold_the_arguments(
         assert info is not None
         assert not shows_secret(repr(info))
         assert not any(shows_secret(value) for value in dataclasses.astuple(info))
-    assert "2 key(s)" in (infos[2].error or ""), infos[2].error
+    assert "2 keys" in (infos[2].error or ""), infos[2].error
     assert "nhs" not in (infos[2].error or ""), "unknown keys are arguments too: not named"
 
     ours = [r for r in caplog.records if r.name.startswith("axa_queue")]

@@ -329,7 +329,7 @@ async def test_a_failure_text_with_a_nul_character_fails_only_its_job(make_queue
 @pytest.mark.parametrize(
     ("stored", "text"),
     [
-        ({"id": 1, "colour_of_" + SECRET: "red"}, "1 key(s) that Report does not declare"),
+        ({"id": 1, "colour_of_" + SECRET: "red"}, "1 key that Report does not declare"),
         ({"title": "x"}, "Report needs field 'id', which was not given"),
         ({"id": SECRET}, "field 'id' expects int, got a JSON string"),
         ([1, 2], "expects a JSON object for Report, got a JSON array"),
@@ -464,11 +464,23 @@ def test_a_stored_value_of_the_wrong_type_fails_naming_the_field_and_type_not_th
 def test_unknown_keys_fail_without_being_named_and_missing_fields_are_named() -> None:
     stored = changed("owner", {"id": 1, "secret_" + SECRET: 1, "other": 2})
     message = decode_error(stored)
-    assert "field 'owner' was given 2 key(s) that Report does not declare" in message, message
+    assert "field 'owner' was given 2 keys that Report does not declare" in message, message
     assert "secret" not in message and "other" not in message
     del stored["owner"]
     del stored["issued"]
     assert "Invoice needs field 'issued', which was not given" in decode_error(stored)
+
+
+def test_a_renamed_field_fails_naming_every_missing_field_and_counting_the_unknown_key() -> None:
+    stored = changed("owner", {"title": "x", "id_" + SECRET: 1})
+    del stored["issued"], stored["total"]
+    assert decode_error(stored) == (
+        "job 'Invoice': Invoice needs fields 'issued', 'total', which were not given"
+    )
+    assert decode_error(changed("owner", {"title": "x", "id_" + SECRET: 1})) == (
+        "job 'Invoice': Report needs field 'owner.id', which was not given; field 'owner' "
+        "was given 1 key that Report does not declare (not named here: keys are arguments too)"
+    )
 
 
 def test_a_plain_handler_gets_iso_text_only_if_it_was_converted_by_the_caller() -> None:

@@ -1,4 +1,4 @@
-"""Arguments: what a job's arguments may be, and typed (dataclass) arguments both ways.
+"""Arguments: what a job's arguments may be, and typed (dataclass, pydantic) arguments both ways.
 
 A job's arguments are stored as JSON in a `jsonb` column, so they are checked in
 Python before any SQL, with an `ArgumentsError` that names the job and the problem and
@@ -16,21 +16,32 @@ Inside one, `date`, `datetime` (ISO 8601 text), `Decimal`, `UUID` (text) and `En
 dataclass gets them back as they were (`from_json`). Outside a dataclass they are
 refused: the handler would get a string back, so say how (a dataclass, or convert).
 
+A pydantic (v2) model, at the top or anywhere inside, is queued as
+`model_dump(mode="json", by_alias=True)` (its JSON form, which pydantic validates
+back), then checked as any JSON value is; a handler annotated with the model gets it
+back through `model_validate_json`. pydantic stays optional and is never imported
+here: a model exists only once its user imported pydantic, so the module is looked up
+in `sys.modules`, and only for a value that is not plain JSON.
+
 What a handler returns (its job's result) is checked the same way (`result_json`), but
 a value that cannot be stored fails the run's attempt rather than raising where it was
 made: there is no caller to raise to.
 
-`from_json` builds the handler's dataclass from the stored JSON and checks it: unknown
-keys, missing fields and values of the wrong type fail the attempt with a `TypeError`
-naming the declared field and the type it expects, never the value or the unknown keys.
+`from_json` builds the handler's dataclass or model from the stored JSON and checks it:
+unknown keys, missing fields and values of the wrong type fail the attempt with a
+`TypeError` naming the declared fields (the missing ones, each one of the wrong type
+with the type it expects, or pydantic's error type), counting the unknown keys, never
+naming them (a key may be data: an e-mail address, a token) nor showing a value.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
 import math
+import sys
 import types
 import typing
 from collections.abc import Callable
@@ -41,7 +52,15 @@ from uuid import UUID
 
 from .errors import ArgumentsError
 
-__all__ = ["MAX_ARGS_DEPTH", "from_json", "result_json", "storable_problem", "to_json"]
+__all__ = [
+    "MAX_ARGS_DEPTH",
+    "from_json",
+    "is_model",
+    "is_typed",
+    "result_json",
+    "storable_problem",
+    "to_json",
+]
 
 MAX_ARGS_DEPTH = 100
 """The deepest a job's arguments may nest (objects and arrays within each other).
@@ -50,6 +69,55 @@ Python's own recursion limit is not far off."""
 
 CONVERTED = "date, datetime, Decimal, UUID and Enum"
 """The field types a dataclass's arguments are converted for, both ways."""
+
+CONVERT = (
+    ": convert it to a JSON value (dict, list, str, int, float, bool, None), or pass "
+    "dataclasses or pydantic models"
+)
+"""What to do with a value of a type JSON cannot hold."""
+
+MAX_PROBLEMS = 10
+"""The most problems a typed handler's error lists (pydantic reports them all)."""
+
+
+def _a(word: str) -> str:
+    """`word` after its indefinite article, as it is said: "a set", "an object", "an M",
+    "a UUID", "an HTTPError" (an initialism is read letter by letter)."""
+    if word[:2].isupper() or len(word) == 1:  # an initialism: the first letter's name
+        vowel = word[:1].upper() in "AEFHILMNORSX"
+    else:
+        vowel = word[:1].lower() in "aeiou" and not word.lower().startswith(
+            ("uni", "use", "usu", "uti", "one", "eu")
+        )
+    return f"{'an' if vowel else 'a'} {word}"
+
+
+def _count(number: int, noun: str) -> str:
+    """ "1 key", "2 keys"."""
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def _pydantic() -> Any:
+    """The pydantic module if it was imported (by the user: never here), else `None`."""
+    return sys.modules.get("pydantic")
+
+
+def is_model(cls: object) -> bool:
+    """Whether `cls` is a pydantic (v2) model class. pydantic is not imported for this:
+    a model class exists only once it was."""
+    pydantic = _pydantic()
+    return (
+        pydantic is not None
+        and isinstance(cls, type)
+        and issubclass(cls, pydantic.BaseModel)
+        and hasattr(cls, "model_validate_json")  # pydantic 2, not pydantic 1's BaseModel
+    )
+
+
+def is_typed(cls: object) -> bool:
+    """Whether a handler whose argument is annotated with `cls` is typed: `cls` is a
+    dataclass or a pydantic model (`from_json` builds it from the stored JSON)."""
+    return isinstance(cls, type) and (dataclasses.is_dataclass(cls) or is_model(cls))
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
@@ -122,6 +190,7 @@ RESULT_WORDS = (
     ("they nest", "it nests"),
     ("they have", "it has"),
     ("pass the arguments as a dataclass", "return a dataclass"),
+    (CONVERT, ""),  # `result_json` says what to return
     ("are converted both ways", "are stored as JSON text"),
 )
 """How a problem with arguments is said of a return value."""
@@ -140,14 +209,14 @@ def result_json(value: Any, job: str) -> tuple[str | None, str | None]:
         problem = "they hold a value JSON cannot hold"
     for said, meant in RESULT_WORDS:
         problem = problem.replace(said, meant)
-    kind = type(value).__name__
-    itself = f"it holds a {kind}, which JSON cannot hold"
-    a_kind = f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+    a_kind = _a(type(value).__name__)
+    itself = f"it holds {a_kind}, which JSON cannot hold"
     if problem.startswith(itself):  # the value itself, not something inside it
         problem = f"JSON cannot hold {a_kind}{problem[len(itself) :]}"
     return None, (
         f"job {job!r} returned {a_kind} that cannot be stored as its result: {problem} "
-        "(return JSON values: dict, list, str, int, float, bool, None, or a dataclass of them)"
+        "(return JSON values: dict, list, str, int, float, bool, None, or a dataclass or "
+        "pydantic model of them)"
     )
 
 
@@ -208,16 +277,32 @@ def _other(value: Any, depth: int, typed: bool) -> Any:
             for f in dataclasses.fields(value)
             if f.init
         }
+    if is_model(type(value)):
+        return _plain(_dumped(value), depth, True)
     kind = type(value).__name__
     if isinstance(value, (date, Decimal, UUID, enum.Enum)):
         if typed:
-            return _text(str(value) if not isinstance(value, date) else value.isoformat(), kind)
+            text = value.isoformat() if isinstance(value, date) else str(value)
+            return _text(text, _a(kind))
         raise _Refused(
-            f"they hold a {kind}, which JSON cannot hold: pass the arguments as a "
-            f"dataclass (its {CONVERTED} fields are converted both ways) or convert "
-            "it to a JSON value yourself"
+            f"they hold {_a(kind)}, which JSON cannot hold: pass the arguments as a "
+            f"dataclass (its {CONVERTED} fields are converted both ways) or a pydantic "
+            "model, or convert it to a JSON value yourself"
         )
-    raise _Refused(f"they hold a {kind}, which JSON cannot hold")
+    raise _Refused(f"they hold {_a(kind)}, which JSON cannot hold{CONVERT}")
+
+
+def _dumped(model: Any) -> Any:
+    """A pydantic model as the JSON values pydantic validates back into it (its aliases
+    as keys). Its serialization warnings are off: they quote the value."""
+    try:
+        return model.model_dump(mode="json", by_alias=True, round_trip=True, warnings=False)
+    except (ValueError, TypeError, RecursionError):  # what pydantic's text says is not ours
+        pass
+    raise _Refused(
+        f"they hold {_a(type(model).__name__)} that pydantic cannot dump as JSON "
+        '(its model_dump(mode="json") raised)'
+    )
 
 
 def _key(key: Any) -> Any:
@@ -232,10 +317,52 @@ def _key(key: Any) -> Any:
 
 
 def from_json(cls: type[Any], raw: Any, job: str) -> Any:
-    """An instance of the dataclass `cls` from the stored JSON value `raw`, converted
-    and checked by its fields' declared types; a `TypeError` naming the field (never
-    the value, nor an unknown key) when the value does not fit."""
+    """An instance of the dataclass or pydantic model `cls` from the stored JSON value
+    `raw`, converted and checked by its fields' declared types; a `TypeError` naming
+    the fields (never a value, nor an unknown key) when the value does not fit."""
+    if is_model(cls):
+        return _Decoder(job).model(cls, raw, "")
     return _Decoder(job).dataclass(cls, raw, "")
+
+
+def _validation_errors(error: BaseException) -> list[dict[str, Any]] | None:
+    """What a pydantic `ValidationError` found, without the input values (its text
+    quotes them), or `None` for another exception."""
+    pydantic = _pydantic()
+    if pydantic is None or not isinstance(error, pydantic.ValidationError):
+        return None
+    try:
+        found = error.errors(include_url=False, include_context=False, include_input=False)
+    except TypeError:  # pragma: no cover - a pydantic 2 before include_input: unread
+        found = error.errors()
+    return [{"type": one.get("type"), "loc": one.get("loc", ())} for one in found]
+
+
+def _declared_names(cls: Any) -> set[str]:
+    """The field names (and aliases) of `cls` and of every model or dataclass its fields'
+    types reach: what a pydantic error's location may name. Any other text in a
+    location is data (a dict's key, a union's tag) and is not shown."""
+    names: set[str] = set()
+    seen: set[int] = set()
+    todo = [cls]
+    while todo:
+        hint = todo.pop()
+        if id(hint) in seen:
+            continue
+        seen.add(id(hint))
+        todo.extend(typing.get_args(hint))
+        if is_model(hint):
+            for name, info in hint.model_fields.items():
+                names.add(name)
+                names.update(
+                    alias for alias in (info.alias, info.validation_alias) if isinstance(alias, str)
+                )
+                todo.append(info.annotation)
+        elif isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            with contextlib.suppress(Exception):  # unresolvable annotations: only the names
+                todo.extend(typing.get_type_hints(hint).values())
+            names.update(f.name for f in dataclasses.fields(hint))
+    return names
 
 
 def _json_type(value: object) -> str:
@@ -296,24 +423,106 @@ class _Decoder:
         fields = [f for f in dataclasses.fields(cls) if f.init]
         declared = {f.name for f in fields}
         unknown = sum(1 for key in raw if key not in declared)
-        if unknown:
-            where = f"field {prefix!r}" if prefix else "it"
+        missing = [
+            f"{prefix}.{f.name}" if prefix else f.name
+            for f in fields
+            if f.name not in raw
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        ]
+        if unknown or missing:
             raise TypeError(
-                f"job {self.job!r}: {where} was given {unknown} key(s) that {cls.__name__} "
-                "does not declare (not named here: keys are arguments too)"
+                f"job {self.job!r}: {self.absent(cls.__name__, prefix, missing, unknown)}"
             )
         values: dict[str, Any] = {}
         for f in fields:
-            path = f"{prefix}.{f.name}" if prefix else f.name
-            if f.name not in raw:
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                    raise TypeError(
-                        f"job {self.job!r}: {cls.__name__} needs field {path!r}, "
-                        "which was not given"
-                    )
-                continue
-            values[f.name] = self.value(hints.get(f.name, Any), raw[f.name], path)
-        return cls(**values)
+            if f.name in raw:
+                path = f"{prefix}.{f.name}" if prefix else f.name
+                values[f.name] = self.value(hints.get(f.name, Any), raw[f.name], path)
+        try:
+            return cls(**values)
+        except Exception as error:  # a pydantic dataclass validates in __init__
+            problems = _validation_errors(error)
+            if problems is None:
+                raise
+        raise self.invalid(cls, prefix, problems)
+
+    def absent(self, kind: str, prefix: str, missing: list[str], unknown: int) -> str:
+        """What is said of an object of type `kind` at `prefix` that lacks the fields
+        `missing` (dotted paths) and was given `unknown` keys it does not declare."""
+        parts = []
+        if missing:
+            names = ", ".join(repr(path) for path in missing)
+            parts.append(
+                f"{kind} needs field{'s' if len(missing) > 1 else ''} {names}, "
+                f"which {'were' if len(missing) > 1 else 'was'} not given"
+            )
+        if unknown:
+            where = f"field {prefix!r}" if prefix else "it"
+            parts.append(
+                f"{where} was given {_count(unknown, 'key')} that {kind} does not declare "
+                "(not named here: keys are arguments too)"
+            )
+        return "; ".join(parts)
+
+    def model(self, cls: type[Any], raw: Any, prefix: str) -> Any:
+        """The pydantic model `cls` from the JSON value `raw`, validated as JSON (what
+        it was stored as: a strict model takes a date from its text)."""
+        if not isinstance(raw, dict) and not issubclass(cls, _pydantic().RootModel):
+            if not prefix:
+                raise TypeError(
+                    f"job {self.job!r} expects a JSON object for {cls.__name__}, "
+                    f"got a JSON {_json_type(raw)}"
+                )
+            raise self.fail(prefix, cls, raw)
+        try:
+            return cls.model_validate_json(_encode(raw))
+        except Exception as error:
+            problems = _validation_errors(error)
+            if problems is None:
+                raise
+        raise self.invalid(cls, prefix, problems)
+
+    def invalid(self, cls: type[Any], prefix: str, problems: list[dict[str, Any]]) -> TypeError:
+        """The `TypeError` for what pydantic found wrong with the `cls` at `prefix`: the
+        fields' paths and pydantic's error types, never an input value, nor the name of a
+        key that was not declared (or of a dict's key: those are arguments too)."""
+        names = _declared_names(cls)
+
+        def path(loc: Any) -> str:
+            text = prefix
+            for part in loc:
+                if isinstance(part, int):
+                    text += f"[{part}]"
+                elif isinstance(part, str) and part in names:
+                    text += f".{part}" if text else part
+                else:
+                    text += "[*]"
+            return text
+
+        missing: list[str] = []
+        unknown: dict[str, int] = {}
+        wrong: list[str] = []
+        for problem in problems:
+            loc, kind = tuple(problem["loc"] or ()), str(problem["type"])
+            if kind == "missing":
+                missing.append(path(loc))
+            elif kind == "extra_forbidden" and loc:
+                where = path(loc[:-1])
+                unknown[where] = unknown.get(where, 0) + 1
+            else:
+                where = path(loc)
+                wrong.append(f"field {where!r} is not valid ({kind})" if where else kind)
+        parts = [self.absent(cls.__name__, prefix, missing, 0)] if missing else []
+        parts += [
+            self.absent(cls.__name__ if where == prefix else "its type", where, [], n)
+            for where, n in unknown.items()
+        ]
+        parts += wrong
+        more = len(parts) - MAX_PROBLEMS
+        said = "; ".join(parts[:MAX_PROBLEMS]) + (f"; and {more} more" if more > 0 else "")
+        what = f"field {prefix!r} does" if prefix else "the arguments do"
+        return TypeError(f"job {self.job!r}: {what} not fit {cls.__name__}: {said}")
 
     def value(self, hint: Any, raw: Any, where: str) -> Any:
         if hint is Any or hint is object or isinstance(hint, typing.TypeVar):
@@ -348,6 +557,8 @@ class _Decoder:
             if not isinstance(raw, dict):
                 raise self.fail(where, hint, raw)
             return self.dataclass(hint, raw, where)
+        if is_model(hint):
+            return self.model(hint, raw, where)
         if issubclass(hint, enum.Enum):
             try:
                 return hint(raw)

@@ -4,10 +4,11 @@ A handler is registered under a job name with `@queue.handler("Report")` or
 `queue.handle("Report", fn)`; a name registered twice is refused unless
 `replace=True`. Its first argument is the job's arguments (a second one, when it takes
 one, is the run's `JobContext`: decided once, from its signature, when it is made): the JSON value as stored,
-or, when the parameter is annotated with a dataclass (a typed handler), an instance
-of it built from the stored fields, each converted and checked by its declared type
-(`arguments.from_json`: unknown keys, missing fields and wrong types fail the attempt
-with a `TypeError` naming the field, never a value or an unknown key).
+or, when the parameter is annotated with a dataclass or a pydantic model (a typed
+handler), an instance of it built from the stored fields, each converted and checked
+by its declared type (`arguments.from_json`; a model by its `model_validate_json`):
+unknown keys, missing fields and wrong types fail the attempt with a `TypeError`
+naming the fields, never a value or an unknown key.
 
 The returned `JobHandler` can queue itself: `await report.perform_later(args,
 priority=5)`, which is `queue.enqueue(report.job(args, priority=5))`: the queue's mode
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import dataclasses
 import functools
 import inspect
 import logging
@@ -37,7 +37,7 @@ from uuid import UUID
 from typing_extensions import Unpack
 
 from . import context, logs
-from .arguments import from_json
+from .arguments import from_json, is_typed
 from .context import JobContext
 from .jobs import JobOptions, NewJob
 from .options import QueueOptions
@@ -68,7 +68,8 @@ class Performer(Protocol):
 
 
 def _argument_type(fn: Callable[..., object]) -> type | None:
-    """The dataclass the handler's first parameter is annotated with, if any."""
+    """The dataclass or pydantic model the handler's first parameter is annotated
+    with, if any."""
     try:
         parameters = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
@@ -80,7 +81,7 @@ def _argument_type(fn: Callable[..., object]) -> type | None:
     except Exception:  # unresolved forward references: treat the arguments as plain JSON
         return None
     hint = hints.get(parameters[0].name)
-    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and is_typed(hint):
         return hint
     return None
 
@@ -151,8 +152,9 @@ class JobHandler(Generic[A]):
 
     def decode(self, raw: Any) -> A:
         """The handler's argument from the stored JSON value: as it is, or, for a typed
-        handler, its dataclass, converted and checked field by field (see `arguments`);
-        a `TypeError` naming the field, never a value or an unknown key, if it does not fit."""
+        handler, its dataclass or pydantic model, converted and checked field by field
+        (see `arguments`); a `TypeError` naming the fields, never a value or an unknown
+        key, if it does not fit."""
         if self.argument_type is not None:
             return from_json(self.argument_type, raw, self.name)  # type: ignore[no-any-return]
         return raw  # type: ignore[no-any-return]

@@ -215,7 +215,8 @@ _CHECKED_NAMES_MAX = 4096
 class NewJob:
     """A job to queue: the handler it is for, its arguments, and when and how it runs.
 
-    `args` is any JSON value, or a dataclass instance (queued as its fields, see
+    `args` is any JSON value, or a dataclass instance (queued as its fields) or a
+    pydantic model (as its `model_dump(mode="json")`), at the top or inside (see
     `arguments`); arguments that cannot be stored raise `ArgumentsError` here, before
     any SQL. They are encoded here, once: changing a mutable `args` later is not seen.
     They are never shown by `repr`. The name is 1 to `MAX_NAME_CHARS` characters.
@@ -891,8 +892,8 @@ def _result_of(job_id: UUID, rows: list[Row]) -> Any:
 
 def result_call(job_id: UUID) -> Call[Any]:
     """The call that reads a completed job's result: what its handler returned, as JSON
-    values (`None` when it returned `None`; a dataclass comes back as a dict of its
-    fields). `JobNotFoundError` for no such job, `NoResultError` for one not completed."""
+    values (`None` when it returned `None`; a dataclass or pydantic model comes back as
+    a dict of its fields). `JobNotFoundError` for no such job, `NoResultError` for one not completed."""
     job_id = job_id_of(job_id)
     return Call(sql.RESULT, (job_id,), lambda rows, _n: _result_of(job_id, rows))
 

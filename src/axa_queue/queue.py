@@ -505,7 +505,8 @@ class Queue(Connected):
 
     async def result(self, job_id: UUID | str) -> Any:
         """What the completed job's handler returned, as JSON values (`None` when it
-        returned `None`; a dataclass comes back as a dict of its fields). Raises
+        returned `None`; a dataclass or pydantic model comes back as a dict of its
+        fields). Raises
         `JobNotFoundError` for no such job (or one retention deleted) and
         `NoResultError`, saying its state, for a job not completed: `wait()` for it
         first. The result is private like the arguments: never logged or shown."""

@@ -8,9 +8,10 @@ connection (sync or async; an async source returns an awaitable):
   tests, on test data. `assert_enqueued` and `refute_enqueued` show them in their
   failure messages too.
 - `assert_enqueued(source, name, args=..., **fields)`: the first stored job of that
-  name whose arguments (when given: a JSON value, or a dataclass as it would be queued)
-  and fields (`state`, `priority`, `attempts`, `max_attempts`, `timeout`, `run_at`,
-  `id`, `created_at`) match; else an `AssertionError` listing what was queued instead.
+  name whose arguments (when given: a JSON value, or a dataclass or pydantic model as
+  it would be queued) and fields (`state`, `priority`, `attempts`, `max_attempts`,
+  `timeout`, `run_at`, `id`, `created_at`) match; else an `AssertionError` listing
+  what was queued instead.
 - `refute_enqueued(source, name=None, args=..., **fields)`: the opposite.
 
 A job that already ran is still stored (until retention): pass `state="queued"` to ask
