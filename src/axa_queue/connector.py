@@ -13,6 +13,7 @@ statement take the database's own time; a datetime is passed as the statements'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -82,6 +83,10 @@ class Connector:
         self.dsn = dsn
         self.clock: datetime | None = None
         """The time statements take as `now`; `None`: the database's own clock."""
+        self.on_wait: Callable[[psycopg.OperationalError], None] | None = None
+        """Called with the error at the first failed try to connect after which
+        `Queue.open` keeps trying (`wait_for_database`): `axa-queue worker` says there and
+        then, on a terminal, what it waits for and how to stop waiting."""
 
     @property
     def dsn(self) -> str | None:
