@@ -65,6 +65,16 @@ def test_a_sqlalchemy_url_is_read_as_the_postgresql_url_without_its_driver(schem
     assert normalized(given) == given.replace(f"{scheme}://", "postgresql://")
 
 
+def test_a_sqlalchemy_urls_query_is_read_as_sqlalchemy_writes_it() -> None:
+    from sqlalchemy.engine import make_url
+
+    given = "postgresql://app@db/shop?options=-c%20search_path%3Dshop&application_name=a%2Bb"
+    rendered = make_url(given).set(drivername="postgresql+asyncpg").render_as_string()
+    assert "-c+search_path" in rendered  # SQLAlchemy writes a space as `+`
+    assert conninfo_to_dict(normalized(rendered)) == conninfo_to_dict(given)
+    assert conninfo_to_dict(normalized(rendered))["application_name"] == "a+b"
+
+
 def test_a_scheme_in_capitals_is_read_as_libpqs_lower_case_one() -> None:
     assert normalized("PostgreSQL+AsyncPG://app@db/shop") == "postgresql://app@db/shop"
     assert normalized("POSTGRES://app@db/shop") == "postgresql://app@db/shop"

@@ -57,7 +57,8 @@ _READ_AS = (
 def normalized(dsn: str, given: str = "the DSN given") -> str:
     """`dsn` as libpq reads it: a connection string as it is; a `postgresql://` or
     `postgres://` URL as it is; a `postgresql+DRIVER://` URL (a driver of `DRIVERS`) as
-    `postgresql://`, with asyncpg's `ssl=MODE` as libpq's `sslmode=MODE`. Raises an
+    `postgresql://`, its query read as SQLAlchemy reads it (`+` is a space), with
+    asyncpg's `ssl=MODE` as libpq's `sslmode=MODE`. Raises an
     `OptionsError` starting with `given` (where the DSN came from) for another scheme
     or a query parameter libpq does not take, naming only the scheme or parameter."""
     found = _SCHEME.match(dsn)
@@ -78,13 +79,16 @@ def normalized(dsn: str, given: str = "the DSN given") -> str:
     url = dsn.strip() if scheme in SCHEMES and found[1] == scheme else f"postgresql://{rest}"
     parts = urlsplit(url)
     query = parse_qsl(parts.query, keep_blank_values=True)
-    if driver == "asyncpg" and not any(key == "sslmode" for key, _ in query):
-        translated = [
-            ("sslmode", value) if key == "ssl" and value in SSL_MODES else (key, value)
-            for key, value in query
-        ]
-        if translated != query:
-            query = translated
+    if plus:
+        # The query as SQLAlchemy reads it (and writes it: `render_as_string` gives a
+        # space as `+`), written again as libpq reads it (a space as %20; libpq takes
+        # `+` as it is); asyncpg's `ssl=MODE` as libpq's `sslmode=MODE`.
+        if driver == "asyncpg" and not any(key == "sslmode" for key, _ in query):
+            query = [
+                ("sslmode", value) if key == "ssl" and value in SSL_MODES else (key, value)
+                for key, value in query
+            ]
+        if parts.query:
             url = urlunsplit(parts._replace(query=urlencode(query, quote_via=quote)))
     unknown = sorted({key for key, _ in query} - _LIBPQ_KEYWORDS)
     if unknown:
