@@ -199,7 +199,9 @@ def test_the_dashboard_takes_a_sqlalchemy_url(dsn: str) -> None:
 
 
 def test_the_demo_on_a_given_sqlalchemy_url_runs_in_a_schema_of_its_own(dsn: str, admin) -> None:
-    status, stdout, stderr = cli("demo", "--dsn", with_scheme(dsn, "postgresql+psycopg"), "--jobs", "20")
+    status, stdout, stderr = cli(
+        "demo", "--dsn", with_scheme(dsn, "postgresql+psycopg"), "--jobs", "20"
+    )
     assert status == 0, stderr
     assert "jobs settled" in stdout
     assert admin.execute("SELECT to_regclass('axa_queue')").fetchone() == (None,)
@@ -212,7 +214,9 @@ def test_as_url_reaches_the_same_database_schema_and_session_name(dsn: str, sche
     url = as_url(dsn)
     assert url.startswith("postgresql://")
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT current_schema(), current_setting('application_name')").fetchone()
+        row = conn.execute(
+            "SELECT current_schema(), current_setting('application_name')"
+        ).fetchone()
     assert row == (schema, schema)
 
 

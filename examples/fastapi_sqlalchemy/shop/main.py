@@ -53,9 +53,7 @@ def create_app(database_url: str | None = None) -> FastAPI:
     environment variable), a SQLAlchemy URL: `postgresql+asyncpg://user:password@host/db`
     (a plain `postgresql://` one is run on asyncpg too). The queue takes the same URL:
     axa-queue drops the `+asyncpg` and connects with psycopg."""
-    url = make_url(database_url or os.environ["DATABASE_URL"]).set(
-        drivername="postgresql+asyncpg"
-    )
+    url = make_url(database_url or os.environ["DATABASE_URL"]).set(drivername="postgresql+asyncpg")
     # SQLAlchemy passes the URL's query to asyncpg.connect() as arguments, and asyncpg
     # has none for libpq's `options` (the tests' URL sets the schema with it): send
     # those to the server as settings instead.
