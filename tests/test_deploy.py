@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import pty
+import select
 import signal
 import subprocess
 import sys
@@ -216,6 +218,91 @@ def test_a_worker_told_not_to_wait_for_the_database_fails_at_once(tmp_path: Path
     assert result.returncode == 1
     assert result.stderr.startswith("Error: cannot reach the database at 127.0.0.1:9/nothing")
     assert "trying again" not in result.stderr
+
+
+UNREACHABLE = "postgresql://ops:s3cret-never-shown@127.0.0.1:9/nothing"
+"""A database no server answers for (port 9), with a password that must never show."""
+
+
+def _waiting_worker(tmp_path: Path, stderr: int, *args: str) -> subprocess.Popen[bytes]:
+    """`axa-queue worker` on `UNREACHABLE`, waiting for it (the default 60 s)."""
+    module = f"jobs_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(textwrap.dedent(WORKER_MODULE))
+    env = {
+        **os.environ,
+        "AXA_QUEUE_DSN": UNREACHABLE,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    env.pop("DATABASE_URL", None)
+    return subprocess.Popen(
+        [sys.executable, "-m", "axa_queue.cli", "worker", f"{module}:queue", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+    )
+
+
+def _lines_until(read: int, wanted: int, deadline: float) -> list[str]:
+    """The first `wanted` lines written to the file descriptor `read`."""
+    seen = b""
+    while seen.count(b"\n") < wanted:
+        left = deadline - time.monotonic()
+        assert left > 0, f"only these lines came: {seen!r}"
+        ready, _, _ = select.select([read], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(read, 4096)
+            except OSError:  # the terminal's other end is closed: the process is gone
+                chunk = b""
+            assert chunk, f"the worker ended first; it wrote: {seen!r}"
+            seen += chunk
+    return seen.decode().replace("\r\n", "\n").splitlines()
+
+
+@pytest.mark.parametrize("processes", [(), ("--processes", "2")], ids=["one", "supervised"])
+def test_a_worker_on_a_terminal_says_at_once_what_it_waits_for_and_how_to_stop_waiting(
+    tmp_path: Path, processes: tuple[str, ...]
+) -> None:
+    terminal, its_end = pty.openpty()
+    process = _waiting_worker(tmp_path, its_end, *processes)
+    os.close(its_end)
+    try:
+        # The first try failed: the first line says so, in words, then the log's line.
+        first, second = _lines_until(terminal, 2, time.monotonic() + 50)  # it waits 60 s
+        assert first == (
+            "waiting up to 60 s for the database at 127.0.0.1:9/nothing (connection refused); "
+            "Ctrl-C to stop, --wait-for-database 0 to fail at once"
+        )
+        assert "cannot reach the database; trying again" in second
+        assert "s3cret" not in first + second
+        assert process.poll() is None
+        process.send_signal(signal.SIGINT)  # Ctrl-C
+        assert process.wait(30) != 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(terminal)
+
+
+def test_a_worker_not_on_a_terminal_logs_each_try_and_says_nothing_else(tmp_path: Path) -> None:
+    from axa_queue.cli.run import waiting_notice
+
+    process = _waiting_worker(tmp_path, subprocess.PIPE, "--log-format", "json")
+    assert process.stderr is not None
+    try:
+        first, second = _lines_until(process.stderr.fileno(), 2, time.monotonic() + 50)
+        for line in (first, second):
+            assert "cannot reach the database; trying again" in line, line
+            assert "Ctrl-C" not in line and "s3cret" not in line
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+    assert waiting_notice(UNREACHABLE, 60, interactive=False) is None
+    assert waiting_notice(UNREACHABLE, 0, interactive=True) is None  # it fails at once
+    assert waiting_notice(UNREACHABLE, 60, interactive=True) is not None
 
 
 async def test_open_waits_for_the_database_when_asked_and_says_so_each_try(caplog) -> None:

@@ -243,6 +243,16 @@ def test_each_test_has_a_schema_of_its_own(axa_queue_dsn):
         (schema,) = conn.execute("SELECT current_schema()").fetchone()
     with open("schemas.txt", "a") as seen:
         print(schema, file=seen)
+
+
+def test_the_url_fixture_is_a_url_to_the_same_schema(axa_queue_dsn, axa_queue_url):
+    assert axa_queue_url.startswith("postgresql://") and "options=" in axa_queue_url
+    with psycopg.connect(axa_queue_dsn) as by_dsn, psycopg.connect(axa_queue_url) as by_url:
+        enqueue_on(by_dsn, NewJob("SendReceipt", {"order": 9}))
+        by_dsn.commit()
+        assert_enqueued(by_url, "SendReceipt", args={"order": 9})
+        same = "SELECT current_schema(), current_setting('application_name')"
+        assert by_dsn.execute(same).fetchone() == by_url.execute(same).fetchone()
 """
 
 
@@ -252,7 +262,7 @@ def test_a_users_project_gets_the_fixtures_from_the_installed_package(
     (tmp_path / "test_user.py").write_text(USER_TESTS, encoding="utf-8")
     outcome = userproject.run_pytest(tmp_path, database_url)
     assert outcome.status == 0, outcome.output
-    assert "4 passed" in outcome.output, outcome.output
+    assert "5 passed" in outcome.output, outcome.output
     (schema,) = (tmp_path / "schemas.txt").read_text().split()
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT to_regnamespace(%s)", (schema,)).fetchone() == (None,)
@@ -286,4 +296,4 @@ def test_the_entry_point_pyproject_declares_is_the_plugin_module() -> None:
     assert "[pytest11]\naxa_queue = axa_queue.testing.plugin\n" in text
     import axa_queue.testing.plugin as plugin
 
-    assert {"axa_queue_dsn", "axa_queue_server"} <= set(vars(plugin))
+    assert {"axa_queue_dsn", "axa_queue_server", "axa_queue_url"} <= set(vars(plugin))

@@ -13,6 +13,7 @@ statement take the database's own time; a datetime is passed as the statements'
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -20,7 +21,7 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
-from . import pooler, sql
+from . import dsns, pooler, sql
 from .context import running_or_none as _running
 from .errors import OptionsError
 from .lending import Lent
@@ -78,9 +79,24 @@ class Connector:
 
     def __init__(self, options: QueueOptions, dsn: str | None = None) -> None:
         self.options = options
+        self._dsn: str | None = None
         self.dsn = dsn
         self.clock: datetime | None = None
         """The time statements take as `now`; `None`: the database's own clock."""
+        self.on_wait: Callable[[psycopg.OperationalError], None] | None = None
+        """Called with the error at the first failed try to connect after which
+        `Queue.open` keeps trying (`wait_for_database`): `axa-queue worker` says there and
+        then, on a terminal, what it waits for and how to stop waiting."""
+
+    @property
+    def dsn(self) -> str | None:
+        """The database, once given: as libpq reads it (`dsns.normalized`, so a
+        SQLAlchemy `postgresql+asyncpg://` URL is read as `postgresql://`)."""
+        return self._dsn
+
+    @dsn.setter
+    def dsn(self, dsn: str | None) -> None:
+        self._dsn = dsns.normalized(dsn) if dsn else dsn
 
     def resolve(self, who: str = "Queue") -> str:
         """The DSN: given, else from the environment; remembered once found."""

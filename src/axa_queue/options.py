@@ -14,6 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Literal, Union, get_args
 
+from . import dsns
 from .errors import OptionsError
 
 __all__ = [
@@ -62,8 +63,11 @@ DSN_VARIABLES = ("AXA_QUEUE_DSN", "DATABASE_URL")
 
 
 def dsn_from_environment() -> str | None:
-    """The DSN the environment gives (`AXA_QUEUE_DSN`, then `DATABASE_URL`), if any."""
-    return next((os.environ[v] for v in DSN_VARIABLES if os.environ.get(v)), None)
+    """The DSN the environment gives (`AXA_QUEUE_DSN`, then `DATABASE_URL`), if any, as
+    libpq reads it (`dsns.normalized`: a SQLAlchemy `postgresql+asyncpg://` URL is read
+    as `postgresql://`; an `OptionsError` names the variable of one it cannot read)."""
+    name = next((v for v in DSN_VARIABLES if os.environ.get(v)), None)
+    return None if name is None else dsns.normalized(os.environ[name], name)
 
 
 MAX_DURATION = timedelta(days=36525)

@@ -332,6 +332,7 @@ class Queue(Connected):
         waited = time.monotonic()
         deadline = waited + self.options.seconds("wait_for_database")
         pause = 0.25
+        first = True
         while True:
             try:
                 return await self.connector.connect(session=False)
@@ -339,6 +340,9 @@ class Queue(Connected):
                 left = deadline - time.monotonic()
                 if left <= 0 or refused(error):
                     raise
+                if first and self.connector.on_wait is not None:
+                    self.connector.on_wait(error)
+                first = False
                 log.warning(
                     "cannot reach the database; trying again",
                     extra={

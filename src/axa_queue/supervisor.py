@@ -320,10 +320,13 @@ async def supervise(
     metrics_host: str,
     stuck_after: float = STUCK_AFTER,
     options: QueueOptions | None = None,
+    on_wait: Callable[[psycopg.OperationalError], None] | None = None,
 ) -> int:
     """Keep `processes` worker processes running `settings` (`child_command`, run with
     the supervisor's environment) until signalled; 0 when all stopped gracefully.
-    `stuck_after`: as for `work`, of any of the processes. `options`: the queue's own,
+    `stuck_after`: as for `work`, of any of the processes. `on_wait`: called at the
+    first failed try to reach the database that is tried again (`Connector.on_wait`).
+    `options`: the queue's own,
     which the supervisor's setup (or check) and counts honour (its lock timeout, its
     prepared statements...) on a pool of its own size."""
     command = child_command(settings)
@@ -337,6 +340,7 @@ async def supervise(
             schema=settings.schema,
         ),
     )
+    control.connector.on_wait = on_wait
     await control.open(setup=setup)  # set up (or check) once, before any child starts
     env = {**os.environ, DSN_VARIABLES[0]: dsn, SUPERVISOR_VARIABLE: str(os.getpid())}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)

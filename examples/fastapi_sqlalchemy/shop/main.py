@@ -1,7 +1,8 @@
 """The app: placing an order writes the order and queues its receipt in one
 transaction of the request's `AsyncSession`; the worker runs in the app's lifespan.
 
-    DATABASE_URL=postgresql://user:password@host/dbname uvicorn --factory shop.main:create_app
+    DATABASE_URL=postgresql+asyncpg://user:password@host/dbname \
+        uvicorn --factory shop.main:create_app
 """
 
 from __future__ import annotations
@@ -12,10 +13,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 from uuid import UUID
 
-import asyncpg
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
 from pydantic import BaseModel
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
 from axa_queue import JobState, NewJob, Queue, enqueue_on
@@ -23,6 +24,10 @@ from shop.models import Base, Order
 
 DECLINED_CARD = "4000000000000002"
 """The card number the fake payment provider refuses."""
+
+
+SERVER_SETTINGS = ("options", "application_name")
+"""libpq's URL parameters that asyncpg takes only as server settings, sent at login."""
 
 
 class PlaceOrder(BaseModel):
@@ -44,15 +49,20 @@ def charge(card: str, total_cents: int) -> None:
 
 
 def create_app(database_url: str | None = None) -> FastAPI:
-    """The app on the database at `database_url` (a `postgresql://` URL; default:
-    the `DATABASE_URL` environment variable)."""
-    url = database_url or os.environ["DATABASE_URL"]
-    # asyncpg takes the libpq URL as it is (with its query, such as `options`).
+    """The app on the database at `database_url` (default: the `DATABASE_URL`
+    environment variable), a SQLAlchemy URL: `postgresql+asyncpg://user:password@host/db`
+    (a plain `postgresql://` one is run on asyncpg too). The queue takes the same URL:
+    axa-queue drops the `+asyncpg` and connects with psycopg."""
+    url = make_url(database_url or os.environ["DATABASE_URL"]).set(drivername="postgresql+asyncpg")
+    # SQLAlchemy passes the URL's query to asyncpg.connect() as arguments, and asyncpg
+    # has none for libpq's `options` (the tests' URL sets the schema with it): send
+    # those to the server as settings instead.
+    settings = {k: str(v) for k, v in url.query.items() if k in SERVER_SETTINGS}
     engine = create_async_engine(
-        "postgresql+asyncpg://", async_creator=lambda: asyncpg.connect(url)
+        url.difference_update_query(settings), connect_args={"server_settings": settings}
     )
     sessions = async_sessionmaker(engine, expire_on_commit=False)
-    queue = Queue(url)
+    queue = Queue(url.render_as_string(hide_password=False))
 
     @queue.handler("SendReceipt")
     async def send_receipt(args: dict[str, Any]) -> dict[str, str]:
@@ -72,6 +82,7 @@ def create_app(database_url: str | None = None) -> FastAPI:
 
     app = FastAPI(lifespan=lifespan)
     app.state.queue = queue
+    app.state.engine = engine
     app.state.sessions = sessions
 
     @app.post("/orders", status_code=201)

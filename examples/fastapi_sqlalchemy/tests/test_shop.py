@@ -4,8 +4,9 @@ receipt's job run by the worker of the app's lifespan, its result read back."""
 from __future__ import annotations
 
 import httpx
+import psycopg
 from fastapi import FastAPI
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from axa_queue.testing import assert_enqueued, refute_enqueued
 from shop.main import DECLINED_CARD
@@ -54,3 +55,16 @@ async def test_the_health_check_answers_while_the_worker_runs(client: httpx.Asyn
     health = await client.get("/health")
 
     assert (health.status_code, health.text) == (200, "ok")
+
+
+async def test_the_app_runs_sqlalchemy_on_asyncpg_and_its_queue_on_the_same_url(
+    app: FastAPI, axa_queue_dsn: str
+) -> None:
+    engine = app.state.engine
+    assert engine.dialect.driver == "asyncpg"
+    assert app.state.queue.dsn.startswith("postgresql://")  # axa-queue dropped +asyncpg
+    async with engine.connect() as conn:
+        schema = (await conn.execute(text("SELECT current_schema()"))).scalar()
+    with psycopg.connect(axa_queue_dsn) as conn:  # the test's schema, by the fixtures
+        assert conn.execute("SELECT current_schema()").fetchone() == (schema,)
+        assert conn.execute("SELECT to_regclass('shop_orders')").fetchone() != (None,)

@@ -19,6 +19,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 
+from .. import dsns
 from ..errors import AxaQueueError, OptionsError, SchemaError
 from ..options import Pooler, QueueOptions
 from ..queue import DSN_VARIABLES, Queue
@@ -38,6 +39,7 @@ __all__ = [
     "invocation",
     "json_option",
     "reported",
+    "said",
     "where",
 ]
 
@@ -50,7 +52,8 @@ CONNECT_TIMEOUT = 10
 """Seconds to wait for the database to answer a connection, unless the DSN says."""
 
 DSN_HELP = (
-    "The database: a libpq connection string or postgresql:// URL. "
+    "The database: a libpq connection string or postgresql:// URL (a SQLAlchemy "
+    "postgresql+asyncpg:// or +psycopg:// URL is read as postgresql://). "
     "Default: $AXA_QUEUE_DSN, then $DATABASE_URL."
 )
 JSON_HELP = "Print JSON, for scripts, instead of a table."
@@ -78,9 +81,14 @@ class Failed(click.ClickException):
 
 
 def checked_dsn(given: str | None) -> str:
-    """The DSN to use, checked, with a connection timeout unless it sets one."""
+    """The DSN to use, checked (`dsns.normalized`: a SQLAlchemy URL's `+driver` is
+    dropped), with a connection timeout unless it sets one."""
     if not given:
         raise BadInput("no database given: pass --dsn, or set AXA_QUEUE_DSN (or DATABASE_URL)")
+    try:
+        given = dsns.normalized(given, "the database given (--dsn, AXA_QUEUE_DSN or DATABASE_URL)")
+    except OptionsError as error:
+        raise BadInput(str(error)) from None
     try:
         params = conninfo_to_dict(given)
     except psycopg.ProgrammingError:
@@ -106,7 +114,7 @@ def where(dsn: str) -> str:
     return f"{host}{f':{port}' if port else ''}{f'/{dbname}' if dbname else ''}"
 
 
-def _said(error: psycopg.Error) -> str:
+def said(error: psycopg.Error) -> str:
     """What the database said (`retries.first_line`), without libpq's `connection to
     server at ... failed: FATAL:` preamble: the error line names the place itself."""
     line = first_line(error)
@@ -124,11 +132,11 @@ def reported(dsn: str | None) -> Iterator[None]:
     try:
         yield
     except psycopg.errors.QueryCanceled as error:  # an OperationalError, but it answered
-        raise Failed(f"the database at {where(dsn or '')} cancelled: {_said(error)}") from None
+        raise Failed(f"the database at {where(dsn or '')} cancelled: {said(error)}") from None
     except psycopg.OperationalError as error:
-        raise Failed(f"cannot reach the database at {where(dsn or '')}: {_said(error)}") from None
+        raise Failed(f"cannot reach the database at {where(dsn or '')}: {said(error)}") from None
     except psycopg.Error as error:
-        raise Failed(f"the database at {where(dsn or '')} refused: {_said(error)}") from None
+        raise Failed(f"the database at {where(dsn or '')} refused: {said(error)}") from None
     except OptionsError as error:  # a value from the command line, refused by the library
         raise BadInput(str(error)) from None
     except SchemaError as error:

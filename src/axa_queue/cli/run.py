@@ -8,9 +8,11 @@ import dataclasses
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
+import psycopg
 
 from .. import logs, supervisor
 from ..queue import Queue
@@ -23,10 +25,12 @@ from .conventions import (
     dsn_option,
     invocation,
     reported,
+    said,
+    where,
 )
 from .text import one_line
 
-__all__ = ["WAIT_FOR_DATABASE", "load_queue", "worker"]
+__all__ = ["WAIT_FOR_DATABASE", "load_queue", "waiting_line", "waiting_notice", "worker"]
 
 WAIT_FOR_DATABASE = 60.0
 """Seconds `worker` keeps trying to reach the database at start (`--wait-for-database`)."""
@@ -79,6 +83,33 @@ def _describe(error: BaseException) -> str:
         where = f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
     message = one_line(str(error))
     return f"{type(error).__name__}{f': {message}' if message else ''}{where}"
+
+
+def waiting_line(dsn: str, seconds: float, error: psycopg.OperationalError) -> str:
+    """What `worker` says when it starts waiting for the database: for how long, where
+    (no user or password), why, and how to stop waiting."""
+    reason = said(error)
+    return (
+        f"waiting up to {seconds:g} s for the database at {where(dsn)} "
+        f"({reason[:1].lower()}{reason[1:]}); Ctrl-C to stop, --wait-for-database 0 to "
+        "fail at once"
+    )
+
+
+def waiting_notice(
+    dsn: str, seconds: float, interactive: bool | None = None
+) -> Callable[[psycopg.OperationalError], None] | None:
+    """On a terminal (`interactive`; default: whether stderr is one), what prints the
+    `waiting_line` to stderr at the first failed try to reach the database (see
+    `Connector.on_wait`), so a wrong port is not a silent minute. `None` when not
+    interactive, where the log line of each try says it, or when not waiting at all."""
+    if seconds <= 0 or not (sys.stderr.isatty() if interactive is None else interactive):
+        return None
+
+    def say(error: psycopg.OperationalError) -> None:
+        click.echo(waiting_line(dsn, seconds, error), err=True)
+
+    return say
 
 
 def _need_metrics() -> None:
@@ -165,7 +196,8 @@ def _need_metrics() -> None:
     show_default=True,
     help="While the database cannot be reached at start (an outage, a restart during a "
     "deploy), keep trying, with backoff and a log line each time, for this long before "
-    "exiting 1. 0 fails at once.",
+    "exiting 1; on a terminal, the first failed try also says where it waits and how to "
+    "stop. 0 fails at once.",
 )
 @dsn_option
 def worker(
@@ -203,8 +235,10 @@ def worker(
     if metrics_port is not None:
         _need_metrics()
     target_dsn = checked_dsn(dsn or queue.dsn)
+    on_wait = waiting_notice(target_dsn, wait_for_database)
     with reported(target_dsn):
         if processes is None:
+            queue.connector.on_wait = on_wait
             code = asyncio.run(
                 supervisor.work(queue, target_dsn, setup, metrics_port, metrics_host, stuck_after)
             )
@@ -230,6 +264,7 @@ def worker(
                     metrics_host,
                     stuck_after,
                     options=queue.options,
+                    on_wait=on_wait,
                 )
             )
     if code:

@@ -22,7 +22,9 @@ And a database to run on: `database_server()` finds a server (`AXA_TEST_DATABASE
 else a local one, else an embedded one with the `[embedded]` extra) and
 `fresh_schema(server)` makes a schema of its own with the tables set up, dropped
 afterwards. The pytest plugin (`axa_queue.testing.plugin`, installed with the package)
-makes fixtures of them: `axa_queue_dsn`. docs/testing.md shows them at work.
+makes fixtures of them: `axa_queue_dsn`, and `axa_queue_url`, the same schema as a
+`postgresql://` URL (`as_url`) for clients that take only URLs (SQLAlchemy).
+docs/testing.md shows them at work.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import sql
+from .. import dsns, sql
 from ..adapters import run
 from ..arguments import to_json
 from ..calls import Call, Row, run_async, run_sync
@@ -56,6 +58,7 @@ __all__ = [
     "DrainResult",
     "EnqueuedJob",
     "NoDatabaseError",
+    "as_url",
     "assert_enqueued",
     "database_server",
     "enqueued",
@@ -293,6 +296,11 @@ def refute_enqueued(
 
 # --- a database to test on ---------------------------------------------------------------
 
+as_url = dsns.as_url
+"""A DSN (a libpq connection string, such as `fresh_schema`'s) as the `postgresql://` URL
+that means the same, its `options` (the schema's `search_path`) and other parameters in
+the query, percent-encoded: for SQLAlchemy and other clients that take only URLs."""
+
 
 class NoDatabaseError(AxaQueueError):
     """No PostgreSQL server to test on: none given, none local, no embedded one."""
@@ -320,7 +328,7 @@ def database_server() -> Iterator[str]:
     saying what to do when there is none."""
     given = os.environ.get(TEST_DATABASE_VARIABLE)
     if given:
-        yield given
+        yield dsns.normalized(given, TEST_DATABASE_VARIABLE)
         return
     for candidate in LOCAL_SERVERS:
         found = _resolved(candidate)
