@@ -404,6 +404,38 @@ def test_a_script_in_a_job_name_or_error_is_shown_as_text_and_never_runs(
 
 
 @in_browser
+def test_the_overview_shows_the_top_fifty_names_and_the_names_page_every_one(
+    page, served, admin
+) -> None:
+    admin.execute(  # name.000 to name.119, with 1 to 3 queued jobs each (i % 3 + 1)
+        "INSERT INTO axa_queue (id, name, args) SELECT gen_random_uuid(), "
+        "'name.' || lpad(i::text, 3, '0'), '{}' FROM generate_series(0, 119) AS i, "
+        "generate_series(0, i % 3)"
+    )
+    sign_in(page, served)
+    assert page.locator("#by-name tbody tr").count() == 50
+    assert page.inner_text("#by-name tbody tr:first-child td:first-child") == "name.002"
+    assert "of 120" in page.inner_text("#names-shown")
+    page.click("#all-names")
+    page.wait_for_url(served.url + "/names")
+    assert page.locator("#names tbody tr").count() == 100
+    assert "120 names: page 1 of 2" in page.inner_text("#names-found")
+    page.click("#next")
+    page.wait_for_url(served.url + "/names?page=2")
+    assert page.locator("#names tbody tr").count() == 20
+    page.fill("input[name=q]", "NAME.01")
+    page.select_option("select[name=order]", "name")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**/names?q=NAME.01&order=name")
+    rows = page.locator("#names tbody tr td:first-child")
+    assert rows.all_inner_texts() == [f"name.{i:03d}" for i in range(10, 20)]
+    page.click("#names a:text-is('name.010')")
+    page.wait_for_url("**/jobs?state=queued&name=name.010")
+    assert page.locator("#jobs tbody tr").count() == 2  # 10 % 3 + 1
+    assert page.errors == []
+
+
+@in_browser
 def test_screenshots_of_the_overview_and_a_job_page(
     page, served, admin, tmp_path, monkeypatch
 ) -> None:

@@ -1023,11 +1023,13 @@ housekeeping, through the `axa_workers_seen` index."""
 
 WORKERS = """SELECT id, host, pid, names, loops, running, version,
     EXTRACT(EPOCH FROM started_at) AS started_at, EXTRACT(EPOCH FROM seen_at) AS seen_at,
-    EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - seen_at)::float8 AS silent
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM seen_at))::float8 AS silent
     FROM axa_workers ORDER BY host, pid, started_at"""
 """Every worker process with a row, and how many seconds since it was last heard from
 (readers call it live while that is under `stale_after`); a small table, one row per
-process."""
+process. The seconds are a difference of epoch seconds, which a `seen_at` of `infinity`
+or `-infinity`, written by another client, cannot fail before PostgreSQL 17 (it reads
+as -infinity or infinity)."""
 
 # --- Dashboard -------------------------------------------------------------------------
 
@@ -1064,13 +1066,17 @@ WEB_ESTIMATE_WAITING = """EXPLAIN (FORMAT JSON)
     SELECT 1 FROM axa_queue WHERE status = 'queued' AND run_at > now()"""
 """The planner's estimate of the jobs queued for later (see `WEB_ESTIMATE_READY`)."""
 
-WEB_JOBS_NEWEST = """SELECT * FROM (
+WEB_JOBS_NEWEST = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
+    unique_for_ms, given_back, run_at, started_at, created_at, updated_at, key
+    FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(run_at) THEN to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN run_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE run_at::text END AS key, axa_queue.run_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = 'queued' AND status = 'queued'
           AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -1083,7 +1089,9 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(updated_at) THEN to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN updated_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE updated_at::text END AS key, axa_queue.updated_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = 'running' AND status = 'running'
           AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -1096,7 +1104,9 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(updated_at) THEN to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN updated_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE updated_at::text END AS key, axa_queue.updated_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = 'needs_review' AND status = 'needs_review'
           AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -1109,18 +1119,24 @@ WEB_JOBS_NEWEST = """SELECT * FROM (
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(updated_at) THEN to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN updated_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE updated_at::text END AS key, axa_queue.updated_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = ANY('{completed,failed,cancelled}'::text[]) AND status IN ('completed', 'failed', 'cancelled') AND status = %(state)s::text
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at <= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz)
           AND (updated_at, id) < (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', 'infinity'::timestamptz), COALESCE(%(after)s::uuid, 'ffffffff-ffff-ffff-ffff-ffffffffffff'))
         ORDER BY axa_queue.updated_at DESC, id DESC LIMIT %(limit)s)
-    ) page ORDER BY key DESC, id DESC"""
+    ) page ORDER BY sort_at DESC, id DESC"""
 """One page of the dashboard's job list: jobs of one state (and optionally one name),
 newest first, after the keyset cursor (`key`, `after`: the last row's key and id; NULL
 for the first page); without arguments, with a text `key` (its order key in UTC) to ask
-for the next page by.
+for the next page by. The key is any time PostgreSQL holds, written so that it reads
+back as the same time: `YYYY-MM-DDTHH:MM:SS.ffffff` (` BC` after a year before 1), or
+`infinity` or `-infinity`, which another client may have written (`web.params` checks a
+cursor sent back against that form). The page is ordered by the time itself
+(`sort_at`, never read by Python, which cannot hold `infinity`), not by its text.
 
 A state is ordered by the partial index that holds it: queued jobs by due time
 (`axa_queue_ready`), running ones and those in review by their last change
@@ -1134,13 +1150,17 @@ largest id, never an `OR` that would keep the bound out of the index scan. Each 
 orders by the qualified column (`axa_queue.updated_at`): the bare name would be the
 output column of that name, its epoch seconds, which no index holds."""
 
-WEB_JOBS_OLDEST = """SELECT * FROM (
+WEB_JOBS_OLDEST = """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
+    unique_for_ms, given_back, run_at, started_at, created_at, updated_at, key
+    FROM (
         (SELECT id, name, status, attempts, max_attempts, priority, error,
             timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(run_at) THEN to_char(run_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN run_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE run_at::text END AS key, axa_queue.run_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = 'queued' AND status = 'queued'
           AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -1153,7 +1173,9 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(updated_at) THEN to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN updated_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE updated_at::text END AS key, axa_queue.updated_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = 'running' AND status = 'running'
           AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -1166,7 +1188,9 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(updated_at) THEN to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN updated_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE updated_at::text END AS key, axa_queue.updated_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = 'needs_review' AND status = 'needs_review'
           AND (%(name)s::text IS NULL OR name = %(name)s)
@@ -1179,14 +1203,16 @@ WEB_JOBS_OLDEST = """SELECT * FROM (
             EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
-            to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US') AS key
+            CASE WHEN isfinite(updated_at) THEN to_char(updated_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
+                || CASE WHEN updated_at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
+                ELSE updated_at::text END AS key, axa_queue.updated_at AS sort_at
         FROM axa_queue
         WHERE %(state)s::text = ANY('{completed,failed,cancelled}'::text[]) AND status IN ('completed', 'failed', 'cancelled') AND status = %(state)s::text
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND updated_at >= COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz)
           AND (updated_at, id) > (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '-infinity'::timestamptz), COALESCE(%(after)s::uuid, '00000000-0000-0000-0000-000000000000'))
         ORDER BY axa_queue.updated_at ASC, id ASC LIMIT %(limit)s)
-    ) page ORDER BY key ASC, id ASC"""
+    ) page ORDER BY sort_at ASC, id ASC"""
 """The same page, oldest first (`WEB_JOBS_NEWEST` explains its shape): the cursor
 bounds are the other way, and a missing cursor is `-infinity` and the smallest id."""
 
@@ -1200,10 +1226,11 @@ WEB_FINISHED_PER_MINUTE = """SELECT
     FROM axa_queue
     WHERE status IN ('completed', 'failed', 'cancelled')
       AND updated_at >= to_timestamp(%(since)s::float8)
-      AND (%(until)s::float8 IS NULL OR updated_at < to_timestamp(%(until)s::float8))
+      AND updated_at < COALESCE(to_timestamp(%(until)s::float8), 'infinity'::timestamptz)
     GROUP BY 1, 2"""
 """Jobs that finished in a window of whole minutes (`since`, `until`: epoch seconds;
-`until` NULL: up to now), per minute and name: what the dashboard's charts and its
+`until` NULL: from `since` on, short of `infinity`, a time another client may have
+written and which has no minute), per minute and name: what the dashboard's charts and its
 "finished in the last hour" counts are made from. It reads only the window, through
 `axa_queue_finished`: the dashboard asks for each past hour once and then only for the
 last two minutes at each refresh, keeping what it read (`web.history`), so a refresh

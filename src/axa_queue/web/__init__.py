@@ -3,8 +3,9 @@ queue and lets a signed-in person cancel, retry and release jobs, each act recor
 with their name as `by`. `axa-queue web` serves it; docs/dashboard.md tells more.
 
 Its modules: `app` (the pages and acts), `access` (signing in, sessions, CSRF, origin,
-security headers), `reads` (what it reads: named statements of `sql`), `history` (the
-charts' per-minute history, kept in memory) and `charts` (SVG drawn on the server).
+security headers), `params` (every query and form parameter, checked by its kind),
+`reads` (what it reads: named statements of `sql`), `history` (the charts' per-minute
+history, kept in memory) and `charts` (SVG drawn on the server).
 """
 
 from __future__ import annotations

@@ -9,7 +9,10 @@ A person signs in one of two ways:
   app's memory for `SESSION_SECONDS`, so a restart signs everyone out;
 - or behind a single sign-on proxy, through a header it sets (`trust_header`), honoured
   only on requests from its addresses (`trusted_proxies`); a request from anywhere else
-  carrying it is treated as not signed in.
+  carrying it is treated as not signed in. From a proxy, the header must come once and
+  name one person: a request carrying it twice, or with a comma in it (how HTTP joins
+  copies of a header into one), is refused (`SignOnRefused`), since which copy is the
+  proxy's would be a guess.
 
 Every request that changes state (a POST) must carry the CSRF token of its session
 (an HMAC of the session under a key made at start) and an `Origin` (or, lacking one,
@@ -33,7 +36,15 @@ from starlette.requests import Request
 from ..acts import check_code
 from ..errors import NotACodeError, OptionsError
 
-__all__ = ["COOKIE", "SESSION_SECONDS", "Access", "Person", "same_origin", "security_headers"]
+__all__ = [
+    "COOKIE",
+    "SESSION_SECONDS",
+    "Access",
+    "Person",
+    "SignOnRefused",
+    "same_origin",
+    "security_headers",
+]
 
 COOKIE = "axa_queue_session"
 """The session cookie's name."""
@@ -57,6 +68,12 @@ def security_headers() -> list[tuple[bytes, bytes]]:
         (b"referrer-policy", b"same-origin"),
         (b"cache-control", b"no-store"),
     ]
+
+
+class SignOnRefused(Exception):
+    """A request from a trusted proxy whose sign-on header does not name one person:
+    it came more than once, or holds a comma. The message names the header, never its
+    values."""
 
 
 @dataclass(frozen=True)
@@ -129,9 +146,21 @@ class Access:
                 del self.sessions[session]
 
     def person(self, request: Request) -> Person | None:
-        """Who is signed in on `request`, if anyone."""
+        """Who is signed in on `request`, if anyone. Raises `SignOnRefused` when the
+        trusted header, from a trusted proxy, came more than once or holds a comma."""
         if self.trust_header is not None and self.from_proxy(request):
-            name = request.headers.get(self.trust_header)
+            copies = request.headers.getlist(self.trust_header)
+            if len(copies) > 1:
+                raise SignOnRefused(
+                    f"the sign-on header {self.trust_header} came {len(copies)} times; "
+                    "the proxy must send it once (and drop any copy the client sent)"
+                )
+            if copies and "," in copies[0]:
+                raise SignOnRefused(
+                    f"the sign-on header {self.trust_header} holds a comma, as copies of "
+                    "it joined into one would; the proxy must send one name, once"
+                )
+            name = copies[0] if copies else None
             if name is not None:
                 try:
                     return Person(check_code(name, "name"), f"header:{name}")

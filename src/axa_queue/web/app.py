@@ -1,15 +1,19 @@
 """The dashboard's pages and acts: an ASGI app made by `create_app`.
 
 Every page needs a person signed in (`access`); every POST also a CSRF token and an
-origin of this host. Pages are drawn by Jinja2 with autoescaping on, so a job name,
-error, `by` or reason is always text; charts are SVG drawn here (`charts`); the only
-script is htmx, served from the package, which refreshes the overview's live part.
+origin of this host. Every query and form parameter is read through `params`, so one
+that is not what it should be gets a 400 page, never a statement; every answer, an
+error's too, carries the security headers (`_Headers`). Pages are drawn by Jinja2 with
+autoescaping on, so a job name, error, `by` or reason is always text; charts are SVG
+drawn here (`charts`); the only script is htmx, served from the package, which
+refreshes the overview's live part.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -28,16 +32,25 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import readable
-from ..acts import MAX_REASON_CHARS, ActKind, ActResult, cancel, check_code, retry
+from ..acts import MAX_REASON_CHARS, ActKind, ActResult, cancel, retry
 from ..calls import Call, run_async
 from ..errors import NotACodeError
 from ..jobs import JobState
 from ..options import QueueOptions
 from ..presence import WorkerInfo, workers_call
 from ..queue import Queue
-from . import charts
-from .access import COOKIE, SESSION_SECONDS, Access, Person, same_origin, security_headers
+from . import charts, params
+from .access import (
+    COOKIE,
+    SESSION_SECONDS,
+    Access,
+    Person,
+    SignOnRefused,
+    same_origin,
+    security_headers,
+)
 from .history import DAY, HOUR, History
+from .params import BadParameter
 from .reads import (
     COUNT_CAP,
     acts_log_call,
@@ -47,7 +60,7 @@ from .reads import (
     live_counts_call,
 )
 
-__all__ = ["MAX_SELECTED", "create_app"]
+__all__ = ["MAX_SELECTED", "NAMES_PAGE", "TOP_NAMES", "create_app"]
 
 T = TypeVar("T")
 
@@ -55,6 +68,17 @@ HERE = Path(__file__).parent
 
 MAX_SELECTED = 500
 """The most jobs one act may be asked for at once."""
+
+TOP_NAMES = 50
+"""The most names the overview's table shows, those with the most jobs not finished:
+so the overview, fetched every two seconds by every open page, stays the same size
+however many names there are. The names page (`/names`) lists them all."""
+
+NAMES_PAGE = 100
+"""Names on one page of `/names`."""
+
+ORDERS = ("newest", "oldest")
+NAME_ORDERS = ("backlog", "name")
 
 STATES = [
     ("queued", "Queued"),
@@ -86,6 +110,13 @@ def _when(moment: datetime | None) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _seconds(length: float | None) -> str:
+    """`readable.seconds`, and `∞` for an endless wait (a time of `-infinity`)."""
+    if length is not None and not math.isfinite(length):
+        return "∞"
+    return readable.seconds(length)
+
+
 def _outcome(result: ActResult) -> str:
     """What an act did, in words, from its own result."""
     if result.applied:
@@ -101,8 +132,20 @@ def _outcome(result: ActResult) -> str:
     return f"not applied: {ALREADY[result.found]}"
 
 
+FAILED_PAGE = (
+    '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+    "<title>Error · axa-queue</title></head><body><h1>The dashboard could not answer</h1>"
+    "<p>Something failed while answering this request; the dashboard's log says what. "
+    "Reload the page to try again.</p></body></html>"
+)
+"""What an answer that failed says: nothing of the failure (the log has it)."""
+
+
 class _Headers:
-    """Adds the security headers (`access.security_headers`) to every answer."""
+    """Adds the security headers (`access.security_headers`) to every answer, and
+    answers a request whose handling failed before it answered with a 500 page that
+    carries them too. (Starlette's own error handler sits outside every middleware, so
+    its 500 would have none.) The failure is raised on, for the server to log."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -111,13 +154,21 @@ class _Headers:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        started = False
 
         async def sending(message: Message) -> None:
+            nonlocal started
             if message["type"] == "http.response.start":
+                started = True
                 message["headers"] = [*message.get("headers", []), *security_headers()]
             await send(message)
 
-        await self.app(scope, receive, sending)
+        try:
+            await self.app(scope, receive, sending)
+        except Exception:
+            if not started:
+                await HTMLResponse(FAILED_PAGE, status_code=500)(scope, receive, sending)
+            raise
 
 
 @dataclass
@@ -193,7 +244,7 @@ def create_app(
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
     templates.filters["when"] = _when
-    templates.filters["seconds"] = readable.seconds
+    templates.filters["seconds"] = _seconds
     templates.filters["n"] = lambda number: f"{number:,}"
     templates.filters["query"] = lambda values: urlencode(
         {k: v for k, v in values.items() if v not in (None, "")}
@@ -202,7 +253,10 @@ def create_app(
 
     def guarded(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
-            person = access.person(request)
+            try:
+                person = access.person(request)
+            except SignOnRefused as refused:
+                return PlainTextResponse(f"refused: {refused}", status_code=400)
             if request.method == "POST":
                 if person is None:
                     return PlainTextResponse("refused: sign in first", status_code=403)
@@ -213,8 +267,11 @@ def create_app(
                         status_code=403,
                     )
                 form = await request.form()
-                given = form.get("csrf")
-                if not access.csrf_matches(person, given if isinstance(given, str) else None):
+                try:
+                    given = params.text(form, "csrf")
+                except BadParameter:
+                    given = None
+                if not access.csrf_matches(person, given):
                     return PlainTextResponse(
                         "refused: the form's CSRF token is missing or stale; reload the page "
                         "and try again",
@@ -226,7 +283,16 @@ def create_app(
                 base = request.scope.get("root_path", "").rstrip("/")
                 return RedirectResponse(f"{base}/signin", status_code=303)
             request.state.person = person
-            return await handler(board, request)
+            try:
+                return await handler(board, request)
+            except BadParameter as bad:
+                return board.page(
+                    request,
+                    "message.html",
+                    status=400,
+                    title="Not a valid request",
+                    message=f"The parameter {bad.parameter!r} should be {bad.expected}.",
+                )
 
         return endpoint
 
@@ -242,6 +308,7 @@ def create_app(
         Route("/signout", guarded(_signout), methods=["POST"]),
         Route("/", guarded(_overview)),
         Route("/live", guarded(_live)),
+        Route("/names", guarded(_names)),
         Route("/jobs", guarded(_jobs)),
         Route("/jobs/{job_id}", guarded(_job)),
         Route("/review", guarded(_review)),
@@ -276,16 +343,21 @@ async def _signin(request: Request) -> Response:
     if not same_origin(request):
         return PlainTextResponse("refused: the sign-in did not come from this dashboard", 403)
     form = await request.form()
-    given, name = form.get("token"), form.get("name")
     error = None
-    if not isinstance(given, str) or not board.access.token_matches(given):
+    try:
+        given = params.text(form, "token")
+    except BadParameter:
+        given = None
+    if given is None or not board.access.token_matches(given):
         error = "That token is not the dashboard's."
-    elif not isinstance(name, str):
-        error = "Give your name: it is recorded as the 'by' of your acts."
     else:
         try:
-            session = board.access.open_session(name.strip())
-        except NotACodeError:
+            name = params.code(form, "name", strip=True)
+            if name is None:
+                error = "Give your name: it is recorded as the 'by' of your acts."
+            else:
+                session = board.access.open_session(name)
+        except (BadParameter, NotACodeError):
             error = (
                 "A name is 1 to 200 visible characters (no control, zero-width or bidi "
                 "characters): it is recorded as the 'by' of your acts."
@@ -319,7 +391,20 @@ async def _signout(board: Dashboard, request: Request) -> Response:
 # --- pages ---------------------------------------------------------------------------------
 
 
-async def _overview_values(board: Dashboard) -> dict[str, Any]:
+def _unfinished(row: dict[str, Any]) -> int:
+    return int(row["ready"] + row["waiting"] + row["running"] + row["needs_review"])
+
+
+def _by_backlog(row: dict[str, Any]) -> tuple[int, int, int, str]:
+    """The order of names on the overview: the most jobs not finished (ready, delayed,
+    running, in review) first, then the most failed and completed in the last hour,
+    then by name."""
+    return (-_unfinished(row), -row["failed"], -row["completed"], row["name"])
+
+
+async def _by_name(board: Dashboard) -> dict[str, Any]:
+    """Each name's counts (`rows`, in `_by_backlog` order) and their totals, refreshing
+    the history (at most once per `history.REFRESH_EVERY`, whoever asks)."""
     live = await board.read(live_counts_call(COUNT_CAP))
     totals: dict[str, Any] = {
         key: sum(getattr(one, key) for one in live)
@@ -340,10 +425,9 @@ async def _overview_values(board: Dashboard) -> dict[str, Any]:
         lambda since, until: board.read(finished_call(since, until)), totals["ready"]
     )
     recent = history.recent_by_name()
-    names = sorted({one.name for one in live} | set(recent))
     by_name = {one.name: one for one in live}
     rows: list[dict[str, Any]] = []
-    for name in names:
+    for name in by_name.keys() | recent.keys():
         counts = by_name.get(name)
         done = recent.get(name, [0, 0, 0])
         rows.append(
@@ -359,9 +443,24 @@ async def _overview_values(board: Dashboard) -> dict[str, Any]:
                 "oldest": counts.oldest_ready_seconds if counts else 0.0,
             }
         )
+    rows.sort(key=_by_backlog)
     for key, index in (("completed", 0), ("failed", 1), ("cancelled", 2)):
         totals[key] = sum(done[index] for done in recent.values())
     totals["oldest"] = max([row["oldest"] for row in rows], default=0.0)
+    return {
+        "rows": rows,
+        "totals": totals,
+        "capped": capped,
+        "estimated": estimated,
+        "cap": COUNT_CAP,
+    }
+
+
+async def _overview_values(board: Dashboard) -> dict[str, Any]:
+    """What the overview's live part shows: the totals, the charts, and the `TOP_NAMES`
+    names with the most jobs not finished."""
+    values = await _by_name(board)
+    history = board.history
     charts_drawn = {
         "completed_hour": charts.bars(
             history.series("completed", HOUR, 1), "Completed per minute, last hour", "completed"
@@ -383,11 +482,9 @@ async def _overview_values(board: Dashboard) -> dict[str, Any]:
         ),
     }
     return {
-        "rows": rows,
-        "totals": totals,
-        "capped": capped,
-        "estimated": estimated,
-        "cap": COUNT_CAP,
+        **values,
+        "rows": values["rows"][:TOP_NAMES],
+        "names_count": len(values["rows"]),
         "charts": charts_drawn,
         "at": time.time(),
     }
@@ -401,27 +498,45 @@ async def _live(board: Dashboard, request: Request) -> Response:
     return board.page(request, "live.html", **await _overview_values(board))
 
 
-def _state_of(text: str | None, default: JobState) -> JobState:
-    try:
-        return JobState(text) if text else default
-    except ValueError:
-        return default
+async def _names(board: Dashboard, request: Request) -> Response:
+    """Every name's counts, `NAMES_PAGE` to a page, optionally only the names holding
+    `q` (case aside), by backlog (the overview's order) or by name."""
+    query = request.query_params
+    q = params.name(query, "q")
+    order = params.choice(query, "order", NAME_ORDERS) or "backlog"
+    number = params.integer(query, "page", most=10**9) or 1
+    values = await _by_name(board)
+    rows = values["rows"]
+    if q is not None:
+        wanted = q.casefold()
+        rows = [row for row in rows if wanted in row["name"].casefold()]
+    if order == "name":
+        rows = sorted(rows, key=lambda row: row["name"])
+    pages = max(1, -(-len(rows) // NAMES_PAGE))
+    start = (number - 1) * NAMES_PAGE
+    return board.page(
+        request,
+        "names.html",
+        **{**values, "rows": rows[start : start + NAMES_PAGE]},
+        found=len(rows),
+        q=q,
+        order=order,
+        page_number=number,
+        pages=pages,
+        per_page=NAMES_PAGE,
+        top=TOP_NAMES,
+    )
 
 
 async def _list(
     board: Dashboard, request: Request, state: JobState, template: str, **extra: Any
 ) -> Response:
-    params = request.query_params
-    name = params.get("name") or None
-    newest = params.get("order", "newest") != "oldest"
+    query = request.query_params
+    name = params.name(query, "name")
+    newest = (params.choice(query, "order", ORDERS) or "newest") == "newest"
+    key = params.cursor(query, "key")
     page = await board.read(
-        jobs_page_call(
-            state,
-            name,
-            newest=newest,
-            key=params.get("key") or None,
-            after=_uuid_text(params.get("after")),
-        )
+        jobs_page_call(state, name, newest=newest, key=key, after=params.job_id(query, "after"))
     )
     return board.page(
         request,
@@ -430,36 +545,28 @@ async def _list(
         name=name,
         order="newest" if newest else "oldest",
         page=page,
-        first=not params.get("key"),
+        first=key is None,
         **extra,
     )
 
 
-def _uuid_text(text: str | None) -> str | None:
-    if not text:
-        return None
-    try:
-        return str(UUID(text))
-    except ValueError:
-        return None
-
-
 async def _jobs(board: Dashboard, request: Request) -> Response:
-    wanted = request.query_params.get("id", "").strip()
-    if wanted:
+    query = request.query_params
+    try:
+        found = params.job_id(query, "id")
+    except BadParameter:
+        return board.page(
+            request,
+            "message.html",
+            status=400,
+            title="Not a job id",
+            message="A job id is a UUID, like 0191f3c2-7a4e-4b7e-9c1d-2f1e3d4c5b6a.",
+        )
+    if found is not None:
         base = request.scope.get("root_path", "").rstrip("/")
-        found = _uuid_text(wanted)
-        if found is None:
-            return board.page(
-                request,
-                "message.html",
-                status=400,
-                title="Not a job id",
-                message="A job id is a UUID, like 0191f3c2-7a4e-4b7e-9c1d-2f1e3d4c5b6a.",
-            )
         return RedirectResponse(f"{base}/jobs/{found}", status_code=303)
-    state = _state_of(request.query_params.get("state"), JobState.QUEUED)
-    return await _list(board, request, state, "jobs.html")
+    state = params.choice(query, "state", [one.value for one in JobState])
+    return await _list(board, request, JobState(state or "queued"), "jobs.html")
 
 
 async def _review(board: Dashboard, request: Request) -> Response:
@@ -471,7 +578,7 @@ async def _failed(board: Dashboard, request: Request) -> Response:
 
 
 async def _job(board: Dashboard, request: Request) -> Response:
-    job_id = _uuid_text(request.path_params["job_id"])
+    job_id = params.as_job_id(request.path_params["job_id"])
     if job_id is None:
         return board.page(
             request, "message.html", status=404, title="No such job", message="Not a job id."
@@ -513,14 +620,11 @@ async def _workers(board: Dashboard, request: Request) -> Response:
 
 
 async def _acts(board: Dashboard, request: Request) -> Response:
-    params = request.query_params
-    by = params.get("by") or None
-    try:
-        kind = ActKind(params["act"]) if params.get("act") else None
-    except ValueError:
-        kind = None
-    before_text = params.get("before", "")
-    before = int(before_text) if before_text.isdigit() else None
+    query = request.query_params
+    by = params.code(query, "by")
+    act = params.choice(query, "act", [one.value for one in ActKind])
+    kind = None if act is None else ActKind(act)
+    before = params.integer(query, "before")
     found = await board.read(acts_log_call(by, kind, before))
     return board.page(
         request,
@@ -538,36 +642,31 @@ async def _act(board: Dashboard, request: Request) -> Response:
         return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
     person: Person = request.state.person
     form = await request.form()
-    act = form.get("act")
-    reason = form.get("reason")
-    ids = [one for one in form.getlist("id") if isinstance(one, str)]
-    problem = None
-    if act not in ("cancel", "retry"):
-        problem = "Choose an act: cancel, or retry (which releases a job in review)."
-    elif not ids:
-        problem = "Choose at least one job."
-    elif len(ids) > MAX_SELECTED:
-        problem = f"Choose at most {MAX_SELECTED} jobs at once."
-    elif any(_uuid_text(one) is None for one in ids):
-        problem = "A chosen job is not a job id."
-    else:
-        try:
-            check_code(reason, "reason")
-        except NotACodeError:
-            problem = (
-                "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
-                "(no control, zero-width or bidi characters, no space first or last)."
-            )
-    if problem is not None:
+    try:
+        act = params.choice(form, "act", ("cancel", "retry"))
+        if act is None:
+            raise BadParameter("act", "cancel or retry")
+        ids = params.job_ids(form, "id", MAX_SELECTED)
+        reason = params.code(form, "reason")
+        if reason is None:
+            raise BadParameter("reason", "a code")
+    except BadParameter as bad:
+        problem = {
+            "act": "Choose an act: cancel, or retry (which releases a job in review).",
+            "id": f"Choose 1 to {MAX_SELECTED} jobs, by their ids.",
+        }.get(
+            bad.parameter,
+            "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
+            "(no control, zero-width or bidi characters, no space first or last).",
+        )
         return board.page(
             request, "message.html", status=400, title="Nothing done", message=problem
         )
-    assert isinstance(reason, str)
     do = cancel if act == "cancel" else retry
     queue = await board.opened()
     outcomes = []
     async with queue.connection() as conn:  # one transaction: every act or none
-        for one in dict.fromkeys(ids):
+        for one in ids:
             result = await do(conn, UUID(one), person.name, reason)
             outcomes.append({"id": one, "applied": result.applied, "said": _outcome(result)})
     return board.page(request, "outcome.html", outcomes=outcomes, act=act, reason=reason)

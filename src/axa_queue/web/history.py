@@ -11,6 +11,11 @@ millions retention keeps: at 60,000 jobs an hour, about 10 ms.
 The ready backlog has no history in the database (a queued job's row says nothing of
 how many were queued with it), so it is sampled at each refresh: its chart starts when
 the dashboard did. A job retried after it failed leaves its minute's count as read.
+
+A finished row whose time is not a minute of the day shown (`infinity`, `-infinity`, or
+any time later than this minute, which another client may write) counts nowhere: the
+statement leaves the infinite ones out, and a refresh drops the later ones, so none
+stays in memory or counts as "in the last hour" for ever.
 """
 
 from __future__ import annotations
@@ -89,6 +94,8 @@ class History:
                 for minute in range(since, end, MINUTE):
                     self.finished.pop(minute, None)
                 for row in rows:
+                    if row.minute > current:
+                        continue  # finished in the future: a time another client wrote
                     self.finished.setdefault(row.minute, {})[row.name] = (
                         row.completed,
                         row.failed,
