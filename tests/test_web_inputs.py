@@ -7,6 +7,7 @@ capped overview and the names page in a browser."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -279,6 +280,12 @@ def test_the_commands_that_share_the_reads_take_rows_at_infinity_too(tables: str
     for command in (["workers"], ["workers", "--json"], ["counts"], ["counts", "--by-name"]):
         result = runner.invoke(main, command)
         assert result.exit_code == 0, (command, result.output)
+        if "--json" in command:  # standard JSON: no Infinity, which JSON cannot hold
+
+            def refuse(constant: str) -> None:
+                raise AssertionError(f"{constant} is not JSON")
+
+            json.loads(result.output, parse_constant=refuse)
 
 
 def _seed_times(admin: psycopg.Connection[Any], status: str, times: list[str]) -> set[str]:

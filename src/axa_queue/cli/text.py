@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import math
 import sys
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -78,17 +79,26 @@ def _json_default(value: object) -> Any:
 def _fields(value: Any) -> Any:
     """Dataclasses (and lists and dicts of them) as plain dicts, for JSON."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
+        return _fields(dataclasses.asdict(value))
     if isinstance(value, list):
         return [_fields(v) for v in value]
     if isinstance(value, dict):
         return {k: _fields(v) for k, v in value.items()}
+    if isinstance(value, timedelta):  # one at infinity (a row at `-infinity`) is no number
+        value = value.total_seconds()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no infinity: `null`, as for a time Python cannot hold
     return value
 
 
 def print_json(value: Any) -> None:
-    """Print `value` (dataclasses, lists and dicts of them) as indented JSON."""
-    click.echo(json.dumps(_fields(value), default=_json_default, indent=2, ensure_ascii=False))
+    """Print `value` (dataclasses, lists and dicts of them) as indented, standard JSON
+    (an infinite number, which JSON cannot hold, as `null`)."""
+    click.echo(
+        json.dumps(
+            _fields(value), default=_json_default, indent=2, ensure_ascii=False, allow_nan=False
+        )
+    )
 
 
 def when(moment: datetime | None) -> str:
