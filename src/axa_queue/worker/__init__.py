@@ -231,7 +231,10 @@ class Worker:
                 if self.state.endings or self.claims.tasks:
                     log.warning(
                         "stopping: the grace period is over before every ending was "
-                        "recorded; stale recovery will queue those jobs again",
+                        "recorded (endings waiting: %d, lost runs: %d); stale recovery will "
+                        "queue those jobs again",
+                        len(self.state.endings),
+                        len(self.claims.tasks),
                         extra={"endings": len(self.state.endings), "lost": len(self.claims.tasks)},
                     )
                 break

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..context import JobContext, running_or_none
 from ..registry import ThreadHooks
-from ..retries import describe
+from ..retries import describe, kind
 
 __all__ = ["JobThreads"]
 
@@ -137,7 +137,12 @@ class JobThreads(Executor):
             try:
                 hook()
             except Exception as error:
-                log.error(f"a thread hook failed {when}", extra={"error": describe(error)})
+                log.error(
+                    "a thread hook failed %s (%s)",
+                    when,
+                    kind(error),
+                    extra={"error": describe(error)},
+                )
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         with self._lock:
