@@ -89,27 +89,41 @@ def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-@pytest.fixture
-def schema(database_url: str) -> Iterator[str]:
-    """A fresh, empty schema for one test, dropped afterwards."""
+@contextlib.contextmanager
+def fresh_schema(database_url: str) -> Iterator[str]:
+    """A fresh, empty schema, dropped on exit (its sessions, named after it, ended)."""
     name = f"t_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
-    yield name
-    with psycopg.connect(database_url, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
-            "AND application_name = %s",
-            (name,),
-        )
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+    try:
+        yield name
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
+                "AND application_name = %s",
+                (name,),
+            )
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+def schema_dsn(database_url: str, schema: str) -> str:
+    """A DSN whose tables resolve to `schema` (its sessions named after it)."""
+    return make_conninfo(database_url, options=f"-c search_path={schema}", application_name=schema)
+
+
+@pytest.fixture
+def schema(database_url: str) -> Iterator[str]:
+    """A fresh, empty schema for one test, dropped afterwards."""
+    with fresh_schema(database_url) as name:
+        yield name
 
 
 @pytest.fixture
 def dsn(database_url: str, schema: str) -> str:
     """A DSN whose tables resolve to this test's schema."""
-    return make_conninfo(database_url, options=f"-c search_path={schema}", application_name=schema)
+    return schema_dsn(database_url, schema)
 
 
 @pytest.fixture

@@ -112,6 +112,102 @@ async def test_a_sync_handler_sees_current_job_cancelled_and_what_it_returns_is_
     assert result_of(admin, job_id) is None
 
 
+class Said(logging.Handler):
+    """Sets `event` once the worker logs a message starting with `start`."""
+
+    def __init__(self, start: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.start = start
+        self.event = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.getMessage().startswith(self.start):
+            self.event.set()
+
+
+async def test_a_stop_waits_for_a_cancelled_sync_handler_so_its_cleanup_is_done_when_run_returns(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(**SLOW_BEAT)
+    started = threading.Event()
+    order: list[str] = []
+    outcomes: list[str] = []
+    queue.observe(lambda name, outcome, seconds: outcomes.append(outcome))
+    job_id = await queue.enqueue("Export", {})
+    # The cleanup goes on only once the stop says it waits for it: without the wait,
+    # run() would return first.
+    waiting = Said(f"stopping: waiting for the sync handler of job Export {job_id} (attempt 1)")
+
+    @queue.handler("Export")
+    def export(args: Any) -> str:
+        job = current_job()
+        started.set()
+        while not job.cancelled:  # a long handler polling its flag between steps
+            waiting.event.wait(0.01)
+        told = waiting.event.wait(15)
+        order.append(f"cleaned up (after the stop said it waits: {told})")
+        return "partial"
+
+    worker_log = logging.getLogger("axa_queue.worker")
+    worker_log.addHandler(waiting)
+    previous = worker_log.level
+    worker_log.setLevel(logging.INFO)
+    stop = asyncio.Event()
+    worker = asyncio.create_task(queue.run(stop))
+    try:
+        assert await asyncio.to_thread(started.wait, 15)
+        await listening(admin)
+        async with queue.connection() as conn:
+            assert await cancel(conn, job_id, "ops:alice", "stop")
+        await eventually(lambda: outcomes == ["cancelled"])  # the run is over, not its thread
+        stop.set()
+        await asyncio.wait_for(worker, 30)
+        order.append("run() returned")
+    finally:
+        worker_log.removeHandler(waiting)
+        worker_log.setLevel(previous)
+        waiting.event.set()
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
+    assert order == ["cleaned up (after the stop said it waits: True)", "run() returned"]
+    assert status_of(admin, job_id) == ("cancelled", None, 1)
+    assert result_of(admin, job_id) is None
+
+
+async def test_a_cancelled_sync_handler_still_running_after_the_grace_is_logged_by_name_and_id(
+    make_queue, admin, caplog
+) -> None:
+    queue = await make_queue(shutdown_grace=0.2, **SLOW_BEAT)
+    started, release = threading.Event(), threading.Event()
+    outcomes: list[str] = []
+    queue.observe(lambda name, outcome, seconds: outcomes.append(outcome))
+
+    @queue.handler("Stuck")
+    def stuck(args: Any) -> None:
+        started.set()
+        release.wait(30)  # never looks at current_job().cancelled
+
+    job_id = await queue.enqueue("Stuck", {})
+    caplog.set_level(logging.INFO, logger="axa_queue.worker")
+    try:
+        async with running(queue):
+            assert await asyncio.to_thread(started.wait, 15)
+            await listening(admin)
+            async with queue.connection() as conn:
+                assert await cancel(conn, job_id, "ops:alice", "stop")
+            await eventually(lambda: outcomes == ["cancelled"])
+        left = [r for r in caplog.records if r.getMessage().startswith("stopped without")]
+    finally:
+        release.set()
+    assert [r.getMessage() for r in left] == [
+        f"stopped without the sync handler of job Stuck {job_id} (attempt 1), still running "
+        "in its thread (a thread cannot be interrupted; it ends when the handler returns, or "
+        "with the process)"
+    ]
+    assert (left[0].job_id, left[0].job, left[0].attempt) == (str(job_id), "Stuck", 1)
+    assert left[0].levelno == logging.WARNING
+
+
 async def test_a_cancel_rolled_back_with_the_callers_transaction_leaves_the_run_going_to_its_end(
     make_queue, admin, dsn
 ) -> None:

@@ -684,7 +684,9 @@ def test_a_worker_logs_json_to_stderr_and_a_job_failure_names_the_job(
     target = write_module(tmp_path)
     job_id = enqueue(ready, "Boom", "--args", json.dumps({"token": SECRET}))
     worker = spawn("worker", target, "--log-format", "json")
-    failed = worker.wait_for(lambda events: [e for e in events if e["message"] == "job failed"])
+    failed = worker.wait_for(
+        lambda events: [e for e in events if e["message"].startswith("job failed:")]
+    )
     assert failed[0]["job_id"] == str(job_id) and failed[0]["job"] == "Boom"
     assert failed[0]["error"] == "RuntimeError: told to fail"
     assert "exception" not in failed[0]  # no traceback unless asked (--log-tracebacks)
@@ -735,10 +737,12 @@ def test_a_worker_logs_a_handlers_own_lines_with_its_job_and_tracebacks_when_ask
         1,
     )
     completed = worker.wait_for(
-        lambda events: [e for e in events if e["message"] == "job completed"]
+        lambda events: [e for e in events if e["message"].startswith("job completed:")]
     )
     assert completed[0]["job_id"] == str(chatty) and completed[0]["duration"] >= 0
-    failed = worker.wait_for(lambda events: [e for e in events if e["message"] == "job failed"])
+    failed = worker.wait_for(
+        lambda events: [e for e in events if e["message"].startswith("job failed:")]
+    )
     assert failed[0]["job_id"] == str(boom)
     assert failed[0]["exception"].startswith("Traceback (most recent call last):")
     assert 'raise RuntimeError("told to fail")' in failed[0]["exception"]

@@ -302,7 +302,7 @@ async def test_what_a_middleware_raises_fails_the_run_and_the_job_is_retried(
         await finished(admin, job_id)
     assert [job.attempt for job in seen.jobs] == [2]  # the first never reached the handler
     assert status_of(admin, job_id)[::2] == ("completed", 2)
-    [retried] = [e for e in lines.events() if e["message"] == "job failed, will retry"]
+    [retried] = [e for e in lines.events() if e["message"].startswith("job failed, will retry:")]
     assert retried["error"] == "PermissionError: rate limited" and retried["attempt"] == 1
 
 
@@ -433,7 +433,7 @@ async def test_a_completed_run_is_logged_at_debug_with_its_duration(
     job_id = await queue.enqueue("Quick", {"card": SECRET})
     async with running(queue):
         await finished(admin, job_id)
-    [event] = [e for e in lines.events() if e["message"] == "job completed"]
+    [event] = [e for e in lines.events() if e["message"].startswith("job completed:")]
     assert event["level"] == "debug" and event["job_id"] == str(job_id)
     assert event["job"] == "Quick" and event["attempt"] == 1
     assert isinstance(event["duration"], float) and event["duration"] >= 0
@@ -454,7 +454,9 @@ async def test_a_failed_runs_line_carries_its_traceback_only_when_asked(
         async with running(queue):
             await finished(admin, job_id, "failed")
         [event] = [
-            e for e in lines.events() if e["message"] == "job failed" and e["job_id"] == str(job_id)
+            e
+            for e in lines.events()
+            if e["message"].startswith("job failed:") and e["job_id"] == str(job_id)
         ]
         assert event["error"] == "KeyError: 'missing_setting'"
         if asked:

@@ -167,7 +167,7 @@ def test_a_worker_started_while_the_database_is_down_waits_for_it_and_runs_jobs(
         try:
             assert process.stderr is not None
             line = process.stderr.readline()  # the first try failed, and it says so
-            assert "cannot reach the database; trying again" in line, line
+            assert "cannot reach the database (OperationalError); trying again" in line, line
             assert process.poll() is None
             server.start()
             with psycopg.connect(server.dsn, autocommit=True) as admin:

@@ -17,7 +17,13 @@ without a traceback. A block that is a test file for the user's own tests
 
 and is run by pytest instead, in a project of its own where the package is installed
 with its entry points (`userproject`), so the plugin's fixtures come as they come to a
-user: every test in it must pass.
+user: every test in it must pass. A block whose output must not depend on luck (what
+threads and tasks do at once) is preceded by
+
+    <!-- doc-test: repeat 20 -->
+
+and is run that many times at once, each run in a schema of its own: every run must
+pass and print the same.
 
 The configuration page names every `QueueOptions` field and every environment variable
 the package reads, so a new one cannot go undocumented.
@@ -26,6 +32,7 @@ the package reads, so a new one cannot go undocumented.
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import os
 import re
@@ -34,6 +41,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
@@ -43,6 +51,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import userproject
 from axa_queue import QueueOptions
+from conftest import fresh_schema, schema_dsn
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -59,6 +68,7 @@ HIDING_PYTHON = frozenset(
 
 INTERRUPT = re.compile(r'<!--\s*doc-test:\s*interrupt after "([^"]+)"\s*-->')
 PYTEST = re.compile(r"<!--\s*doc-test:\s*pytest\s*-->")
+REPEAT = re.compile(r"<!--\s*doc-test:\s*repeat\s+(\d+)\s*-->")
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>```+|~~~+)(?P<info>.*)$")
 
 
@@ -75,6 +85,8 @@ class Block:
     """The text after which the block is sent SIGINT, for blocks that run until stopped."""
     pytest: bool = False
     """Whether the block is a test file, run by pytest with the plugin (see the module)."""
+    repeat: int = 1
+    """How many times the block is run at once; every run must print the same."""
 
     @property
     def where(self) -> str:
@@ -104,6 +116,7 @@ def blocks_of(path: Path) -> list[Block]:
         assert j < len(lines), f"{path.relative_to(ROOT)}:{i + 1}: a code block is never closed"
         previous = next((lines[k] for k in range(i - 1, -1, -1) if lines[k].strip()), "")
         directive = INTERRUPT.search(previous)
+        repeat = REPEAT.search(previous)
         found.append(
             Block(
                 path=path,
@@ -112,6 +125,7 @@ def blocks_of(path: Path) -> list[Block]:
                 code="\n".join(body) + "\n",
                 interrupt_after=directive[1] if directive else None,
                 pytest=PYTEST.search(previous) is not None,
+                repeat=int(repeat[1]) if repeat else 1,
             )
         )
         i = j + 1
@@ -143,8 +157,9 @@ def test_every_code_block_names_its_language_and_none_hides_python(block: Block)
             f"{block.where}: this ```{block.tag} block looks like Python; write ```python "
             "and make it a complete program"
         )
-    if block.interrupt_after is not None or block.pytest:
+    if block.interrupt_after is not None or block.pytest or block.repeat != 1:
         assert block.tag == "python", f"{block.where}: a doc-test directive on a non-Python block"
+    assert block.repeat >= 1, f"{block.where}: repeat a block at least once"
 
 
 def as_url(dsn: str) -> str:
@@ -266,9 +281,30 @@ def test_the_python_block_runs_as_written(
         return
     script = tmp_path / "block.py"
     script.write_text(f"# {block.where}\n{block.code}", encoding="utf-8")
+    if block.repeat > 1:
+        _run_repeated(block, script, dsn, database_url)
+        return
     status, stdout, stderr = _run(block, script, dsn)
     assert status == 0, f"{block.where}: exit status {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     assert "Traceback" not in stderr, f"{block.where}: printed a traceback\n{stderr}"
+
+
+def _run_repeated(block: Block, script: Path, dsn: str, server: str) -> None:
+    """Run `script` `block.repeat` times at once (the first in this test's schema, each
+    other in a fresh one): every run must exit 0 without a traceback and print what
+    the first printed."""
+    with contextlib.ExitStack() as stack:
+        dsns = [dsn]
+        for _ in range(block.repeat - 1):
+            dsns.append(schema_dsn(server, stack.enter_context(fresh_schema(server))))
+        with ThreadPoolExecutor(len(dsns)) as runs:
+            outcomes = list(runs.map(lambda one: _run(block, script, one), dsns))
+    first = outcomes[0][1]
+    for run, (status, stdout, stderr) in enumerate(outcomes, 1):
+        said = f"{block.where}, run {run} of {block.repeat}"
+        assert status == 0, f"{said}: exit status {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        assert "Traceback" not in stderr, f"{said}: printed a traceback\n{stderr}"
+        assert stdout == first, f"{said}: printed\n{stdout}\nbut run 1 printed\n{first}"
 
 
 def _tests_in(code: str) -> int:
@@ -326,6 +362,25 @@ def test_the_harness_sees_a_worker_that_ctrl_c_stops_with_a_traceback(
     script.write_text(block.code)
     status, _, stderr = _run(block, script, dsn)
     assert status != 0 and "Traceback" in stderr and "KeyboardInterrupt" in stderr
+
+
+def test_the_harness_runs_a_repeated_block_each_time_and_fails_it_when_one_run_prints_otherwise(
+    dsn: str, database_url: str, tmp_path: Path
+) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "<!-- doc-test: repeat 3 -->\n```python\nimport os\n\nprint(os.getpid())\n```\n"
+    )
+    assert [b.repeat for b in blocks_of(page)] == [3]
+    block = Block(
+        ROOT / "README.md", 1, "python", "import os\n\nprint(os.getpid())\n", None, repeat=3
+    )
+    script = tmp_path / "block.py"
+    script.write_text(block.code)
+    with pytest.raises(AssertionError, match=r"run 2 of 3: printed"):
+        _run_repeated(block, script, dsn, database_url)
+    script.write_text("print('the same')\n")
+    _run_repeated(block, script, dsn, database_url)
 
 
 def test_the_harness_finds_a_python_block_hidden_behind_another_tag(tmp_path: Path) -> None:

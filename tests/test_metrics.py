@@ -114,7 +114,7 @@ async def test_an_observer_that_raises_is_logged_and_the_worker_carries_on(
     async with running(queue):
         await eventually(lambda: len(seen) == 2)
     assert all(status_of(admin, job_id)[0] == "completed" for job_id in ids)
-    assert any(r.getMessage() == "a run observer failed" for r in caplog.records)
+    assert any(r.getMessage().startswith("a run observer failed") for r in caplog.records)
 
 
 async def test_the_collector_exports_jobs_per_name_and_state_after_a_refresh(make_queue) -> None:

@@ -183,7 +183,7 @@ async def test_an_async_handler_raising_cancelled_error_fails_its_attempt_and_is
         async with running(queue):
             await eventually(lambda: status_of(admin, job_id)[0] == "completed")
     assert status_of(admin, job_id) == ("completed", None, 2)
-    retried = [r for r in caplog.records if r.getMessage() == "job failed, will retry"]
+    retried = [r for r in caplog.records if r.getMessage().startswith("job failed, will retry:")]
     assert [r.__dict__["error"] for r in retried] == ["CancelledError raised by the handler"]
 
 

@@ -1,12 +1,17 @@
 """The threads sync handlers run in (`JobThreads`) call the registry's thread hooks:
-around each run, in the run's thread, and as each thread ends."""
+around each run, in the run's thread, and as each thread ends; a stop can wait for
+the calls still running and name the run of each."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
+from uuid import uuid4
 
 import pytest
 
+from axa_queue.context import JobContext, enter, leave
 from axa_queue.registry import ThreadHooks
 from axa_queue.worker.threads import JobThreads
 
@@ -40,3 +45,29 @@ def test_a_hook_that_raises_before_a_run_fails_it_and_one_after_is_only_logged(
     assert threads.submit(lambda: "ran").result(timeout=10) == "ran"
     threads.shutdown(wait=True)
     assert "a thread hook failed after a sync run" in caplog.text
+
+
+async def test_a_stop_can_wait_for_the_calls_still_running_and_name_the_run_of_each() -> None:
+    job = JobContext(uuid4(), "Export", 1, 3)
+    threads = JobThreads(2, "test-job")
+    started, release = threading.Event(), threading.Event()
+
+    def export() -> str:
+        started.set()
+        release.wait(30)
+        return "partial"
+
+    token = enter(job)
+    try:
+        running = threads.submit(export)  # as `run_in_executor` does, in the run's context
+    finally:
+        leave(token)
+    assert threads.submit(lambda: "quick").result(timeout=10) == "quick"  # outside a run
+    assert await asyncio.to_thread(started.wait, 10)
+    assert threads.running() == [job]
+    await threads.wait(time.monotonic())  # the grace is over: it returns at once
+    assert threads.running() == [job] and not running.done()
+    release.set()
+    await threads.wait(None)
+    assert running.result(timeout=0) == "partial" and threads.running() == []
+    threads.shutdown(wait=True)

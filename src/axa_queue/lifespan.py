@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .retries import summary
+from .retries import kind, summary
 
 __all__ = ["ABORT_AFTER", "Hosted"]
 
@@ -48,8 +48,9 @@ class Hosted:
         except Exception as error:
             self.crash = summary(error)
             log.error(
-                "the worker crashed; it takes no more jobs and the health check fails "
+                "the worker crashed (%s); it takes no more jobs and the health check fails "
                 "until the application is restarted",
+                kind(error),
                 extra={"error": self.crash},
             )
 
@@ -63,8 +64,9 @@ class Hosted:
         done, _ = await asyncio.wait([self.task], timeout=timeout)
         if not done:
             log.error(
-                "the worker did not stop within its grace period; aborting it (stale "
+                "the worker did not stop within its grace period (%g s); aborting it (stale "
                 "recovery will queue its jobs again)",
+                self.grace,
                 extra={"grace": self.grace},
             )
             self.task.cancel()

@@ -5,13 +5,18 @@ axa-queue logs with `extra` fields that name what an event is about (`job_id`, `
 those fields, so a log line can be searched by job id::
 
     {"time": "2026-05-01T09:00:00.120Z", "level": "warning", "logger": "axa_queue.worker",
-     "pid": 4120, "message": "job failed, will retry", "job_id": "3f2c...", "job": "Report",
-     "attempt": 1, "error": "RuntimeError: told to fail", "retry_in": 30.0}
+     "pid": 4120, "message": "job failed, will retry: Report 3f2c... (attempt 1): raised
+     RuntimeError; next try in 30 s", "job_id": "3f2c...", "job": "Report", "attempt": 1,
+     "error": "RuntimeError: told to fail", "retry_in": 30.0}
 
-    2026-05-01T09:00:00.120Z WARNING axa_queue.worker [4120] job failed, will retry
-     job_id=3f2c... job=Report attempt=1 error="RuntimeError: told to fail" retry_in=30.0
+    2026-05-01T09:00:00.120Z WARNING axa_queue.worker [4120] job failed, will retry:
+     Report 3f2c... (attempt 1): raised RuntimeError; next try in 30 s job_id=3f2c...
+     job=Report attempt=1 error="RuntimeError: told to fail" retry_in=30.0
 
-(the text line is one line; it is wrapped here). `axa-queue worker --log-format` picks
+(each is one line; they are wrapped here). The message stands alone, for where no
+formatter prints the fields (a script without logging set up, whose warnings Python
+prints bare): it names the job by name, id and attempt, and an error by its class
+only; the error's text, which may hold whatever a handler put in it, is in `error`. `axa-queue worker --log-format` picks
 one; a service can use them with `logging` as it likes, or call `configure`.
 
 Every record made while a handler runs (by any logger: the service's own, a library's;

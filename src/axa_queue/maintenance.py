@@ -23,7 +23,7 @@ from .calls import by_name
 from .jobs import JobState
 from .options import QueueOptions
 from .presence import FORGET_AFTER
-from .retries import first_line
+from .retries import first_line, kind
 from .schedules import Schedule
 
 __all__ = [
@@ -143,7 +143,11 @@ def log_recovered(recovered: list[Recovered]) -> None:
     """Log each run stale recovery queued again or failed."""
     for one in recovered:
         log.warning(
-            "recovered a job abandoned by its worker",
+            "recovered a job abandoned by its worker: %s %s (attempt %d), now %s",
+            one.name,
+            one.id,
+            one.attempts,
+            one.state.value,
             extra={
                 "job_id": str(one.id),
                 "job": one.name,
@@ -170,29 +174,43 @@ async def run_once(
         async with pool.connection() as conn:
             archived = await archive_schedules(conn, [s.name for s in schedules], stale)
             if archived:
-                log.info("archived schedules no longer in code", extra={"archived": archived})
+                log.info(
+                    "archived schedules no longer in code (%d)",
+                    archived,
+                    extra={"archived": archived},
+                )
     except psycopg.Error as error:
-        log.error("could not archive schedules", extra={"error": first_line(error)})
+        log.error(
+            "could not archive schedules (%s)", kind(error), extra={"error": first_line(error)}
+        )
         failure = failure or error
     if recover:
         try:
             async with pool.connection() as conn:
                 log_recovered(await recover_stale(conn, stale, options.max_attempts))
         except psycopg.Error as error:
-            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            log.error(
+                "could not recover stale jobs (%s)", kind(error), extra={"error": first_line(error)}
+            )
             failure = failure or error
     try:
         async with pool.connection() as conn:
             await forget_workers(conn)
     except psycopg.Error as error:
-        log.error("could not remove dead worker processes", extra={"error": first_line(error)})
+        log.error(
+            "could not remove dead worker processes (%s)",
+            kind(error),
+            extra={"error": first_line(error)},
+        )
         failure = failure or error
     try:
         async with pool.connection() as conn:
             purged = await purge(conn, options.seconds("retention"))
             if purged:
-                log.info("purged finished jobs past retention", extra={"purged": purged})
+                log.info(
+                    "purged finished jobs past retention (%d)", purged, extra={"purged": purged}
+                )
     except psycopg.Error as error:
-        log.error("could not purge old jobs", extra={"error": first_line(error)})
+        log.error("could not purge old jobs (%s)", kind(error), extra={"error": first_line(error)})
         failure = failure or error
     return failure

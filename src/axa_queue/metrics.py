@@ -67,7 +67,7 @@ from .jobs import (
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
-from .retries import first_line
+from .retries import first_line, kind
 from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:
@@ -245,7 +245,11 @@ class QueueCollector(Collector):
             try:
                 await self.refresh(finished=due)
             except (psycopg.Error, AxaQueueError) as error:
-                log.warning("could not count jobs for metrics", extra={"error": first_line(error)})
+                log.warning(
+                    "could not count jobs for metrics (%s)",
+                    kind(error),
+                    extra={"error": first_line(error)},
+                )
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(stop.wait(), every)
 

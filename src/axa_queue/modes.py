@@ -41,7 +41,7 @@ from .errors import OptionsError
 from .handlers import JobHandler
 from .jobs import NewJob
 from .options import Mode, QueueOptions
-from .retries import describe
+from .retries import describe, kind
 
 __all__ = ["InContext", "context_of", "handler_for", "run_blocking", "run_here", "start_thread"]
 
@@ -157,7 +157,10 @@ def start_thread(
             run_blocking(handler, job, context)
         except Exception as error:
             log.error(
-                "background job failed",
+                "background job failed: %s %s (%s)",
+                job.name,
+                context.id,
+                kind(error),
                 extra={"job": job.name, "job_id": str(context.id), "error": describe(error)},
             )
         finally:

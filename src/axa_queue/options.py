@@ -164,7 +164,9 @@ class QueueOptions:
     """Connections in the queue's pool; `None` for `workers + 4`, at least 6."""
     shutdown_grace: Duration | None = None
     """On stop, how long to wait for jobs in progress before aborting them (they are
-    then left for stale recovery); `None` waits for as long as they take."""
+    then left for stale recovery), and for sync handlers whose run was stopped
+    (cancelled, timed out) to return from their threads; `None` waits for as long as
+    they take."""
     pooler: Pooler | None = None
     """What is between the queue and PostgreSQL: `"direct"` (nothing), `"session"` (a
     pooler such as PgBouncer in session mode) or `"transaction"` (one in transaction

@@ -84,7 +84,8 @@ def listens(options: QueueOptions) -> bool:
             _told.add("listen")
             log.warning(
                 "LISTEN cannot pass a transaction pooler: workers find new jobs by polling "
-                "every poll_interval (set listen=False to say so and silence this)",
+                "every poll_interval (%g s; set listen=False to say so and silence this)",
+                options.seconds("poll_interval"),
                 extra={"poll_interval": options.seconds("poll_interval")},
             )
         return False

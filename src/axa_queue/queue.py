@@ -58,7 +58,7 @@ from .middleware import check as check_middleware
 from .options import DSN_VARIABLES, Duration, Mode, QueueOptions, to_seconds
 from .policies import Policy, PolicyOptions
 from .registry import Registry, RunObserver
-from .retries import describe, first_line
+from .retries import describe, first_line, kind
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .sync import SyncQueue
 from .waits import Waiters
@@ -344,7 +344,9 @@ class Queue(Connected):
                     self.connector.on_wait(error)
                 first = False
                 log.warning(
-                    "cannot reach the database; trying again",
+                    "cannot reach the database (%s); trying again in %g s",
+                    kind(error),
+                    round(min(pause, left), 2),
                     extra={
                         "error": first_line(error),
                         "retry_in": round(min(pause, left), 2),
@@ -470,7 +472,7 @@ class Queue(Connected):
         if mode == "inline":
             await modes.run_here(handler, job, context)
         else:
-            self.start_background(job.name, modes.run_here(handler, job, context))
+            self.start_background(job.name, modes.run_here(handler, job, context), context.id)
         return context.id
 
     def sync(self) -> SyncQueue:
@@ -479,14 +481,26 @@ class Queue(Connected):
         `drain()`."""
         return SyncQueue(self.dsn, self.options, registry=self.registry)
 
-    def start_background(self, name: str, work: Coroutine[Any, Any, Any]) -> None:
-        """Run `work` as a task of this process (the `background` mode); `close()` waits."""
+    def start_background(
+        self, name: str, work: Coroutine[Any, Any, Any], job_id: UUID | None = None
+    ) -> None:
+        """Run `work` as a task of this process (the `background` mode), the run of job
+        `name` (whose id, if given, a failure's log line names); `close()` waits."""
 
         async def guarded() -> None:
             try:
                 await work
             except Exception as error:
-                log.error("background job failed", extra={"job": name, "error": describe(error)})
+                log.error(
+                    "background job failed: %s (%s)",
+                    name if job_id is None else f"{name} {job_id}",
+                    kind(error),
+                    extra={
+                        "job": name,
+                        **({} if job_id is None else {"job_id": str(job_id)}),
+                        "error": describe(error),
+                    },
+                )
 
         task = asyncio.get_running_loop().create_task(guarded(), name=f"axa-queue-bg-{name}")
         self._background.add(task)

@@ -17,7 +17,7 @@ from typing import Any
 from .handlers import JobHandler
 from .jobs import NewJob
 from .middleware import Middleware
-from .retries import describe
+from .retries import describe, kind
 from .schedules import Schedule
 
 __all__ = ["Registry", "RunObserver", "ThreadHooks"]
@@ -76,4 +76,11 @@ class Registry:
             try:
                 observer(name, outcome, seconds)
             except Exception as error:
-                log.error("a run observer failed", extra={**fields, "error": describe(error)})
+                log.error(
+                    "a run observer failed (%s) on job %s %s (attempt %s)",
+                    kind(error),
+                    name,
+                    fields.get("job_id"),
+                    fields.get("attempt"),
+                    extra={**fields, "error": describe(error)},
+                )

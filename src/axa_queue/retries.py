@@ -18,6 +18,7 @@ __all__ = [
     "cut_error",
     "describe",
     "first_line",
+    "kind",
     "summary",
 ]
 
@@ -70,6 +71,13 @@ def describe(error: BaseException) -> str:
     message = _text(error)
     kind = type(error).__qualname__
     return f"{kind}: {message}" if message else kind
+
+
+def kind(error: BaseException) -> str:
+    """What a log message says of an error: its class's name, which is code. Its text
+    (which a handler may have filled with anything, and a database error with a value)
+    goes in the record's `error` field only, where the formatters print it."""
+    return type(error).__qualname__
 
 
 def first_line(error: BaseException) -> str:

@@ -328,12 +328,17 @@ async def tick_one(
     job_id: UUID | None = row.queued
     if job_id is None:
         log.info(
-            "schedule skipped: its last job has not finished",
+            "schedule skipped: %s, its last job (%s) has not finished",
+            schedule.name,
+            row.last_job,
             extra={"schedule": schedule.name, "job_id": str(row.last_job)},
         )
     else:
         log.debug(
-            "schedule queued its job",
+            "schedule queued its job: schedule %s, job %s %s",
+            schedule.name,
+            job.name,
+            job_id,
             extra={"schedule": schedule.name, "job_id": str(job_id), "job": job.name},
         )
     return job_id

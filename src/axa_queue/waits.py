@@ -44,7 +44,7 @@ from .connector import Connector
 from .errors import JobNotFoundError, WaitTimeoutError
 from .jobs import JobInfo, JobState
 from .options import Duration, QueueOptions, to_seconds
-from .retries import summary
+from .retries import kind, summary
 
 __all__ = ["FINISHED", "LINGER", "Waiters", "finished", "listens", "wait_sync", "woken"]
 
@@ -211,7 +211,10 @@ class Waiters:
                     ready.set_exception(error)
                     return
                 log.warning(
-                    "lost the connection that waits for jobs to finish; making it again",
+                    "lost the connection that waits for jobs to finish (%s); making it again "
+                    "in %g s",
+                    kind(error),
+                    pause,
                     extra={"error": summary(error), "retry_in": pause},
                 )
             self._wake(None)

@@ -209,6 +209,7 @@ class Worker:
             state.nudge.set()
             await self._close(background[0], deadline)
             _raise_failure(background[:1])
+            await self._threads_end(deadline)
             await self._leave(deadline)
         except BaseException:
             self.runner.aborting = True
@@ -230,11 +231,32 @@ class Worker:
                 if self.state.endings or self.claims.tasks:
                     log.warning(
                         "stopping: the grace period is over before every ending was "
-                        "recorded; stale recovery will queue those jobs again",
+                        "recorded (endings waiting: %d, lost runs: %d); stale recovery will "
+                        "queue those jobs again",
+                        len(self.state.endings),
+                        len(self.claims.tasks),
                         extra={"endings": len(self.state.endings), "lost": len(self.claims.tasks)},
                     )
                 break
             await asyncio.wait(unfinished, timeout=left)
+
+    async def _threads_end(self, deadline: float | None) -> None:
+        """Closing: wait, while the grace lasts, for the sync handlers still running in
+        their threads though their run is over (it was stopped: its job cancelled, its
+        timeout, its claim lost; a thread cannot be interrupted), so that what they do
+        once they see `current_job().cancelled` is done when `run()` returns. One still
+        running after the grace is named by `_stopped`."""
+        threads = self.runner.executor
+        for job in threads.running():
+            log.info(
+                "stopping: waiting for the sync handler of job %s %s (attempt %d), whose run "
+                "was stopped, to return",
+                job.name,
+                job.id,
+                job.attempt,
+                extra={"job_id": str(job.id), "job": job.name, "attempt": job.attempt},
+            )
+        await threads.wait(deadline)
 
     async def _leave(self, deadline: float | None) -> None:
         """A clean stop: remove this process's row from `axa_workers`, within the grace."""
@@ -250,6 +272,16 @@ class Worker:
         tasks = [*background, *self.claims.tasks]
         tasks += [one.task for one in state.runs.values() if one.task is not None]
         await cancel_all(tasks)
+        for job in self.runner.executor.running():
+            log.warning(
+                "stopped without the sync handler of job %s %s (attempt %d), still running "
+                "in its thread (a thread cannot be interrupted; it ends when the handler "
+                "returns, or with the process)",
+                job.name,
+                job.id,
+                job.attempt,
+                extra={"job_id": str(job.id), "job": job.name, "attempt": job.attempt},
+            )
         for timer in (state.wake_at, self.exchange.flush_at):
             if timer is not None:
                 timer.cancel()

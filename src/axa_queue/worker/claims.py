@@ -25,7 +25,7 @@ import psycopg
 from .. import sql
 from ..options import QueueOptions
 from ..registry import Registry
-from ..retries import cut_error, first_line
+from ..retries import cut_error, first_line, kind
 from . import decisions
 from .connections import Connections
 from .state import CANCELLED, Run, State
@@ -101,7 +101,10 @@ class Claims:
                 alive, cancelled = await self.beat([one])
             except psycopg.Error as error:
                 log.warning(
-                    "could not check a claim before starting its run; trying again",
+                    "could not check the claim of job %s %s (attempt %d) before starting "
+                    "its run (%s); trying again",
+                    *one.named(),
+                    kind(error),
                     extra={**one.fields(), "error": first_line(error)},
                 )
                 await asyncio.sleep(RETRY_DATABASE)
@@ -135,7 +138,10 @@ class Claims:
                 alive, cancelled = await self.beat(runs + ended)
             except psycopg.Error as error:
                 log.warning(
-                    "heartbeat failed", extra={"error": first_line(error), "jobs": len(runs)}
+                    "heartbeat failed (%s); jobs running: %d",
+                    kind(error),
+                    len(runs),
+                    extra={"error": first_line(error), "jobs": len(runs)},
                 )
                 now = time.monotonic()
                 for one in runs:
@@ -194,7 +200,10 @@ class Claims:
                     break
                 except psycopg.Error as error:
                     log.error(
-                        "could not write what became of a run that lost its claim; trying again",
+                        "could not write what became of job %s %s (attempt %d), whose run "
+                        "lost its claim (%s); trying again",
+                        *one.named(),
+                        kind(error),
                         extra={**one.fields(), "error": first_line(error)},
                     )
                     await asyncio.sleep(RETRY_DATABASE)
@@ -228,4 +237,12 @@ class Claims:
             found_attempts=None if found is None else found.attempts,
             became=None if found is None else found.became,
         )
-        log.log(level, message, extra={**one.fields(), "reason": text})
+        head, _, what = message.partition(": ")  # "job stopped: what became of it"
+        log.log(
+            level,
+            "%s: %s %s (attempt %d): %s",
+            head,
+            *one.named(),
+            what,
+            extra={**one.fields(), "reason": text},
+        )

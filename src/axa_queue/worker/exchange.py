@@ -26,7 +26,7 @@ from psycopg.rows import RowMaker
 from .. import sql
 from ..options import QueueOptions, to_seconds
 from ..registry import Registry
-from ..retries import first_line
+from ..retries import first_line, kind
 from . import decisions
 from .claims import RETRY_DATABASE, Claims
 from .connections import Connections
@@ -181,7 +181,10 @@ class Exchange:
                 since_failing = self.failing[0] if self.failing else time.monotonic()
                 self.failing = (since_failing, first_line(error))
                 log.error(
-                    "could not record finished jobs or claim new ones; trying again",
+                    "could not record finished jobs or claim new ones (%s; endings waiting: %d); "
+                    "trying again",
+                    kind(error),
+                    len(batch),
                     extra={"error": first_line(error), "endings": len(batch)},
                 )
                 state.endings = batch + state.endings

@@ -18,7 +18,7 @@ from psycopg_pool import AsyncConnectionPool
 from .. import maintenance
 from ..options import QueueOptions
 from ..registry import Registry
-from ..retries import first_line
+from ..retries import first_line, kind
 from . import decisions
 from .connections import Connections
 from .state import State
@@ -62,7 +62,9 @@ class Housekeeping:
             except Exception as error:  # a bug, or anything the database driver raised
                 failure = error
                 log.error(
-                    "housekeeping failed; trying again",
+                    "housekeeping failed (%s); trying again in %g s",
+                    kind(error),
+                    retry,
                     extra={"error": summary(error), "retry_in": retry},
                 )
             if failure is None:
@@ -83,7 +85,9 @@ class Housekeeping:
             conn = await connections.for_side()
         except psycopg.Error as error:
             connections.broken_at = time.monotonic()
-            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            log.error(
+                "could not recover stale jobs (%s)", kind(error), extra={"error": first_line(error)}
+            )
             return error
         since = connections.connected_since
         if since is None or time.monotonic() - since < self.stale:
@@ -95,7 +99,9 @@ class Housekeeping:
         except psycopg.Error as error:
             if isinstance(error, psycopg.OperationalError):
                 await connections.side_broke(conn)
-            log.error("could not recover stale jobs", extra={"error": first_line(error)})
+            log.error(
+                "could not recover stale jobs (%s)", kind(error), extra={"error": first_line(error)}
+            )
             return error
         maintenance.log_recovered(recovered)
         return None

@@ -17,6 +17,7 @@ import psycopg
 from .. import sql
 from ..connector import Connector
 from ..options import QueueOptions
+from ..retries import kind
 from . import decisions
 from .state import State
 from .tasks import Troubles, summary
@@ -61,13 +62,15 @@ async def listen(
         except psycopg.Error as error:
             troubles.failed("listener", error)
             log.warning(
-                "lost the notification connection; polling until it is back",
+                "lost the notification connection (%s); polling until it is back",
+                kind(error),
                 extra={"error": summary(error)},
             )
         except Exception as error:
             troubles.failed("listener", error)
             log.error(
-                "the listener failed; polling until it is back",
+                "the listener failed (%s); polling until it is back",
+                kind(error),
                 extra={"error": summary(error), "retry_in": pause},
             )
         await asyncio.sleep(pause)

@@ -21,7 +21,7 @@ import psycopg
 from .. import sql
 from ..options import QueueOptions
 from ..registry import Registry
-from ..retries import first_line
+from ..retries import first_line, kind
 from .claims import MIN_HEARTBEAT
 from .connections import Connections
 from .state import State
@@ -75,7 +75,8 @@ class Presence:
         except psycopg.Error as error:
             if not self.failing:
                 log.warning(
-                    "could not record this worker process in axa_workers; trying again",
+                    "could not record this worker process in axa_workers (%s); trying again",
+                    kind(error),
                     extra={"error": first_line(error)},
                 )
             self.failing = True
@@ -96,6 +97,7 @@ class Presence:
             await self.connections.on_side(sql.WORKER_GONE, {"id": self.id})
         except psycopg.Error as error:
             log.info(
-                "could not remove this worker process from axa_workers; housekeeping will",
+                "could not remove this worker process from axa_workers (%s); housekeeping will",
+                kind(error),
                 extra={"error": first_line(error)},
             )

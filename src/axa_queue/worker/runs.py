@@ -32,7 +32,7 @@ from ..middleware import through
 from ..options import QueueOptions, to_timedelta
 from ..policies import NO_POLICY, Discard, Retry, Snooze, judge
 from ..registry import Registry
-from ..retries import cut_error, describe, first_line
+from ..retries import cut_error, describe, first_line, kind
 from ..tracing import carrier_of
 from .claims import Claims
 from .state import CANCELLED, Run, State, order_of
@@ -165,7 +165,11 @@ class Runner:
             try:
                 await lender.give_back()
             except Exception as error:  # the pool closed: nothing to give back to
-                log.debug("could not give a lent connection back", extra={"error": describe(error)})
+                log.debug(
+                    "could not give a lent connection back (%s)",
+                    kind(error),
+                    extra={"error": describe(error)},
+                )
 
     async def close(self) -> None:
         """Give every lent connection back to the pool (the worker stops; its loops are
@@ -187,7 +191,11 @@ class Runner:
                 one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
             )
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("job started", extra={**one.fields(), "worker": self.identity})
+            log.debug(
+                "job started: %s %s (attempt %d)",
+                *one.named(),
+                extra={**one.fields(), "worker": self.identity},
+            )
 
     def _release(self, one: Run) -> None:
         state = self.state
@@ -271,9 +279,11 @@ class Runner:
                 self.state.stats[CANCELLED] += 1
                 self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
             log.info(
-                "job stopped: cancelled by a person while it ran; nothing of the run is recorded"
+                "job stopped: %s %s (attempt %d) was cancelled by a person while it ran; "
+                "nothing of the run is recorded"
                 if one.started
-                else "job not started: cancelled by a person",
+                else "job not started: %s %s (attempt %d) was cancelled by a person",
+                *one.named(),
                 extra=one.fields(),
             )
             return
@@ -287,6 +297,8 @@ class Runner:
         if one.stopped is not None:  # timed out (also when a handler swallowed the cancellation)
             error = one.stopped[1]
             raised = None
+        # What the log message says of a failure: the error's class, or our own text.
+        cause = error if raised is None else f"raised {kind(raised)}"
         raises: int | None = None  # a snooze: the job's new max_attempts
         if error is None:
             status, delay = "completed", 0.0
@@ -308,20 +320,37 @@ class Runner:
             del result  # kept, as JSON, in one.result
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
-                    "job completed", extra={**one.fields(), "duration": round(one.seconds, 6)}
+                    "job completed: %s %s (attempt %d) in %g s",
+                    *one.named(),
+                    round(one.seconds, 6),
+                    extra={**one.fields(), "duration": round(one.seconds, 6)},
                 )
         else:
             trace = raised if self.tracebacks else None
             if raises is not None:
-                log.info("job snoozed", extra={**one.fields(), "error": error, "retry_in": delay})
+                log.info(
+                    "job snoozed: %s %s (attempt %d) for %g s",
+                    *one.named(),
+                    delay,
+                    extra={**one.fields(), "error": error, "retry_in": delay},
+                )
             elif status == "queued":
                 log.warning(
-                    "job failed, will retry",
+                    "job failed, will retry: %s %s (attempt %d): %s; next try in %g s",
+                    *one.named(),
+                    cause,
+                    delay,
                     extra={**one.fields(), "error": error, "retry_in": delay},
                     exc_info=trace,
                 )
             else:
-                log.error("job failed", extra={**one.fields(), "error": error}, exc_info=trace)
+                log.error(
+                    "job failed: %s %s (attempt %d): %s",
+                    *one.named(),
+                    cause,
+                    extra={**one.fields(), "error": error},
+                    exc_info=trace,
+                )
             del raised, trace  # its traceback holds the handler's frames
         self.state.end(one.end(status, error, delay, raises))
         if status == "queued":
@@ -376,14 +405,19 @@ class Runner:
                 await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
                 continue
             if not told:
-                log.info("stopping: waiting for jobs in progress", extra={"running": len(tasks)})
+                log.info(
+                    "stopping: waiting for jobs in progress (%d running)",
+                    len(tasks),
+                    extra={"running": len(tasks)},
+                )
                 told = True
             timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
             _, pending = await asyncio.wait(tasks, timeout=timeout)
             if pending and deadline is not None and time.monotonic() >= deadline:
                 log.warning(
-                    "stopping: aborting jobs still running after the grace period; "
+                    "stopping: aborting jobs still running after the grace period (%d); "
                     "stale recovery will queue them again",
+                    len(pending),
                     extra={"aborted": len(pending)},
                 )
                 self.aborting = True
@@ -419,12 +453,15 @@ class Runner:
             )
         except psycopg.Error as error:
             log.warning(
-                "stopping: could not queue again the jobs claimed ahead that never started; "
-                "stale recovery will",
+                "stopping: could not queue again the jobs claimed ahead that never started "
+                "(%d; %s); stale recovery will",
+                len(runs),
+                kind(error),
                 extra={"jobs": len(runs), "error": first_line(error)},
             )
             return
         log.info(
-            "stopping: queued again the jobs claimed ahead that never started",
+            "stopping: queued again the jobs claimed ahead that never started (%d)",
+            len(runs),
             extra={"jobs": len(runs)},
         )

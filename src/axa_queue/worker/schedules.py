@@ -9,6 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from ..retries import kind
 from .state import State
 from .tasks import Troubles, summary
 
@@ -42,16 +43,22 @@ async def tick_loop(tick: Tick, every: float, state: State, troubles: Troubles) 
         for name, failure in failures.items():
             if now - logged.get(name, -LOG_AGAIN) >= LOG_AGAIN:
                 logged[name] = now
-                log.error(
-                    "could not queue scheduled jobs; trying again"
-                    if not name
-                    else "a schedule could not queue its job; trying again",
-                    extra={
-                        **({"schedule": name} if name else {}),
-                        "error": summary(failure),
-                        "retry_in": every,
-                    },
-                )
+                fields = {"error": summary(failure), "retry_in": every}
+                if name:
+                    log.error(
+                        "a schedule could not queue its job: %s (%s); trying again in %g s",
+                        name,
+                        kind(failure),
+                        every,
+                        extra={"schedule": name, **fields},
+                    )
+                else:
+                    log.error(
+                        "could not queue scheduled jobs (%s); trying again in %g s",
+                        kind(failure),
+                        every,
+                        extra=fields,
+                    )
         if failures:
             name, first = next(iter(failures.items()))
             where = f"schedule {name!r}: " if name else ""

@@ -113,6 +113,12 @@ class Run:
         """The log fields that name this run (never its arguments)."""
         return {"job_id": self.id, "job": self.name, "attempt": self.attempts}
 
+    def named(self) -> tuple[str, str, int]:
+        """What names this run in a log message (`"%s %s (attempt %d)"`): its job's
+        name, id and attempt, the values of `fields`, so a message stands alone where
+        no formatter prints the fields (a script's stderr, without logging set up)."""
+        return self.name, self.id, self.attempts
+
     def end(
         self,
         status: str,

@@ -34,8 +34,9 @@ async def cancel_all(tasks: list[asyncio.Task[Any]] | set[asyncio.Task[Any]]) ->
     while pending:
         if time.monotonic() >= give_up:
             log.error(
-                "stopping: tasks did not end when cancelled (a handler that swallows "
+                "stopping: tasks did not end when cancelled (%d; a handler that swallows "
                 "cancellations?); leaving them",
+                len(pending),
                 extra={"tasks": len(pending)},
             )
             break
