@@ -274,7 +274,7 @@ def test_a_worker_on_a_terminal_says_at_once_what_it_waits_for_and_how_to_stop_w
             "waiting up to 60 s for the database at 127.0.0.1:9/nothing (connection refused); "
             "Ctrl-C to stop, --wait-for-database 0 to fail at once"
         )
-        assert "cannot reach the database; trying again" in second
+        assert "cannot reach the database (OperationalError); trying again" in second
         assert "s3cret" not in first + second
         assert process.poll() is None
         process.send_signal(signal.SIGINT)  # Ctrl-C
@@ -294,7 +294,7 @@ def test_a_worker_not_on_a_terminal_logs_each_try_and_says_nothing_else(tmp_path
     try:
         first, second = _lines_until(process.stderr.fileno(), 2, time.monotonic() + 50)
         for line in (first, second):
-            assert "cannot reach the database; trying again" in line, line
+            assert "cannot reach the database (OperationalError); trying again" in line, line
             assert "Ctrl-C" not in line and "s3cret" not in line
     finally:
         process.kill()
