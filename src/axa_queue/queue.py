@@ -210,11 +210,11 @@ class Queue(Connected):
     def limit(
         self, name: str, jobs: int, *, scope: Literal["process", "global"] = "process"
     ) -> None:
-        """Run at most `jobs` (from one to `MAX_INTEGER`) jobs named `name` at once: in this process
-        (`scope="process"`, the default; other names keep the remaining loops busy), or
-        across every process and host (`scope="global"`, enforced by the claim
-        statement: running jobs of that name are counted under a lock, a crashed
-        process's until stale recovery frees them). A name may have both. Every process
+        """Run at most `jobs` (from one to `MAX_INTEGER`) jobs named `name` at once: in
+        this process (`scope="process"`, the default; other names keep the remaining
+        loops busy), or across every process and host (`scope="global"`, enforced by
+        the claim statement: running jobs of that name are counted under a lock, a
+        crashed process's until stale recovery frees them). A name may have both. Every process
         that handles the name must register the same global limit: each claim checks
         the limit its own process registered (docs/handlers.md)."""
         check_name(name)
@@ -235,13 +235,13 @@ class Queue(Connected):
 
     def rate_limit(self, name: str, jobs: int, *, per: timedelta) -> None:
         """Start at most `jobs` (from one to `MAX_RATE`) jobs named `name` in any window of
-        `per` (a positive `timedelta` of at most `MAX_DURATION`), counted across every process and host: each claim of
-        the name takes one of `jobs` slots kept in the database (`axa_rate_slots`), one
-        last taken `per` ago or more, so retries count as new starts. Enforced by the
-        claim statement, under the same lock as a global limit (`limit(...,
-        scope="global")`), which the name may have as well: both apply. Every process
-        that handles the name should register the same rate: each claim honours the
-        one its own process registered (docs/handlers.md)."""
+        `per` (a positive `timedelta` of at most `MAX_DURATION`), counted across every
+        process and host: each claim of the name takes one of `jobs` slots kept in the
+        database (`axa_rate_slots`), one last taken `per` ago or more, so retries count
+        as new starts. Enforced by the claim statement, under the same lock as a global
+        limit (`limit(..., scope="global")`), which the name may have as well: both
+        apply. Every process that handles the name should register the same rate: each
+        claim honours the one its own process registered (docs/handlers.md)."""
         check_name(name)
         if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_RATE:
             raise OptionsError(

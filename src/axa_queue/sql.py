@@ -294,15 +294,7 @@ JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result",
 only puts text together; and `[{"name", "cap"}]`). `max_attempts` is there only for a
 run its handler snoozed (`policies.Snooze`): the job's new limit, one more than the
 run's, written with the ending, so a snooze costs no attempt of the job's. Every ending writes its `result`: NULL but for a completed run
-that returned a value.
-
-One statement carries many runs' endings and every name's claim, so no one job's
-values may fail it: a new limit past the most an `integer` holds (a snooze of a job at
-`max_attempts` 2147483647) is read as a `bigint` and stops at 2147483647 (a `CASE`:
-`LEAST` would make a missing one 2147483647, as it ignores NULLs), and a delay stops
-at 100 years (`options.MAX_DURATION`, which no delay the worker makes passes).
-What fails it even so (a data error: SQLSTATE class 22, 23 or 54), `Exchange` sends
-again in parts to find the run or name at fault (see `Exchange.isolate`). Each is one text parameter: far cheaper for the client to build
+that returned a value. Each is one text parameter: far cheaper for the client to build
 than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
 come back as text and `run_at` as epoch seconds, which the client reads and sorts by
 more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
@@ -311,6 +303,14 @@ more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary k
 jobs: else, whenever its statistics say few jobs run, it scans that index whole (every
 running job of every worker, and the dead entries vacuum has not cleared yet), or on a
 table of some thousand rows the table.
+
+One statement carries many runs' endings and every name's claim, so no one job's
+values may fail it: a new limit past the most an `integer` holds (a snooze of a job at
+`max_attempts` 2147483647) is read as a `bigint` and stops at 2147483647 (a `CASE`:
+`LEAST` would make a missing one 2147483647, as it ignores NULLs), and a delay stops
+at 100 years (`options.MAX_DURATION`, which no delay the worker makes passes).
+What fails it even so (a data error: SQLSTATE class 22, 23 or 54), `Exchange` sends
+again in parts to find the run or name at fault (see `Exchange.isolate`).
 
 Fencing: the claim never takes a job whose ending is in this statement, nor one in
 `losing` (jobs of this process whose run lost its claim, until its job's fate is
