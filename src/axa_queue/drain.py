@@ -103,6 +103,7 @@ def _idle(worker: Worker) -> bool:
         and not state.runs
         and not state.endings
         and not state.sending
+        and not state.apart
         and not state.losing
         and not worker.claims.tasks
     )

@@ -20,6 +20,7 @@ from .errors import OptionsError
 __all__ = [
     "DSN_VARIABLES",
     "MAX_DURATION",
+    "MAX_INTEGER",
     "MODE_VARIABLE",
     "POOLER_VARIABLE",
     "SCHEMA_VARIABLE",
@@ -74,6 +75,13 @@ MAX_DURATION = timedelta(days=36525)
 """The longest duration any option takes: 100 years. Past it, a time counted from now
 leaves what PostgreSQL and Python can both read back (or overflows on the way), and
 nobody means it: it is a typo, or a stand-in for "never"."""
+
+
+MAX_INTEGER = 2**31 - 1
+"""The largest count any option takes (attempts, loops, limits): PostgreSQL's
+`integer`, which the columns and statements that hold them use. Past it, a value
+cannot be stored, and a statement that carried it would fail for every job it
+carries."""
 
 
 def to_timedelta(value: Duration, name: str = "duration") -> timedelta:
@@ -204,11 +212,11 @@ class QueueOptions:
         if self.prefetch != "auto" and (
             not isinstance(self.prefetch, int)
             or isinstance(self.prefetch, bool)
-            or self.prefetch < 0
+            or not 0 <= self.prefetch <= MAX_INTEGER
         ):
             raise OptionsError(
-                'expected prefetch to be "auto", zero or a positive integer, '
-                f"got: {self.prefetch!r}"
+                'expected prefetch to be "auto", zero or a positive integer of at most '
+                f"{MAX_INTEGER}, got: {self.prefetch!r}"
             )
         if self.pool_size is not None:
             _positive_int("pool_size", self.pool_size)
@@ -312,5 +320,9 @@ def _schema_name(name: str, value: object) -> str:
 
 
 def _positive_int(name: str, value: object) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+    if not isinstance(value, int) or isinstance(value, bool):
         raise OptionsError(f"expected {name} to be a positive integer, got: {value!r}")
+    if not 1 <= value <= MAX_INTEGER:
+        raise OptionsError(
+            f"expected {name} to be a positive integer of at most {MAX_INTEGER}, got: {value!r}"
+        )

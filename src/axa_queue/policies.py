@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import copy
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields
 from datetime import timedelta
-from typing import NamedTuple, TypedDict, Union
+from typing import Any, NamedTuple, TypedDict, Union
 
 from .errors import OptionsError
 from .jobs import SMALLINT, NewJob
-from .options import Duration, to_seconds, to_timedelta
+from .options import MAX_DURATION, MAX_INTEGER, Duration, to_seconds, to_timedelta
 from .retries import MAX_BACKOFF, backoff
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "Snooze",
     "Verdict",
     "judge",
+    "policy_of",
 ]
 
 Backoff = Union[Duration, Callable[[int], timedelta]]  # noqa: UP007 - a runtime alias on 3.10
@@ -131,41 +132,49 @@ class Policy:
     """These exceptions fail the job at once ("discarded: ..."), before `retry_on`."""
 
     def check(self, name: str) -> Policy:
-        """This policy, each field checked (an `OptionsError` naming the handler's job
-        and the field); the exception lists made tuples."""
-        if self.max_attempts is not None and (
-            not isinstance(self.max_attempts, int)
-            or isinstance(self.max_attempts, bool)
-            or not 1 <= self.max_attempts <= 2**31 - 1
-        ):
-            raise OptionsError(
-                f"expected max_attempts of handler {name!r} to be a positive integer, "
-                f"got: {self.max_attempts!r}"
-            )
-        if self.timeout is not None and to_seconds(self.timeout, "timeout") <= 0:
-            raise OptionsError(
-                f"expected timeout of handler {name!r} to be more than zero, got: {self.timeout!r}"
-            )
-        if self.priority is not None and (
-            not isinstance(self.priority, int)
-            or isinstance(self.priority, bool)
-            or not SMALLINT[0] <= self.priority <= SMALLINT[1]
-        ):
-            raise OptionsError(
-                f"expected priority of handler {name!r} to be an integer from {SMALLINT[0]} "
-                f"to {SMALLINT[1]}, got: {self.priority!r}"
-            )
-        if self.backoff is not None and not callable(self.backoff):
-            to_seconds(self.backoff, "backoff")
-        for field_name in ("retry_on", "discard_on"):
-            kinds = getattr(self, field_name)
-            if isinstance(kinds, type):
-                kinds = (kinds,)
-            kinds = tuple(kinds)
-            if not all(isinstance(k, type) and issubclass(k, BaseException) for k in kinds):
+        """This policy, each field checked (an `OptionsError` naming the handler's job,
+        the field and its bound, and of a value of the wrong kind only its type); the
+        exception lists made tuples."""
+        for field_name in ("max_attempts", "priority"):
+            value = getattr(self, field_name)
+            low, high = (1, MAX_INTEGER) if field_name == "max_attempts" else SMALLINT
+            if value is not None and (
+                not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high
+            ):
+                kind = "a positive integer" if field_name == "max_attempts" else "an integer"
                 raise OptionsError(
-                    f"expected {field_name} of handler {name!r} to be exception classes, "
-                    f"got: {getattr(self, field_name)!r}"
+                    f"expected {field_name} of handler {name!r} to be {kind} from {low} to "
+                    f"{high}, got: {_shown(value)}"
+                )
+        for field_name in ("timeout", "backoff"):
+            value = getattr(self, field_name)
+            if value is None or (field_name == "backoff" and callable(value)):
+                continue
+            try:
+                seconds = to_seconds(value, field_name)
+            except OptionsError:
+                seconds = -1.0
+            if seconds < 0 or (field_name == "timeout" and seconds == 0):
+                least = "more than zero" if field_name == "timeout" else "zero or more"
+                also = " or a function of the attempt" if field_name == "backoff" else ""
+                raise OptionsError(
+                    f"expected {field_name} of handler {name!r} to be a timedelta or a number "
+                    f"of seconds{also}, {least} and at most {MAX_DURATION.days} days, "
+                    f"got: {_shown(value)}"
+                )
+        for field_name in ("retry_on", "discard_on"):
+            value = getattr(self, field_name)
+            kinds: tuple[Any, ...] | None = None
+            if isinstance(value, type):
+                kinds = (value,)
+            elif isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+                kinds = tuple(value)
+            if kinds is None or not all(
+                isinstance(k, type) and issubclass(k, BaseException) for k in kinds
+            ):
+                raise OptionsError(
+                    f"expected {field_name} of handler {name!r} to be exception classes (a "
+                    f"class, or a tuple of them), got: {_kinds(value, kinds)}"
                 )
             object.__setattr__(self, field_name, kinds)
         return self
@@ -196,17 +205,60 @@ class Policy:
             object.__setattr__(filled, "priority", self.priority)
         return filled
 
-    def wait(self, attempt: int, default: timedelta) -> timedelta:
+    def wait(
+        self,
+        attempt: int,
+        default: timedelta,
+        failed: Callable[[Exception], None] | None = None,
+    ) -> timedelta:
         """How long a job whose attempt `attempt` failed waits: this policy's backoff,
-        else the queue's (`default`, doubling, `retries.backoff`)."""
+        else the queue's (`default`, doubling, `retries.backoff`). A backoff function
+        that raises gets the queue's too, and `failed` is told what it raised (the
+        worker logs it): it must not cost the job its ending."""
         if self.backoff is None:
             return backoff(default, attempt)
         if callable(self.backoff):
-            found = self.backoff(attempt)
+            try:
+                found = self.backoff(attempt)
+            except Exception as error:
+                if failed is not None:
+                    failed(error)
+                return backoff(default, attempt)
             if not isinstance(found, timedelta) or found < timedelta(0):
                 return backoff(default, attempt)  # a backoff that returns nonsense
-            return min(found, timedelta(days=36500))
+            return min(found, MAX_DURATION)
         return to_timedelta(self.backoff, "backoff")
+
+
+def _shown(value: object) -> str:
+    """How a refused option's value is shown: a number as itself, anything else by its
+    type alone (a string given by mistake may hold anything)."""
+    if isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
+        return repr(value)
+    return type(value).__name__
+
+
+def _kinds(value: object, held: tuple[Any, ...] | None) -> str:
+    """How a refused exception list is shown: its type, and the classes it holds or the
+    types of what else it holds (`held`), never a value."""
+    if held is None:
+        return type(value).__name__
+    inside = sorted({k.__name__ if isinstance(k, type) else type(k).__name__ for k in held})
+    return f"a {type(value).__name__} of {', '.join(inside) or 'nothing'}"
+
+
+def policy_of(name: str, options: Mapping[str, Any]) -> Policy:
+    """The checked `Policy` of handler `name` from its keyword arguments
+    (`PolicyOptions`): an `OptionsError` names an option that is not one of them, as
+    it names a bad value."""
+    known = [f.name for f in fields(Policy)]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise OptionsError(
+            f"handler {name!r} was given options it does not take: {', '.join(unknown)} "
+            f"(its options are {', '.join(known)})"
+        )
+    return Policy(**options).check(name)
 
 
 class PolicyOptions(TypedDict, total=False):
@@ -243,12 +295,17 @@ def judge(
     limit: int,
     policy: Policy,
     default_backoff: timedelta,
+    backoff_failed: Callable[[Exception], None] | None = None,
 ) -> Verdict:
     """How a run that ended in failure (`error`, and what the handler `raised`, if it
     raised: a timeout raised nothing) is recorded, as `attempts` of `limit`, under the
-    handler's `policy`."""
+    handler's `policy` (`backoff_failed` is told what its backoff function raised, if it
+    did: see `Policy.wait`). A snooze raises the job's limit by one, up to the most an
+    `integer` holds (`MAX_INTEGER`)."""
     if isinstance(raised, Snooze):
-        return Verdict("queued", raised.delay.total_seconds(), str(raised), limit + 1)
+        return Verdict(
+            "queued", raised.delay.total_seconds(), str(raised), min(limit + 1, MAX_INTEGER)
+        )
     if isinstance(raised, Discard):
         return Verdict(
             "failed", 0.0, f"discarded: {raised.reason}" if raised.reason else "discarded"
@@ -256,7 +313,11 @@ def judge(
     if raised is not None and policy.discard_on and isinstance(raised, policy.discard_on):
         return Verdict("failed", 0.0, f"discarded: {error}")
     if isinstance(raised, Retry):
-        wait = raised.in_ if raised.in_ is not None else policy.wait(attempts, default_backoff)
+        wait = (
+            raised.in_
+            if raised.in_ is not None
+            else policy.wait(attempts, default_backoff, backoff_failed)
+        )
         text = f"retry requested in {wait.total_seconds():.1f} s"
         if raised.reason:
             text = f"{text}: {raised.reason}"
@@ -266,5 +327,6 @@ def judge(
     if raised is not None and policy.retry_on and not isinstance(raised, policy.retry_on):
         return Verdict("failed", 0.0, f"{error} (not retried: not in retry_on)")
     if attempts < limit:
-        return Verdict("queued", policy.wait(attempts, default_backoff).total_seconds(), error)
+        wait = policy.wait(attempts, default_backoff, backoff_failed)
+        return Verdict("queued", wait.total_seconds(), error)
     return Verdict("failed", 0.0, error)

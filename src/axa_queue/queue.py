@@ -55,9 +55,17 @@ from .lifespan import Hosted
 from .maintenance import Recovered
 from .middleware import Middleware
 from .middleware import check as check_middleware
-from .options import DSN_VARIABLES, Duration, Mode, QueueOptions, to_seconds
-from .policies import Policy, PolicyOptions
-from .registry import Registry, RunObserver
+from .options import (
+    DSN_VARIABLES,
+    MAX_DURATION,
+    MAX_INTEGER,
+    Duration,
+    Mode,
+    QueueOptions,
+    to_seconds,
+)
+from .policies import PolicyOptions, policy_of
+from .registry import MAX_RATE, Registry, RunObserver
 from .retries import describe, first_line, kind
 from .schedules import Schedule, ScheduleInfo, schedule_info
 from .sync import SyncQueue
@@ -195,24 +203,25 @@ class Queue(Connected):
                 f"a handler for job {name!r} is already registered "
                 f"({self.handlers[name].fn!r}): pass replace=True to replace it"
             )
-        registered = JobHandler(self, name, fn, Policy(**policy).check(name))
+        registered = JobHandler(self, name, fn, policy_of(name, policy))
         self.handlers[name] = registered
         return registered
 
     def limit(
         self, name: str, jobs: int, *, scope: Literal["process", "global"] = "process"
     ) -> None:
-        """Run at most `jobs` (at least one) jobs named `name` at once: in this process
-        (`scope="process"`, the default; other names keep the remaining loops busy), or
-        across every process and host (`scope="global"`, enforced by the claim
-        statement: running jobs of that name are counted under a lock, a crashed
-        process's until stale recovery frees them). A name may have both. Every process
+        """Run at most `jobs` (from one to `MAX_INTEGER`) jobs named `name` at once: in
+        this process (`scope="process"`, the default; other names keep the remaining
+        loops busy), or across every process and host (`scope="global"`, enforced by
+        the claim statement: running jobs of that name are counted under a lock, a
+        crashed process's until stale recovery frees them). A name may have both. Every process
         that handles the name must register the same global limit: each claim checks
         the limit its own process registered (docs/handlers.md)."""
         check_name(name)
-        if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_INTEGER:
             raise OptionsError(
-                f"expected the limit of job {name!r} to be a positive integer, got: {jobs!r}"
+                f"expected the limit of job {name!r} to be a positive integer of at most "
+                f"{MAX_INTEGER}, got: {jobs if isinstance(jobs, int) else type(jobs).__name__}"
             )
         if scope == "process":
             self.limits[name] = jobs
@@ -225,23 +234,26 @@ class Queue(Connected):
             )
 
     def rate_limit(self, name: str, jobs: int, *, per: timedelta) -> None:
-        """Start at most `jobs` (at least one) jobs named `name` in any window of `per`
-        (a positive `timedelta`), counted across every process and host: each claim of
-        the name takes one of `jobs` slots kept in the database (`axa_rate_slots`), one
-        last taken `per` ago or more, so retries count as new starts. Enforced by the
-        claim statement, under the same lock as a global limit (`limit(...,
-        scope="global")`), which the name may have as well: both apply. Every process
-        that handles the name should register the same rate: each claim honours the
-        one its own process registered (docs/handlers.md)."""
+        """Start at most `jobs` (from one to `MAX_RATE`) jobs named `name` in any window of
+        `per` (a positive `timedelta` of at most `MAX_DURATION`), counted across every
+        process and host: each claim of the name takes one of `jobs` slots kept in the
+        database (`axa_rate_slots`), one last taken `per` ago or more, so retries count
+        as new starts. Enforced by the claim statement, under the same lock as a global
+        limit (`limit(..., scope="global")`), which the name may have as well: both
+        apply. Every process that handles the name should register the same rate: each
+        claim honours the one its own process registered (docs/handlers.md)."""
         check_name(name)
-        if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_RATE:
             raise OptionsError(
-                f"expected the rate limit of job {name!r} to be a positive integer, got: {jobs!r}"
+                f"expected the rate limit of job {name!r} to be a positive integer of at most "
+                f"{MAX_RATE} (each claim of the name reads as many slots), "
+                f"got: {jobs if isinstance(jobs, int) else type(jobs).__name__}"
             )
-        if not isinstance(per, timedelta) or per <= timedelta(0):
+        if not isinstance(per, timedelta) or per <= timedelta(0) or per > MAX_DURATION:
             raise OptionsError(
                 f"expected per= of the rate limit of job {name!r} to be a positive "
-                f"timedelta (such as timedelta(seconds=1)), got: {per!r}"
+                f"timedelta (such as timedelta(seconds=1)) of at most {MAX_DURATION.days} "
+                f"days, got: {per if isinstance(per, timedelta) else type(per).__name__}"
             )
         per_ms = math.ceil(per / timedelta(milliseconds=1))
         self.registry.rate_limits[name] = (jobs, per_ms)

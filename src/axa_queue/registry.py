@@ -20,9 +20,15 @@ from .middleware import Middleware
 from .retries import describe, kind
 from .schedules import Schedule
 
-__all__ = ["Registry", "RunObserver", "ThreadHooks"]
+__all__ = ["MAX_RATE", "Registry", "RunObserver", "ThreadHooks"]
 
 log = logging.getLogger("axa_queue.worker")
+
+MAX_RATE = 100_000
+"""The most claims a rate limit allows per window (`Queue.rate_limit`): each is a slot
+row the name keeps, and every claim of the name reads them (and, until the ring is
+whole, looks for the numbers without a row), inside the statement that claims every
+name's jobs. The claim statement clamps a larger value to this one."""
 
 RunObserver = Callable[[str, str, float], None]
 """Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""

@@ -62,7 +62,10 @@ def _text(error: BaseException) -> str:
             return str(primary)
         lines = str(error).strip().splitlines()
         return lines[0] if lines else ""
-    return str(error)
+    try:
+        return str(error)
+    except Exception:  # an exception whose message cannot be made (its __str__ raised)
+        return "(its message could not be read)"
 
 
 def describe(error: BaseException) -> str:

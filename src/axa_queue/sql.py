@@ -191,20 +191,24 @@ notification. Used only for jobs without `run_in`/`run_at`, on psycopg connectio
 
 EXCHANGE = """WITH RECURSIVE endings AS (
         SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
-               NULL::jsonb AS result, NULL::int AS max_attempts
+               NULL::jsonb AS result, NULL::bigint AS max_attempts
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
         SELECT * FROM json_to_recordset(%(endings)s::json)
             AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
-                 max_attempts int)
+                 max_attempts bigint)
     ), finished AS (
         UPDATE axa_queue q
         SET status = r.status, error = r.error, result = r.result,
-            max_attempts = COALESCE(r.max_attempts, q.max_attempts),
+            max_attempts = CASE WHEN r.max_attempts IS NULL THEN q.max_attempts
+                                ELSE LEAST(r.max_attempts, 2147483647)::int END,
             updated_at = COALESCE(%(now)s::timestamptz, now()),
             started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
             run_at = CASE WHEN r.status = 'queued'
-                          THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => r.delay) ELSE q.run_at END
+                          THEN COALESCE(%(now)s::timestamptz, now())
+                               + make_interval(secs => CASE WHEN r.delay > 3155760000 THEN 3155760000
+                                                            ELSE r.delay END)
+                          ELSE q.run_at END
         FROM endings r
         WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
           AND q.attempts = r.attempts AND q.status = (SELECT 'running')
@@ -300,6 +304,14 @@ jobs: else, whenever its statistics say few jobs run, it scans that index whole 
 running job of every worker, and the dead entries vacuum has not cleared yet), or on a
 table of some thousand rows the table.
 
+One statement carries many runs' endings and every name's claim, so no one job's
+values may fail it: a new limit past the most an `integer` holds (a snooze of a job at
+`max_attempts` 2147483647) is read as a `bigint` and stops at 2147483647 (a `CASE`:
+`LEAST` would make a missing one 2147483647, as it ignores NULLs), and a delay stops
+at 100 years (`options.MAX_DURATION`, which no delay the worker makes passes).
+What fails it even so (a data error: SQLSTATE class 22, 23 or 54), `Exchange` sends
+again in parts to find the run or name at fault (see `Exchange.isolate`).
+
 Fencing: the claim never takes a job whose ending is in this statement, nor one in
 `losing` (jobs of this process whose run lost its claim, until its job's fate is
 written): an ending refused because recovery queued the job again is never followed
@@ -370,9 +382,10 @@ def _with_gate(statement: str, *, rate: bool = False) -> str:
     ), candidates"""
     gated = """    ), wanted AS (
         SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
-            ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name, w.global))
+            ELSE least(w.cap, %(free)s, axa_queue_room('axa_queue'::regclass, w.name,
+                                                       greatest(least(w.global, 2147483647), 0)::int))
             END AS cap
-        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global int)
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global bigint)
         WHERE %(free)s > 0
     ), candidates"""
     rated = """    ), gates AS (
@@ -385,8 +398,15 @@ def _with_gate(statement: str, *, rate: bool = False) -> str:
                                          w.rate, w.per_ms, %(now)s::timestamptz,
                                          least(w.cap, %(free)s))
             END AS slots
-        FROM json_to_recordset(%(wanted)s::json)
-            AS w(name text, cap int, global int, rate int, per_ms bigint)
+        FROM (SELECT r.name, r.cap,
+                     CASE WHEN r.global > 2147483647 THEN 2147483647 WHEN r.global < 0 THEN 0
+                          ELSE r.global END::int AS global,
+                     CASE WHEN r.rate > 100000 THEN 100000 WHEN r.rate < 0 THEN 0
+                          ELSE r.rate END::int AS rate,
+                     CASE WHEN r.per_ms > 3155760000000 THEN 3155760000000 WHEN r.per_ms < 0 THEN 0
+                          ELSE r.per_ms END AS per_ms
+              FROM json_to_recordset(%(wanted)s::json)
+                  AS r(name text, cap int, global bigint, rate bigint, per_ms bigint)) w
         WHERE %(free)s > 0
         OFFSET 0
     ), wanted AS MATERIALIZED (
@@ -412,9 +432,11 @@ def _with_gate(statement: str, *, rate: bool = False) -> str:
     waits = """
     UNION ALL
     SELECT NULL, NULL, t.name, NULL, NULL, NULL, NULL,
-           extract(epoch FROM COALESCE(
+           extract(epoch FROM least(greatest(COALESCE(
                (SELECT min(s.at) FROM axa_rate_slots s
                 WHERE s.name = t.name AND s.slot < t.rate AND s.slot <> ALL(t.slots)),
+               COALESCE(%(now)s::timestamptz, clock_timestamp())),
+               COALESCE(%(now)s::timestamptz, clock_timestamp()) - t.per_ms * interval '1 millisecond'),
                COALESCE(%(now)s::timestamptz, clock_timestamp()))
                + t.per_ms * interval '1 millisecond'
                - COALESCE(%(now)s::timestamptz, clock_timestamp()))::float8,
@@ -472,7 +494,15 @@ The last `UNION ALL` says when to look again: for each rate-limited name whose f
 slots were fewer than it asked for and all used, a row with no id, the name, and in
 `run_at` the seconds until its earliest busy slot frees (read with the statement's
 snapshot, which can only make it sooner: a slot stamped since looks older, and one
-looked at early costs an exchange that finds it busy and says when again). The client
+looked at early costs an exchange that finds it busy and says when again). A stamp
+later than now (only a row written by hand has one, `infinity` say) is taken as now,
+so the seconds are at most `per` and the arithmetic cannot leave the range of a
+timestamp.
+
+The limits come as `bigint` and are clamped where they are read: a global limit to
+0..2147483647, a rate to 0..`registry.MAX_RATE` (100000), a window to 0..100 years in
+milliseconds; `Queue.limit` and `Queue.rate_limit` refuse more, so only a registry
+written to by hand carries it, and it must not fail the claim of every other name. The client
 sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
 A process without rate limits never sends this statement."""
 
@@ -513,8 +543,8 @@ GIVE_BACK = """UPDATE axa_queue q
     SET status = 'queued', ahead = NULL, started_at = NULL,
         run_at = COALESCE(%(now)s::timestamptz, now()),
         updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
-        max_attempts = r.max_attempts + 1, given_back = q.given_back + 1
-    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::int[])
+        max_attempts = LEAST(r.max_attempts + 1, 2147483647), given_back = q.given_back + 1
+    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::bigint[])
         AS r(id, attempts, max_attempts)
     WHERE q.id = ANY(%(ids)s::uuid[]) AND q.id = r.id AND q.attempts = r.attempts
       AND q.ahead = r.attempts AND q.status = (SELECT 'running')
@@ -524,8 +554,27 @@ period over): queue them again at once, each with its attempt given back, rather
 leave them to stale recovery. Fenced by the attempt and by `ahead` (never a run whose
 start was marked, nor one given back or claimed again since). `limits` is each run's
 limit as its worker read it (the job's `max_attempts`, else its handler's or the
-worker's), raised by one, as stale recovery raises it; `attempts` is never lowered
-(it fences every run). Counted in `given_back`."""
+worker's), raised by one, as stale recovery raises it, but never past the most an
+`integer` holds (so a job at the limit of 2147483647 cannot fail the statement for the
+others); `attempts` is never lowered (it fences every run). Counted in `given_back`."""
+
+FAIL_UNCLAIMABLE = """WITH failed AS (
+        UPDATE axa_queue
+        SET status = 'failed', error = %(error)s,
+            updated_at = COALESCE(%(now)s::timestamptz, now())
+        WHERE status = 'queued' AND name = %(name)s AND attempts >= 2147483647
+        RETURNING id, attempts
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', 'axa_queue'::regclass::oid::text || ' ' || id::text)
+        FROM failed
+    )
+    SELECT id::text AS id, attempts FROM failed WHERE (SELECT count(*) FROM told) >= 0"""
+"""Fail the queued jobs of one name whose attempts are at the most an `integer` holds:
+the claim adds one to a job's attempts, so `EXCHANGE` fails on such a row, for every
+name it claims. No run of ours gets there (it would take two billion runs); a row
+written so by another client does. Sent only after a claim of that name alone has
+failed (`Exchange` finds the name by claiming the names apart), never on the way of
+a claim; returns the jobs failed, told to waiters (`DONE_CHANNEL`; rare, so always)."""
 
 HEARTBEAT = """WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
@@ -658,7 +707,8 @@ RECOVER_STALE = """WITH recovered AS (
                                OR attempts < COALESCE(max_attempts, %(max)s) THEN NULL
                           ELSE started_at END,
         max_attempts = CASE WHEN ahead = attempts AND given_back < %(give_back)s
-                            THEN COALESCE(max_attempts, %(max)s) + 1 ELSE max_attempts END,
+                            THEN LEAST(COALESCE(max_attempts, %(max)s)::bigint + 1, 2147483647)
+                            ELSE max_attempts END,
         given_back = CASE WHEN ahead = attempts AND given_back < %(give_back)s
                           THEN given_back + 1 ELSE given_back END,
         updated_at = COALESCE(%(now)s::timestamptz, now())
@@ -682,8 +732,9 @@ A run claimed ahead whose handler was never marked started (`ahead = attempts`, 
 `give_back` (`GIVE_BACK_LIMIT`) times per job. Not by lowering `attempts`, which fences
 every run (each run keeps a number of its own, and a stalled process that wakes finds
 its attempt superseded), but by raising the job's limit by one (`max_attempts`, the
-worker's default `max` if it had none), as a snooze does, and counting it in
-`given_back`. Such a run never fails for want of attempts.
+worker's default `max` if it had none; never past 2147483647, the most an `integer`
+holds, so one job at that limit cannot fail the recovery of every other), as a snooze
+does, and counting it in `given_back`. Such a run never fails for want of attempts.
 
 Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
 the stale period after the server started, only runs silent for that long before it

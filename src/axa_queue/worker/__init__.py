@@ -142,19 +142,23 @@ class Worker:
         return 0.0 if failing is None else time.monotonic() - failing[0]
 
     def stuck_for(self) -> float:
-        """Seconds this worker has been failing at something: its exchanges, or one of
-        its background services (see `trouble`); 0 while all go through. Safe from any
-        thread."""
+        """Seconds this worker has been failing at something: its exchanges, a run's
+        ending or a name's claims (`Exchange.failing_since`), or one of its background
+        services (see `trouble`); 0 while all go through. Safe from any thread."""
         now = time.monotonic()
         since = [since for since, _ in list(self.troubles.since.values())]
+        since += self.exchange.failing_since()
         return max([self.failing_for(), *(now - s for s in since)])
 
     def trouble(self, after: float) -> str | None:
         """Why this worker cannot do its work, once every exchange for `after` seconds
         has failed (the database answers, but not to the worker's statements: a table
-        gone, a privilege revoked, a disk full), or a background service has failed
-        for that long ("schedules failing for 42 s: schedule 'nightly': TypeError:
-        ..."); else None. Safe from any thread."""
+        gone, a privilege revoked, a disk full), a run's ending or a name's claims
+        have failed for that long while the others went through (`Exchange.trouble`),
+        or a background service has failed for that long ("schedules failing for 42
+        s: schedule 'nightly': TypeError: ..."); and for `after` seconds after a job
+        loop failed unexpectedly (`Runner._failed`: a bug, which the loop survives);
+        else None. Safe from any thread."""
         failing = self.exchange.failing
         seconds = self.failing_for()
         if failing is not None and seconds >= after:
@@ -162,6 +166,15 @@ class Worker:
                 f"the worker has failed to claim or record jobs for {seconds:.0f} s: {failing[1]}"
             )
         now = time.monotonic()
+        crashed = self.runner.crashed
+        if crashed is not None and now - crashed[0] < after:
+            return (
+                f"a job loop failed {now - crashed[0]:.0f} s ago (it went on with the next "
+                f"run): {crashed[1]}"
+            )
+        apart = self.exchange.trouble(after)
+        if apart is not None:
+            return apart
         for name, (since, why) in sorted(dict(self.troubles.since).items()):
             if now - since >= after:
                 return f"{name} failing for {now - since:.0f} s: {why}"

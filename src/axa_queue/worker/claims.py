@@ -130,7 +130,7 @@ class Claims:
             runs = [r for r in state.runs.values() if not r.done]
             # Endings not yet written keep their claims too: the run is still this
             # process's until its ending lands.
-            ended = [*state.sending, *state.endings]
+            ended = [*state.sending, *state.endings, *state.apart]
             if not runs and not ended:
                 continue
             sent = time.monotonic()

@@ -14,9 +14,13 @@ __all__ = [
     "AUTO_PREFETCH",
     "HOLD_ENDINGS",
     "PREFETCH_HORIZON",
+    "RETRY_APART",
     "RUN_SECONDS_WEIGHT",
     "SERVICE_RETRY_MAX",
+    "SKIP_NAME",
+    "VALUE_ERRORS",
     "ahead",
+    "blames_values",
     "due",
     "fate",
     "free_places",
@@ -37,6 +41,21 @@ SERVICE_RETRY_MAX = 60.0
 """The longest wait before a failing background service (maintenance, the listener)
 tries again; it starts at the poll interval and doubles."""
 
+VALUE_ERRORS = ("22", "23", "54")
+"""The SQLSTATE classes of a statement that failed because of a value it carried or
+read (data exception, integrity constraint violation, program limit exceeded): one
+job's or one limit's, maybe, so the exchange sends its parts apart to find which
+(`Exchange.isolate`). Any other failure (a connection, a lock, a privilege, a table)
+is everyone's, and the same statement is sent again after a pause."""
+
+SKIP_NAME = 60.0
+"""Seconds a job name whose claim fails even alone (a value of its own limits, or of
+one of its jobs) is left out of the claims, the other names claimed as usual; then it
+is tried again."""
+
+RETRY_APART = 5.0
+"""Seconds between tries of an ending that could be recorded neither as it was nor as
+a failure, sent on its own so it holds up no other."""
 
 AUTO_PREFETCH = 200
 """The most jobs `prefetch="auto"` (the default) claims ahead of the loops."""
@@ -149,6 +168,12 @@ def wanted(
                 one["rate"], one["per_ms"] = rate
         found.sort(key=lambda one: str(one["name"]))
     return found
+
+
+def blames_values(sqlstate: str | None) -> bool:
+    """Whether a statement that failed with `sqlstate` may have failed because of one of
+    the values it carried or read (`VALUE_ERRORS`), rather than for every statement."""
+    return sqlstate is not None and sqlstate[:2] in VALUE_ERRORS
 
 
 def needs_proof(*, now: float, last_heard: float, stale: float, broken_at: float) -> bool:

@@ -80,6 +80,8 @@ class Runner:
         """Gives the connections on the shelf back to the pool (`LEND_IDLE`)."""
         self.giving: set[asyncio.Task[None]] = set()
         """Connections being given back by the timer."""
+        self.crashed: tuple[float, str] | None = None
+        """When (monotonic) a loop last failed unexpectedly, and why (`_failed`)."""
 
     def take(self, claimed: list[Run]) -> None:
         """Hold newly claimed runs: start at once those the claim stamped to start (the
@@ -121,7 +123,10 @@ class Runner:
         lender = self._lender()
         try:
             while True:
-                await self._execute(one, lender)
+                try:
+                    await self._execute(one, lender)
+                except Exception as failure:  # never the loop's end (see `_failed`)
+                    self._failed(one, failure)
                 if not state.waiting or state.active >= state.slots:
                     state.poke()
                     return
@@ -311,6 +316,7 @@ class Runner:
                 one.limit,
                 NO_POLICY if handler is None else handler.policy,
                 self.backoff,
+                functools.partial(self._backoff_failed, one),
             )
             status, delay, raises = verdict.status, verdict.delay, verdict.max_attempts
             error = cut_error(verdict.error)
@@ -356,12 +362,63 @@ class Runner:
         if status == "queued":
             self.state.wake_in(delay)
 
+    def _backoff_failed(self, one: Run, failure: Exception) -> None:
+        """The backoff function of `one`'s handler raised: its job waits the queue's
+        `retry_backoff` instead (`Policy.wait`), and this says so."""
+        log.error(
+            "the handler's backoff failed; the job waits the queue's retry_backoff instead",
+            extra={**one.fields(), "error": describe(failure)},
+        )
+
+    def _failed(self, one: Run, failure: Exception) -> None:
+        """What a loop does when running `one` raised, which nothing on the way of a run
+        should (every handler's, middleware's and hook's failure is the run's; a
+        backoff's falls back to the queue's): a bug, ours or of code we call. The loop
+        goes on to the next run; `one` is let go and, unless its ending or the loss of
+        its claim was already on its way, recorded as a failed try (queued again after
+        the queue's `retry_backoff` while it has attempts left), so its job is not
+        left `running` until stale recovery. Counted (`stats["loop_failures"]`) and
+        shown by the health check for `stuck_after` seconds (`crashed`)."""
+        state = self.state
+        why = describe(failure)
+        self.crashed = (time.monotonic(), why)
+        state.stats["loop_failures"] += 1
+        if one.timer is not None:
+            one.timer.cancel()
+        if one.key in state.runs:
+            if not one.done:
+                one.done = True
+            self._release(one)
+        ended = (
+            one.status != "running"
+            or one.id in state.losing
+            or (one.stopped is not None and one.stopped[0] == CANCELLED)
+        )
+        log.error(
+            "a job loop failed; it goes on with the next run"
+            + ("" if ended else ", and the run is recorded as a failed try"),
+            extra={**one.fields(), "error": why},
+        )
+        if ended:
+            return
+        one.done = True
+        one.result = None
+        error = f"the worker failed while running it: {why}"
+        verdict = judge(None, error, one.attempts, one.limit, NO_POLICY, self.backoff)
+        self.state.end(one.end(verdict.status, cut_error(verdict.error), verdict.delay))
+        if verdict.status == "queued":
+            self.state.wake_in(verdict.delay)
+
     def _job(self, one: Run, lender: Lender | None = None) -> JobContext:
-        """The `JobContext` of `one`, about to run (its deadline from its timer)."""
+        """The `JobContext` of `one`, about to run (its deadline from its timer; none
+        past what a `datetime` holds, for a time limit stored in years)."""
         deadline = None
         if one.timer is not None:
             left = one.timer.when() - asyncio.get_running_loop().time()
-            deadline = datetime.now(timezone.utc) + timedelta(seconds=left)
+            try:
+                deadline = datetime.now(timezone.utc) + timedelta(seconds=left)
+            except OverflowError:
+                deadline = None
         return JobContext(
             UUID(one.id),
             one.name,

@@ -7,7 +7,8 @@ A run goes through these states (docs/design.md draws them):
             +---------------+---------+--> lost (its fate written by `sql.MARK_LOST`)
 
 `State.runs` holds every run from its claim until its loop lets it go (its ending is
-then in `endings`, or `sending` while a statement carries it); `State.losing` holds
+then in `endings`, or `sending` while a statement carries it, or `apart` while it
+cannot be recorded); `State.losing` holds
 every run that lost its claim until its fate is written, and keeps its place
 meanwhile, so this process never claims that job again before.
 """
@@ -169,6 +170,10 @@ class State:
         """When the oldest ending not yet sent was made (event loop time)."""
         self.sending: list[Run] = []
         """The endings in the statement in flight."""
+        self.apart: list[Run] = []
+        """Endings that could be recorded neither as they were nor as failures (their
+        statement failed even alone), kept claimed and tried again on their own
+        (`Exchange.isolate`)."""
         self.starts: list[Run] = []
         """Runs claimed ahead whose handler started, to be marked started (their row's
         `ahead` cleared) by the next exchange, which the loop does not wait for."""
@@ -240,9 +245,11 @@ class State:
         return max(self.slots - self.active - len(self.waiting), 0)
 
     def held(self) -> int:
-        """Places held: runs claimed, and runs lost whose fate is not yet written."""
+        """Places held: runs claimed, runs lost whose fate is not yet written, and
+        endings kept apart (so a worker that cannot record its endings stops claiming
+        once they fill its places)."""
         extra = sum(1 for one in self.losing.values() if one.key not in self.runs)
-        return len(self.runs) + extra
+        return len(self.runs) + extra + len(self.apart)
 
     def free(self) -> int:
         return decisions.free_places(self.stopping, self.room, self.held())
@@ -309,7 +316,13 @@ class State:
 
     def held_literals(self) -> tuple[str, str]:
         """The (ids, attempts) of every run this process holds, as array literals."""
-        every = [*self.runs.values(), *self.sending, *self.endings, *self.losing.values()]
+        every = [
+            *self.runs.values(),
+            *self.sending,
+            *self.endings,
+            *self.apart,
+            *self.losing.values(),
+        ]
         held = list({one.key: one for one in every}.values())
         return (
             "{" + ",".join(r.id for r in held) + "}",
