@@ -407,7 +407,9 @@ class Exchange:
             if not decisions.blames_values(error.sqlstate):
                 raise
             log.warning(
-                "could not mark runs claimed ahead as started; left unmarked",
+                "could not mark %d runs claimed ahead as started (%s); left unmarked",
+                len(marks),
+                kind(error),
                 extra={"jobs": len(marks), "error": first_line(error)},
             )
 
@@ -430,15 +432,19 @@ class Exchange:
             if not decisions.blames_values(again.sqlstate):
                 raise
             log.error(
-                "could not record how a run ended, nor fail its job; trying again on its "
-                "own, while its claim is kept (stale recovery queues the job again if "
-                "the worker stops first)",
+                "could not record how a run ended, nor fail its job: %s %s (attempt %d): "
+                "%s; trying again on its own, while its claim is kept (stale recovery "
+                "queues the job again if the worker stops first)",
+                *one.named(),
+                kind(again),
                 extra={**one.fields(), "error": first_line(again), "ended": was},
             )
             self._set_apart(one, again)
             return
         log.error(
-            "could not record how a run ended; its job is failed instead",
+            "could not record how a run ended; its job is failed instead: %s %s (attempt %d): %s",
+            *one.named(),
+            kind(error),
             extra={**one.fields(), "error": first_line(error), "ended": was},
         )
         self._recorded([one], kept)
@@ -471,8 +477,9 @@ class Exchange:
             self.apart_since = None
         elif state.phase >= Phase.CLOSING:
             log.warning(
-                "stopping: could not record how these runs ended; stale recovery will "
+                "stopping: could not record how %d runs ended; stale recovery will "
                 "queue their jobs again",
+                len(state.apart),
                 extra={"endings": len(state.apart)},
             )
             state.apart = []
@@ -502,8 +509,11 @@ class Exchange:
             rows = []
         for row in rows:
             log.error(
-                "job failed: its attempts are at the most a job can count (2147483647), "
-                "so no claim can take it again",
+                "job failed: %s %s (attempt %d): its attempts are at the most a job can "
+                "count (2147483647), so no claim can take it again",
+                name,
+                row.id,
+                row.attempts,
                 extra={"job_id": row.id, "job": name, "attempt": row.attempts},
             )
         if rows:
@@ -524,13 +534,16 @@ class Exchange:
         since = self.skipped[name][0] if name in self.skipped else now
         self.skipped[name] = (since, now + decisions.SKIP_NAME, first_line(error))
         if name in self.told:
-            log.debug("the claim of a job name failed again", extra={"job": name})
+            log.debug("the claim of jobs of %s failed again", name, extra={"job": name})
         else:
             self.told.add(name)
             log.error(
-                "could not claim jobs of this name: a value of its limits or of one of "
-                f"its jobs fails the claim; left out of claims for {decisions.SKIP_NAME:g} "
-                "s, the other names are claimed as usual",
+                "could not claim jobs of %s: a value of its limits or of one of its jobs "
+                "fails the claim (%s); left out of claims for %g s, the other names are "
+                "claimed as usual",
+                name,
+                kind(error),
+                decisions.SKIP_NAME,
                 extra={"job": name, "error": first_line(error)},
             )
         self.state.wake_in(decisions.SKIP_NAME)
@@ -553,7 +566,7 @@ class Exchange:
                 del self.skipped[name]
                 if name in self.told:
                     self.told.discard(name)
-                    log.info("jobs of this name are claimed again", extra={"job": name})
+                    log.info("jobs of %s are claimed again", name, extra={"job": name})
 
     def failing_since(self) -> list[float]:
         """Since when (monotonic) endings have been kept apart, and each name skipped

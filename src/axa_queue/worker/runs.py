@@ -366,7 +366,10 @@ class Runner:
         """The backoff function of `one`'s handler raised: its job waits the queue's
         `retry_backoff` instead (`Policy.wait`), and this says so."""
         log.error(
-            "the handler's backoff failed; the job waits the queue's retry_backoff instead",
+            "the handler's backoff failed: %s %s (attempt %d): %s; the job waits the "
+            "queue's retry_backoff instead",
+            *one.named(),
+            kind(failure),
             extra={**one.fields(), "error": describe(failure)},
         )
 
@@ -395,8 +398,10 @@ class Runner:
             or (one.stopped is not None and one.stopped[0] == CANCELLED)
         )
         log.error(
-            "a job loop failed; it goes on with the next run"
-            + ("" if ended else ", and the run is recorded as a failed try"),
+            "a job loop failed running %s %s (attempt %d): %s; it goes on with the next run%s",
+            *one.named(),
+            kind(failure),
+            "" if ended else ", and the run is recorded as a failed try",
             extra={**one.fields(), "error": why},
         )
         if ended:
