@@ -27,7 +27,7 @@ from psycopg.conninfo import conninfo_to_dict
 from axa_queue import Queue, SchemaError, SyncQueue
 from axa_queue.contrib.django import conf, use_django, worker
 from axa_queue.contrib.django.migrations import __path__ as migrations_path
-from axa_queue.schema import MIGRATIONS
+from axa_queue.schema import MIGRATIONS, SETUP_LOCK
 from djangotest import (  # noqa: F401
     SITE,
     django_db,
@@ -292,6 +292,22 @@ def test_a_migration_held_up_by_a_lock_says_so_within_the_setup_lock_timeout(
         with (
             override_settings(AXA_QUEUE={"OPTIONS": {"setup_lock_timeout": 0.2}}),
             pytest.raises(SchemaError, match=r"within 0\.2 s .* run migrate again"),
+        ):
+            call_command("migrate", "axa_queue", verbosity=0)
+    call_command("migrate", "axa_queue", verbosity=0)
+    assert axa_queue_check(dsn).returncode == 0
+
+
+@pytest.mark.alone  # it holds the setup lock, which every schema's setup takes
+@pytest.mark.usefixtures("django_db")
+def test_a_migration_held_up_by_the_setup_lock_says_so_within_the_setup_lock_timeout(
+    dsn: str,
+) -> None:
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))  # a setup running
+        with (
+            override_settings(AXA_QUEUE={"OPTIONS": {"setup_lock_timeout": 0.2}}),
+            pytest.raises(SchemaError, match=r"within 0\.2 s .* holds the setup lock"),
         ):
             call_command("migrate", "axa_queue", verbosity=0)
     call_command("migrate", "axa_queue", verbosity=0)
