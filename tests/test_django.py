@@ -24,10 +24,10 @@ from django.db import connections
 from django.test import override_settings
 from psycopg.conninfo import conninfo_to_dict
 
-from axa_queue import Queue, SchemaError
+from axa_queue import Queue, SchemaError, SyncQueue
 from axa_queue.contrib.django import conf, use_django, worker
 from axa_queue.contrib.django.migrations import __path__ as migrations_path
-from axa_queue.schema import MIGRATIONS
+from axa_queue.schema import MIGRATIONS, SETUP_LOCK
 from djangotest import (  # noqa: F401
     SITE,
     django_db,
@@ -218,11 +218,52 @@ def test_a_job_threads_persistent_connection_is_kept_and_closed_when_the_thread_
         connections["default"].settings_dict["CONN_MAX_AGE"] = 0
 
 
+@pytest.mark.usefixtures("migrated")
+def test_manage_py_axa_queue_worker_closes_djangos_connections_after_each_run_of_its_own_queue(
+    dsn: str, admin: psycopg.Connection[Any]
+) -> None:
+    from django.contrib.auth.models import Group
+
+    Group.objects.bulk_create([Group(name="staff"), Group(name="ops")])
+    connections.close_all()
+    worker = subprocess.Popen(
+        [sys.executable, "manage.py", "axa_queue", "worker", "django_site.shop.jobs:queue"],
+        cwd=SITE,
+        env=site_env(dsn),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        with SyncQueue(dsn) as jobs:
+            ran = {
+                name: jobs.enqueue(name, {"name": old, "to": new})
+                for name, old, new in [
+                    ("RenameGroup", "staff", "team"),
+                    ("RenameGroupAsync", "ops", "operations"),
+                ]
+            }
+            for name, job_id in ran.items():
+                assert jobs.wait(job_id, timeout=60).state == "completed", name
+                done = jobs.result(job_id)
+                assert done["renamed"] == 1, name
+                # CONN_MAX_AGE 0: the session that ran the UPDATE ends after the run,
+                # while the worker (and the thread that ran it) go on
+                until(lambda pid=done["backend_pid"]: backends(admin, pid) == 0)
+        assert worker.poll() is None, "the worker stopped before the test stopped it"
+    finally:
+        worker.send_signal(signal.SIGINT)
+        _, errors = worker.communicate(timeout=60)
+    assert worker.returncode == 0, errors
+    assert sorted(Group.objects.values_list("name", flat=True)) == ["operations", "team"]
+
+
 def test_use_django_adds_its_hooks_once() -> None:
     queue = Queue("dbname=unused")
     assert use_django(use_django(queue)) is queue
     assert len(queue.registry.threads.around_run) == 1
     assert len(queue.registry.threads.thread_end) == 1
+    assert len(queue.registry.middleware) == 1  # for async handlers' connections
 
 
 @pytest.mark.usefixtures("migrated")
@@ -251,6 +292,22 @@ def test_a_migration_held_up_by_a_lock_says_so_within_the_setup_lock_timeout(
         with (
             override_settings(AXA_QUEUE={"OPTIONS": {"setup_lock_timeout": 0.2}}),
             pytest.raises(SchemaError, match=r"within 0\.2 s .* run migrate again"),
+        ):
+            call_command("migrate", "axa_queue", verbosity=0)
+    call_command("migrate", "axa_queue", verbosity=0)
+    assert axa_queue_check(dsn).returncode == 0
+
+
+@pytest.mark.alone  # it holds the setup lock, which every schema's setup takes
+@pytest.mark.usefixtures("django_db")
+def test_a_migration_held_up_by_the_setup_lock_says_so_within_the_setup_lock_timeout(
+    dsn: str,
+) -> None:
+    with psycopg.connect(dsn) as holder:
+        holder.execute("SELECT pg_advisory_xact_lock(%s)", (SETUP_LOCK,))  # a setup running
+        with (
+            override_settings(AXA_QUEUE={"OPTIONS": {"setup_lock_timeout": 0.2}}),
+            pytest.raises(SchemaError, match=r"within 0\.2 s .* holds the setup lock"),
         ):
             call_command("migrate", "axa_queue", verbosity=0)
     call_command("migrate", "axa_queue", verbosity=0)

@@ -1,4 +1,8 @@
-"""An order and its receipt: queued with the order's transaction, run by the worker."""
+"""An order and its receipt: queued with the order's transaction, run by the worker.
+
+Each test commits (pytest-django's `django_db(transaction=True)`, which a run without
+pytest-django ignores), so the worker's connections see what it queued; `shop_db` is
+its database (see conftest.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ from django.test import Client
 
 from axa_queue.contrib.django.worker import tasks_queue
 
-pytestmark = pytest.mark.usefixtures("shop_db")
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("shop_db")]
 
 PROJECT = Path(__file__).resolve().parent.parent
 

@@ -12,7 +12,8 @@ Django's tasks framework.
 - `python manage.py axa_queue <command>` runs the `axa-queue` commands with Django set
   up and the database of the settings; `worker` without MODULE:ATTR runs the tasks
   (`worker`), and its `--processes` children start through `manage.py` too;
-- sync handlers run with Django's connection handling (`use_django`);
+- handlers run with Django's connection handling (`use_django`), in `manage.py
+  axa_queue worker` whichever queue it runs;
 - `AxaQueueBackend` runs `@task`s (`backend`);
 - the admin lists jobs and acts, and cancels and retries jobs (`admin`, `models`).
 

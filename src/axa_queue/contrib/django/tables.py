@@ -52,24 +52,26 @@ def apply(version: int) -> Any:
         with connection.cursor() as cursor:
             timeout = round(options.seconds("setup_lock_timeout") * 1000)
             cursor.execute(queue_schema.SETUP_LOCK_TIMEOUT, [f"{timeout}ms"])
-            cursor.execute(queue_schema.TAKE_SETUP_LOCK, [queue_schema.SETUP_LOCK])
-            cursor.execute(sql.SEARCH_PATH)
-            search_path = cursor.fetchone()[0]
-            if schema is not None:
-                cursor.execute(sql.LOCAL_SEARCH_PATH, [schema])
-            if _needed(cursor, version, schema):
-                try:
+            held = "the setup lock (a worker or a migration is setting the tables up)"
+            try:
+                cursor.execute(queue_schema.TAKE_SETUP_LOCK, [queue_schema.SETUP_LOCK])
+                held = "a lock on them"
+                cursor.execute(sql.SEARCH_PATH)
+                search_path = cursor.fetchone()[0]
+                if schema is not None:
+                    cursor.execute(sql.LOCAL_SEARCH_PATH, [schema])
+                if _needed(cursor, version, schema):
                     for statement in queue_schema.statements_of(version):
                         cursor.execute(statement)  # no parameters: a `%` stays as written
-                except DatabaseError as error:
-                    if isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
-                        raise SchemaError(
-                            f"could not bring the job queue's tables to schema version "
-                            f"{version} within {timeout / 1000:g} s (setup_lock_timeout): "
-                            "another transaction holds a lock on them; run migrate again "
-                            "when the database is quiet"
-                        ) from None
-                    raise
+            except DatabaseError as error:
+                if isinstance(error.__cause__, psycopg.errors.LockNotAvailable):
+                    raise SchemaError(
+                        f"could not bring the job queue's tables to schema version "
+                        f"{version} within {timeout / 1000:g} s (setup_lock_timeout): "
+                        f"another transaction holds {held}; run migrate again when the "
+                        "database is quiet"
+                    ) from None
+                raise
             # The migration's own record goes where Django's tables are.
             cursor.execute(sql.LOCAL_SEARCH_PATH, [search_path])
 

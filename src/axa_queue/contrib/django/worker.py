@@ -9,17 +9,24 @@ options, with every task found in the installed apps' `tasks` modules (see
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
 from django.utils.module_loading import autodiscover_modules
 
-from ... import Queue
+from ... import JobContext, Queue
+from ...handlers import JobHandler
+from ...middleware import CallNext
+from ...retries import describe
 from . import conf
 from .backend import known_tasks, runner
 
 __all__ = ["TARGET", "tasks_queue", "use_django"]
+
+log = logging.getLogger("axa_queue.worker")
 
 TARGET = "axa_queue.contrib.django.worker:queue"
 """The queue `manage.py axa_queue worker` runs when given no MODULE:ATTR."""
@@ -29,18 +36,51 @@ def _close_all() -> None:
     connections.close_all()  # this thread's connections: Django keeps them per thread
 
 
+class _AsyncRuns:
+    """The middleware of `use_django`: around each run of an async handler,
+    `close_old_connections()` in the thread Django's ORM calls of async code run in
+    (`sync_to_async`'s, which the ORM's `a...` methods use too), as Django's own async
+    request handling does. Runs of sync handlers pass through: their thread's hooks do
+    it there."""
+
+    def __init__(self, handlers: dict[str, JobHandler[Any]]) -> None:
+        self.handlers = handlers  # the queue's, as it is when each run starts
+
+    async def __call__(self, job: JobContext, call_next: CallNext) -> Any:
+        handler = self.handlers.get(job.name)
+        if handler is None or not handler.is_async:
+            return await call_next()
+        await _close_old_async()  # what it raises fails the run, as a thread hook's does
+        try:
+            return await call_next()
+        finally:
+            try:
+                await _close_old_async()
+            except Exception as error:
+                log.error(
+                    "closing Django's old connections failed after an async run",
+                    extra={"error": describe(error)},
+                )
+
+
+_close_old_async = sync_to_async(close_old_connections)
+
+
 def use_django(queue: Queue) -> Queue:
-    """Run `queue`'s sync handlers as Django runs a request: `close_old_connections()`
-    before and after each run (so a connection past `CONN_MAX_AGE`, or broken, is not
-    reused, and with the default of 0 none is kept), and every connection of a job
-    thread closed when it ends. Async handlers run on the event loop, where Django's
-    ORM must be called through `sync_to_async` or its `a...` methods. Returns `queue`;
-    calling it again changes nothing."""
+    """Run `queue`'s handlers as Django runs a request: `close_old_connections()` before
+    and after each run, in the thread that ran it (so a connection past `CONN_MAX_AGE`,
+    or broken, is not reused, and with the default of 0 none is kept), and every
+    connection of a job thread closed when it ends. A sync handler runs in a job
+    thread; an async one on the event loop, where Django's ORM is called through its
+    `a...` methods or `sync_to_async`, whose thread is the one closed around its runs.
+    Returns `queue`; calling it again changes nothing."""
     hooks = queue.registry.threads
     if close_old_connections not in hooks.around_run:
         hooks.around_run.append(close_old_connections)
     if _close_all not in hooks.thread_end:
         hooks.thread_end.append(_close_all)
+    if not any(isinstance(one, _AsyncRuns) for one in queue.registry.middleware):
+        queue.middleware(_AsyncRuns(queue.handlers))
     return queue
 
 

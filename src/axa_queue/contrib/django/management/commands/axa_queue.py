@@ -5,23 +5,29 @@ and the database of the settings (`conf.environment`).
 `worker` with no MODULE:ATTR runs the tasks of the tasks backend (`worker.TARGET`), and
 with `--processes` starts each worker process the way this one was started (through
 `manage.py`, or `python -m django` with the same settings module), so each sets Django
-up before the queue's module is imported.
+up before the queue's module is imported. Whichever queue it runs, the tasks' or the
+MODULE:ATTR given, it runs it with Django's connection handling (`use_django`).
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from ... import conf
-from ...worker import TARGET
+from ...worker import TARGET, use_django
 
-__all__ = ["Command", "program"]
+if TYPE_CHECKING:
+    import click
+
+__all__ = ["Command", "commands", "program"]
 
 
 def program() -> tuple[str, ...]:
@@ -41,6 +47,29 @@ def program() -> tuple[str, ...]:
     paths = [p for p in sys.path if p] + [os.environ.get("PYTHONPATH", "")]
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return (sys.executable, "-m", "django", "axa_queue")
+
+
+def commands() -> click.Group:
+    """The `axa-queue` commands as `manage.py axa_queue` runs them: the same, but for
+    `worker`, which first sets Django's connection handling (`use_django`) on the queue
+    it is to run, whichever it is: the tasks' (`TARGET`, which has it already) or the
+    application's own `MODULE:ATTR`. It loads that queue as `worker` then does (the
+    same object: the module is imported once), within its command line's parsing and
+    error reporting."""
+    from axa_queue.cli import load_queue, main
+
+    given = main.commands["worker"]
+    run = cast("Callable[..., Any]", given.callback)
+
+    def worker(**params: Any) -> Any:
+        use_django(load_queue(params.get("target") or TARGET))
+        return run(**params)
+
+    with_django = copy.copy(given)
+    with_django.callback = worker
+    group = copy.copy(main)
+    group.commands = {**main.commands, "worker": with_django}
+    return group
 
 
 class Command(BaseCommand):
@@ -80,7 +109,6 @@ class Command(BaseCommand):
             connections.close_all()
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from axa_queue.cli import main
         from axa_queue.cli.conventions import Invocation
 
         arguments = list(options["arguments"])
@@ -95,7 +123,7 @@ class Command(BaseCommand):
         )
         with conf.environment():
             try:
-                main.main(
+                commands().main(
                     args=arguments,
                     prog_name=getattr(self, "_prog", "manage.py axa_queue"),
                     obj=invocation,
