@@ -20,6 +20,7 @@ import psycopg
 import psycopg_pool
 import pytest
 import sqlalchemy
+from axa_queue.jobs.model.model import COPY_FROM
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from sqlalchemy.ext.asyncio import (
@@ -45,9 +46,8 @@ from axa_queue import (
     jobs_on,
     retry,
 )
-from axa_queue.adapters import ACCEPTED, dollar_query, run
-from axa_queue.calls import Call
-from axa_queue.jobs import COPY_FROM
+from axa_queue.db.adapters import ACCEPTED, dollar_query, run
+from axa_queue.db.calls import Call
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""

@@ -328,7 +328,7 @@ async def test_open_does_not_wait_for_a_database_that_refuses_the_login(
 
 
 def test_a_process_that_keeps_dying_at_start_waits_twice_as_long_each_time_up_to_the_cap() -> None:
-    from axa_queue.supervisor import RESTART_FIRST, RESTART_MAX, restart_delay
+    from axa_queue.cli.supervisor import RESTART_FIRST, RESTART_MAX, restart_delay
 
     delays: list[float] = []
     delay = None
@@ -340,7 +340,7 @@ def test_a_process_that_keeps_dying_at_start_waits_twice_as_long_each_time_up_to
 
 
 def test_a_process_that_ran_healthily_for_a_while_is_restarted_after_the_first_delay() -> None:
-    from axa_queue.supervisor import RESTART_FIRST, RESTART_HEALTHY, RESTART_MAX, restart_delay
+    from axa_queue.cli.supervisor import RESTART_FIRST, RESTART_HEALTHY, RESTART_MAX, restart_delay
 
     assert restart_delay(RESTART_MAX, ran_for=RESTART_HEALTHY) == RESTART_FIRST
     assert restart_delay(RESTART_MAX, ran_for=RESTART_HEALTHY * 100) == RESTART_FIRST
@@ -352,7 +352,7 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
     import dataclasses
 
     from axa_queue.cli import main
-    from axa_queue.supervisor import Settings, child_command
+    from axa_queue.cli.supervisor import Settings, child_command
 
     settings = Settings(
         target="myapp.jobs:queue",
@@ -373,7 +373,7 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
     assert parsed.params["log_tracebacks"] is True
     assert parsed.params["setup"] is False  # the supervisor has set up, once
     assert parsed.params["processes"] is None  # a child works in its own process
-    assert (parsed.meta["axa_queue.pooler"], parsed.meta["axa_queue.schema"]) == (
+    assert (parsed.meta["axa_queue.db.pooler"], parsed.meta["axa_queue.schema"]) == (
         "transaction",
         "jobs",
     )
@@ -384,7 +384,7 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
 
 
 def test_a_program_that_runs_the_commands_starts_the_worker_processes_itself() -> None:
-    from axa_queue.supervisor import Settings, child_command
+    from axa_queue.cli.supervisor import Settings, child_command
 
     program = (sys.executable, "/srv/shop/manage.py", "axa_queue")
     command = child_command(
@@ -396,7 +396,7 @@ def test_a_program_that_runs_the_commands_starts_the_worker_processes_itself() -
 async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
     dsn: str, make_queue, monkeypatch
 ) -> None:
-    from axa_queue import supervisor
+    from axa_queue.cli import supervisor
 
     await make_queue()  # the tables, for the supervisor's check
     asked: list[tuple[float | None, float]] = []
@@ -424,7 +424,7 @@ async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
 async def test_the_supervisor_sets_the_tables_up_with_the_queues_own_options(
     dsn: str, monkeypatch
 ) -> None:
-    from axa_queue import supervisor
+    from axa_queue.cli import supervisor
 
     seen: list[QueueOptions] = []
 

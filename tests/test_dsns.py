@@ -17,7 +17,7 @@ from starlette.testclient import TestClient
 
 from axa_queue import OptionsError, Queue, SyncQueue
 from axa_queue.cli import main
-from axa_queue.dsns import as_url, normalized
+from axa_queue.db.dsns import as_url, normalized
 from conftest import status_of
 
 PASSWORD = "s3cret-never-shown"

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from axa_queue import JobState, QueueOptions, Recovered
-from axa_queue.connector import Connector
+from axa_queue.db.connector import Connector
 from axa_queue.worker.connections import Connections
 from conftest import eventually, later, lock_waits, running, status_of
 

@@ -13,7 +13,7 @@ import pytest
 from psycopg.pq import TransactionStatus
 
 from axa_queue import cancel, current_job
-from axa_queue.lending import LEND_SPARE, Lender
+from axa_queue.db.lending import LEND_SPARE, Lender
 from axa_queue.worker import runs
 from conftest import eventually, running, status_of
 

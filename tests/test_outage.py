@@ -233,7 +233,7 @@ async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_i
 
 
 def test_the_pools_reconnect_backoff_waits_at_most_half_a_second() -> None:
-    from axa_queue.connector import RECONNECT_DELAYS, _QuickAttempt
+    from axa_queue.db.connector import RECONNECT_DELAYS, _QuickAttempt
 
     attempt = _QuickAttempt(timeout=300)
     delays = []

@@ -8,6 +8,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from axa_queue.handlers.handler.policies import NO_POLICY, Policy, judge
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from axa_queue import (
     Snooze,
     enqueue_on,
 )
-from axa_queue.policies import NO_POLICY, Policy, judge
 from conftest import status_of
 
 BASE = timedelta(seconds=2)

@@ -79,7 +79,7 @@ async def test_a_worker_behind_pgbouncer_runs_every_job_and_listens_only_in_sess
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from axa_queue import pooler
+    from axa_queue.db import pooler
 
     monkeypatch.setattr(pooler, "_told", set())  # the warning is given once per process
     queue = Queue(bounced, through(bouncer, schema))
@@ -109,7 +109,7 @@ async def test_a_worker_behind_a_transaction_pooler_with_listen_off_gives_no_war
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from axa_queue import pooler
+    from axa_queue.db import pooler
 
     monkeypatch.setattr(pooler, "_told", set())
     bouncer = start_bouncer("transaction")
@@ -128,7 +128,7 @@ async def test_a_worker_behind_a_transaction_pooler_with_listen_off_gives_no_war
 
 
 def test_behind_a_transaction_pooler_nothing_is_prepared_on_the_server() -> None:
-    from axa_queue import pooler
+    from axa_queue.db import pooler
 
     assert pooler.connect_kwargs(QueueOptions())["prepare_threshold"] == 5
     assert pooler.connect_kwargs(QueueOptions(pooler="session"))["prepare_threshold"] == 5
@@ -397,7 +397,7 @@ def test_the_sql_command_can_name_a_schema_for_a_migration() -> None:
 def test_a_queue_reads_its_pooler_from_the_environment(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from axa_queue import pooler
+    from axa_queue.db import pooler
 
     monkeypatch.setattr(pooler, "_told", set())
     monkeypatch.setenv("AXA_QUEUE_POOLER", "transaction")

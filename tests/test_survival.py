@@ -21,8 +21,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from axa_queue import NewJob, Schedule, maintenance, schedules
+from axa_queue import NewJob, Schedule, maintenance
 from axa_queue.metrics import HealthCheck
+from axa_queue.schedules import schedule as schedules
 from conftest import eventually, running, status_of
 
 SECRET = "hunter2-never-logged"

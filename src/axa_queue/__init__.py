@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from .acts import MAX_REASON_CHARS, Act, ActKind, ActResult, acts_on, cancel, retry
 from .context import JobContext, current_job
-from .drain import DrainResult
 from .errors import (
     ArgumentsError,
     AxaQueueError,
@@ -26,9 +25,11 @@ from .errors import (
     SchemaError,
     WaitTimeoutError,
 )
-from .handlers import JobHandler
+from .handlers.handler import JobHandler
+from .handlers.policies import Discard, Exponential, Retry, Snooze
+from .handlers.retries import backoff
 from .health import Health
-from .jobs import (
+from .jobs.model import (
     Counts,
     Duplicate,
     JobInfo,
@@ -42,12 +43,11 @@ from .jobs import (
 )
 from .maintenance import Recovered
 from .options import QueueOptions
-from .policies import Discard, Exponential, Retry, Snooze
 from .queue import Queue
-from .retries import backoff
-from .schedules import Schedule, ScheduleInfo
+from .schedules.schedule import Schedule, ScheduleInfo
 from .schema.migrations import SETUP_STATEMENTS
 from .sync import SyncQueue
+from .worker.drain import DrainResult
 
 __version__ = "0.1.0"
 

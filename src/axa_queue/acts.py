@@ -24,10 +24,10 @@ from typing import overload
 from uuid import UUID
 
 from . import sql
-from .adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
-from .calls import Call, Row
+from .db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
+from .db.calls import Call, Row
 from .errors import NotACodeError
-from .jobs import JobState, job_id_of, moment
+from .jobs.model import JobState, job_id_of, moment
 
 __all__ = [
     "MAX_REASON_CHARS",

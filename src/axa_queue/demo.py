@@ -32,10 +32,10 @@ from rich.table import Table
 
 from . import readable
 from .errors import AxaQueueError
-from .jobs import Counts, NewJob
+from .jobs.model import Counts, NewJob
 from .options import QueueOptions
 from .queue import Queue
-from .schedules import Schedule
+from .schedules.schedule import Schedule
 from .schema import SANDBOX_CREATE, SANDBOX_DROP
 
 __all__ = ["DemoError", "demo_queue", "embedded_server", "keep_busy", "run", "sandbox"]

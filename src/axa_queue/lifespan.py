@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from .retries import kind, summary
+from .handlers.retries import kind, summary
 
 __all__ = ["ABORT_AFTER", "Hosted"]
 

@@ -19,12 +19,12 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from . import sql
-from .calls import by_name
-from .jobs import JobState
+from .db.calls import by_name
+from .handlers.retries import first_line, kind
+from .jobs.model import JobState
 from .options import QueueOptions
 from .presence import FORGET_AFTER
-from .retries import first_line, kind
-from .schedules import Schedule
+from .schedules.schedule import Schedule
 
 __all__ = [
     "PURGE_BATCH",

@@ -57,17 +57,17 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from .calls import run_async
+from .db.calls import run_async
 from .errors import AxaQueueError
+from .handlers.retries import first_line, kind
 from .health import HEALTH_TIMEOUT
-from .jobs import (
+from .jobs.model import (
     Counts,
     FinishedCounts,
     LiveCounts,
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
-from .retries import first_line, kind
 from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from datetime import timedelta
 from typing import Literal, Union, get_args
 
-from . import dsns
+from .db import dsns
 from .errors import OptionsError
 
 __all__ = [

@@ -18,9 +18,9 @@ from uuid import UUID
 import psycopg
 
 from . import sql
-from .adapters import run
-from .calls import Call, Connection, Row
-from .jobs import moment
+from .db.adapters import run
+from .db.calls import Call, Connection, Row
+from .jobs.model import moment
 
 __all__ = ["FORGET_AFTER", "WorkerInfo", "workers_call", "workers_on"]
 

@@ -24,15 +24,18 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Unpack
 
-from . import maintenance, modes, schedules, schema, sql
+from . import maintenance, schema, sql
 from .acts import Act, acts_call
-from .calls import Call, by_name, run_async
-from .connector import Connected, Connector
-from .drain import DrainResult, drain, drain_blocking
+from .db.calls import Call, by_name, run_async
+from .db.connector import Connected, Connector
 from .errors import AxaQueueError, DrainError, NotOpenError, OptionsError, ScheduleError
-from .handlers import HandlerFunction, JobHandler
+from .handlers.handler import HandlerFunction, JobHandler
+from .handlers.policies import PolicyOptions, policy_of
+from .handlers.registry import MAX_RATE, Registry, RunObserver
+from .handlers.retries import describe, first_line, kind
 from .health import HEALTH_TIMEOUT, Health
-from .jobs import (
+from .jobs import modes
+from .jobs.model import (
     Counts,
     JobInfo,
     JobOptions,
@@ -51,6 +54,7 @@ from .jobs import (
     jobs_call,
     result_call,
 )
+from .jobs.waits import Waiters
 from .lifespan import Hosted
 from .maintenance import Recovered
 from .middleware import Middleware
@@ -64,13 +68,10 @@ from .options import (
     QueueOptions,
     to_seconds,
 )
-from .policies import PolicyOptions, policy_of
-from .registry import MAX_RATE, Registry, RunObserver
-from .retries import describe, first_line, kind
-from .schedules import Schedule, ScheduleInfo, schedule_info
+from .schedules.schedule import Schedule, ScheduleInfo, Ticker, schedule_info
 from .sync import SyncQueue
-from .waits import Waiters
 from .worker import STUCK_AFTER, Phase, Worker
+from .worker.drain import DrainResult, drain, drain_blocking
 
 __all__ = ["DSN_VARIABLES", "Queue"]
 
@@ -114,7 +115,7 @@ class Queue(Connected):
         self.notifies = False
         self._pool: AsyncConnectionPool | None = None
         self._background: set[asyncio.Task[Any]] = set()
-        self.ticker = schedules.Ticker(self.registry.schedules)
+        self.ticker = Ticker(self.registry.schedules)
         self.worker: Worker | None = None
         self.waiters = Waiters(self.connector, self.job)
         """Every `wait()` in progress, woken through one listening connection."""
@@ -625,7 +626,7 @@ class Queue(Connected):
 
     async def tick_each(self, *, now: datetime | None = None) -> tuple[int, dict[str, Exception]]:
         """Queue a job for each due schedule, each on its own; returns how many were
-        queued and what each schedule that failed raised, by name (`schedules.Ticker`).
+        queued and what each schedule that failed raised, by name (`Ticker`).
         Without `now`, the test clock (`connector.clock`), as the worker's other
         statements take it, else the database's."""
         if not self.schedule_list:

@@ -26,12 +26,13 @@ import psycopg
 from psycopg_pool import ConnectionPool
 from typing_extensions import Unpack
 
-from . import modes, sql
+from . import sql
 from .acts import Act, acts_call
-from .calls import Call, run_sync
-from .connector import Connected, Connector
-from .drain import DrainResult, drain_blocking
-from .jobs import (
+from .db.calls import Call, run_sync
+from .db.connector import Connected, Connector
+from .handlers.registry import Registry
+from .jobs import modes
+from .jobs.model import (
     Counts,
     JobInfo,
     JobOptions,
@@ -49,9 +50,9 @@ from .jobs import (
     jobs_call,
     result_call,
 )
+from .jobs.waits import wait_sync
 from .options import Duration, Mode, QueueOptions
-from .registry import Registry
-from .waits import wait_sync
+from .worker.drain import DrainResult, drain_blocking
 
 __all__ = ["SyncQueue"]
 

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from ..acts import Act, ActKind, ActResult, cancel, retry
 from ..errors import JobNotFoundError
-from ..jobs import JobState
+from ..jobs.model import JobState
 from ..queue import Queue
 from .conventions import Failed, Printed, answer, dsn_option, json_option
 from .text import shown, when

@@ -19,11 +19,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 
-from .. import dsns
+from ..db import dsns
 from ..errors import AxaQueueError, OptionsError, SchemaError
+from ..handlers.retries import first_line
 from ..options import Pooler, QueueOptions
 from ..queue import DSN_VARIABLES, Queue
-from ..retries import first_line
 from .text import console, print_json
 
 __all__ = [

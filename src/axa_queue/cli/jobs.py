@@ -13,10 +13,10 @@ from rich.table import Table
 
 from .. import readable
 from ..errors import JobNotFoundError
-from ..jobs import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
+from ..jobs.model import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
 from ..presence import WorkerInfo, workers_on
 from ..queue import Queue
-from ..schedules import ScheduleInfo
+from ..schedules.schedule import ScheduleInfo
 from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
 from .text import lines, short, shown, tries, when
 

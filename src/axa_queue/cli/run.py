@@ -14,9 +14,10 @@ from typing import Any
 import click
 import psycopg
 
-from .. import logs, supervisor
+from .. import logs
 from ..queue import Queue
 from ..worker import STUCK_AFTER
+from . import supervisor
 from .conventions import (
     BadInput,
     Failed,

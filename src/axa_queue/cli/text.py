@@ -15,7 +15,7 @@ from uuid import UUID
 import click
 from rich.console import Console
 
-from ..jobs import EARLIEST, LATEST, JobInfo
+from ..jobs.model import EARLIEST, LATEST, JobInfo
 
 __all__ = ["console", "lines", "one_line", "print_json", "short", "shown", "tries", "when"]
 

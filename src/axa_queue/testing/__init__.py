@@ -42,16 +42,17 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from .. import dsns, sql
-from ..adapters import run
-from ..arguments import to_json
-from ..calls import Call, Row, run_async, run_sync
-from ..drain import DrainResult
+from .. import sql
+from ..db import dsns
+from ..db.adapters import run
+from ..db.calls import Call, Row, run_async, run_sync
 from ..errors import AxaQueueError, OptionsError
-from ..jobs import JobState, moment
+from ..jobs.arguments import to_json
+from ..jobs.model import JobState, moment
 from ..queue import Queue
 from ..schema import SANDBOX_CREATE, SANDBOX_DROP, SETUP_STATEMENTS
 from ..sync import SyncQueue
+from ..worker.drain import DrainResult
 
 __all__ = [
     "LOCAL_SERVERS",

@@ -33,9 +33,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .. import readable
 from ..acts import MAX_REASON_CHARS, ActKind, ActResult, cancel, retry
-from ..calls import Call, run_async
+from ..db.calls import Call, run_async
 from ..errors import NotACodeError
-from ..jobs import JobState
+from ..jobs.model import JobState
 from ..options import QueueOptions
 from ..presence import WorkerInfo, workers_call
 from ..queue import Queue

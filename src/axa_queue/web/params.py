@@ -17,7 +17,7 @@ from uuid import UUID
 
 from ..acts import check_code
 from ..errors import NotACodeError, OptionsError
-from ..jobs import check_name
+from ..jobs.model import check_name
 
 __all__ = [
     "MAX_INTEGER",

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from .. import sql
 from ..acts import Act, ActKind, act_of
-from ..calls import Call, Row
-from ..jobs import JobInfo, JobState, job_info
+from ..db.calls import Call, Row
+from ..jobs.model import JobInfo, JobState, job_info
 
 __all__ = [
     "COUNT_CAP",

@@ -31,9 +31,9 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
-from ..connector import Connector
+from ..db.connector import Connector
+from ..handlers.registry import Registry, RunObserver
 from ..options import QueueOptions, to_seconds
-from ..registry import Registry, RunObserver
 from .claims import GAVE_UP, MIN_HEARTBEAT, RETRY_DATABASE, Claims
 from .connections import Connections
 from .decisions import HOLD_ENDINGS, SERVICE_RETRY_MAX

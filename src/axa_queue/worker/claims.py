@@ -23,9 +23,9 @@ from typing import Any
 import psycopg
 
 from .. import sql
+from ..handlers.registry import Registry
+from ..handlers.retries import cut_error, first_line, kind
 from ..options import QueueOptions
-from ..registry import Registry
-from ..retries import cut_error, first_line, kind
 from . import decisions
 from .connections import Connections
 from .state import CANCELLED, Run, State

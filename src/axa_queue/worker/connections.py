@@ -22,7 +22,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import namedtuple_row
 
-from ..connector import Connector
+from ..db.connector import Connector
 
 __all__ = ["Connections"]
 

@@ -36,9 +36,9 @@ import psycopg
 from psycopg.rows import RowMaker
 
 from .. import sql
+from ..handlers.registry import Registry
+from ..handlers.retries import cut_error, first_line, kind
 from ..options import QueueOptions, to_seconds
-from ..registry import Registry
-from ..retries import cut_error, first_line, kind
 from . import decisions
 from .claims import RETRY_DATABASE, Claims
 from .connections import Connections

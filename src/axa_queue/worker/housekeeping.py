@@ -16,9 +16,9 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import maintenance
+from ..handlers.registry import Registry
+from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
-from ..registry import Registry
-from ..retries import first_line, kind
 from . import decisions
 from .connections import Connections
 from .state import State

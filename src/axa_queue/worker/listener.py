@@ -15,9 +15,9 @@ import logging
 import psycopg
 
 from .. import sql
-from ..connector import Connector
+from ..db.connector import Connector
+from ..handlers.retries import kind
 from ..options import QueueOptions
-from ..retries import kind
 from . import decisions
 from .state import State
 from .tasks import Troubles, summary

@@ -19,9 +19,9 @@ from uuid import uuid4
 import psycopg
 
 from .. import sql
+from ..handlers.registry import Registry
+from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
-from ..registry import Registry
-from ..retries import first_line, kind
 from .claims import MIN_HEARTBEAT
 from .connections import Connections
 from .state import State

@@ -24,15 +24,15 @@ from uuid import UUID
 import psycopg
 
 from .. import logs, sql
-from ..arguments import result_json
 from ..context import JobContext, enter, leave
-from ..handlers import JobHandler
-from ..lending import LEND_IDLE, Lender, Lending
+from ..db.lending import LEND_IDLE, Lender, Lending
+from ..handlers.handler import JobHandler
+from ..handlers.policies import NO_POLICY, Discard, Retry, Snooze, judge
+from ..handlers.registry import Registry
+from ..handlers.retries import cut_error, describe, first_line, kind
+from ..jobs.arguments import result_json
 from ..middleware import through
 from ..options import QueueOptions, to_timedelta
-from ..policies import NO_POLICY, Discard, Retry, Snooze, judge
-from ..registry import Registry
-from ..retries import cut_error, describe, first_line, kind
 from ..tracing import carrier_of
 from .claims import Claims
 from .state import CANCELLED, Run, State, order_of

@@ -1,5 +1,5 @@
 """The schedule loop: ticks the schedules every poll interval (the tick itself is
-`axa_queue.schedules.Ticker`, on a connection of the queue's pool), waking the exchange
+`axa_queue.schedules.schedule.Ticker`, on a connection of the queue's pool), waking the exchange
 when it queued a job, and reporting schedules that keep failing."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from ..retries import kind
+from ..handlers.retries import kind
 from .state import State
 from .tasks import Troubles, summary
 

@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from ..retries import summary
+from ..handlers.retries import summary
 
 __all__ = ["CANCEL_AGAIN", "CANCEL_GIVE_UP", "Troubles", "cancel_all", "summary", "uncancel"]
 

@@ -12,8 +12,8 @@ from queue import SimpleQueue
 from typing import Any
 
 from ..context import JobContext, running_or_none
-from ..registry import ThreadHooks
-from ..retries import describe, kind
+from ..handlers.registry import ThreadHooks
+from ..handlers.retries import describe, kind
 
 __all__ = ["JobThreads"]
 

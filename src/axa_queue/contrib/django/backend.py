@@ -38,9 +38,9 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ... import NewJob, SyncQueue, sql
-from ...calls import Call, run_sync
+from ...db.calls import Call, run_sync
 from ...errors import OptionsError
-from ...jobs import check_name, enqueue_call, job_id_of, moment, optional_moment
+from ...jobs.model import check_name, enqueue_call, job_id_of, moment, optional_moment
 from . import conf
 
 __all__ = [

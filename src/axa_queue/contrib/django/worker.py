@@ -18,9 +18,9 @@ from django.db import close_old_connections, connections
 from django.utils.module_loading import autodiscover_modules
 
 from ... import JobContext, Queue
-from ...handlers import JobHandler
+from ...handlers.handler import JobHandler
+from ...handlers.retries import describe
 from ...middleware import CallNext
-from ...retries import describe
 from . import conf
 from .backend import known_tasks, runner
 

@@ -27,7 +27,7 @@ from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from .errors import OptionsError
+from ..errors import OptionsError
 
 __all__ = ["DRIVERS", "SCHEMES", "as_url", "normalized"]
 

@@ -20,12 +20,12 @@ from uuid import UUID, uuid4
 
 from typing_extensions import Unpack
 
-from . import sql, tracing
-from .adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
+from .. import sql, tracing
+from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
+from ..db.calls import Call, Row
+from ..errors import JobNotFoundError, NoResultError, OptionsError
+from ..options import Duration, to_seconds
 from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
-from .calls import Call, Row
-from .errors import JobNotFoundError, NoResultError, OptionsError
-from .options import Duration, to_seconds
 
 __all__ = [
     "EARLIEST_RUN_AT",

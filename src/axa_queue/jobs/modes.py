@@ -36,12 +36,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import uuid4
 
-from .context import JobContext, running_job
-from .errors import OptionsError
-from .handlers import JobHandler
-from .jobs import NewJob
-from .options import Mode, QueueOptions
-from .retries import describe, kind
+from ..context import JobContext, running_job
+from ..errors import OptionsError
+from ..handlers.handler import JobHandler
+from ..handlers.retries import describe, kind
+from ..options import Mode, QueueOptions
+from .model import NewJob
 
 __all__ = ["InContext", "context_of", "handler_for", "run_blocking", "run_here", "start_thread"]
 

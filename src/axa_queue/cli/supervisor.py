@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from .errors import AxaQueueError
-from .logs import LogFormat
-from .options import Pooler, QueueOptions
-from .queue import DSN_VARIABLES, Queue
-from .worker import STUCK_AFTER
+from ..errors import AxaQueueError
+from ..logs import LogFormat
+from ..options import Pooler, QueueOptions
+from ..queue import DSN_VARIABLES, Queue
+from ..worker import STUCK_AFTER
 
 if TYPE_CHECKING:
-    from .metrics import MetricsServer
+    from ..metrics import MetricsServer
 
 __all__ = [
     "MetricsServerError",
@@ -52,7 +52,7 @@ __all__ = [
     "work",
 ]
 
-log = logging.getLogger("axa_queue.supervisor")
+log = logging.getLogger("axa_queue.cli.supervisor")
 
 SUPERVISOR_VARIABLE = "AXA_QUEUE_SUPERVISOR"
 """Set by `worker --processes` in each child: the supervisor's pid, watched by the child."""
@@ -191,7 +191,7 @@ async def _serve_metrics(
     """Count jobs now and every `COUNTS_EVERY`, and serve `registry` with a health check
     (which, for a supervisor's `processes`, reads their stuck gauge in `registry`).
     Raises `MetricsServerError` when the port cannot be had."""
-    from .metrics import HealthCheck, QueueCollector, serve
+    from ..metrics import HealthCheck, QueueCollector, serve
 
     collector = QueueCollector(queue, registry)
     with contextlib.suppress(psycopg.Error):
@@ -237,14 +237,14 @@ async def work(
     try:
         supervisor = os.environ.get(SUPERVISOR_VARIABLE)
         if supervisor and os.environ.get(METRICS_VARIABLE) == "1":
-            from .metrics import RunMetrics
+            from ..metrics import RunMetrics
 
             shared = RunMetrics(registry=None).attach(queue)  # summed by the supervisor
             tracking = asyncio.ensure_future(shared.track(queue))
         if metrics_port is not None:
             from prometheus_client import CollectorRegistry
 
-            from .metrics import RunMetrics
+            from ..metrics import RunMetrics
 
             registry = CollectorRegistry()
             own = RunMetrics(registry).attach(queue)
@@ -354,7 +354,7 @@ async def supervise(
     aborted = False
     try:
         if metrics_port is not None:
-            from .metrics import multiprocess_registry
+            from ..metrics import multiprocess_registry
 
             metrics_dir = tempfile.mkdtemp(prefix="axa-queue-metrics-")
             env["PROMETHEUS_MULTIPROC_DIR"] = metrics_dir
@@ -414,7 +414,7 @@ async def supervise(
                 log.info("started a worker process", extra={"slot": slot, "child_pid": child.pid})
                 code = await child.wait()
                 if metrics_dir is not None:
-                    from .metrics import forget_process
+                    from ..metrics import forget_process
 
                     forget_process(child.pid, metrics_dir)
                 if stopping.is_set():

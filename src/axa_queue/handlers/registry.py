@@ -14,11 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .handlers import JobHandler
-from .jobs import NewJob
-from .middleware import Middleware
+from ..jobs.model import NewJob
+from ..middleware import Middleware
+from ..schedules.schedule import Schedule
+from .handler import JobHandler
 from .retries import describe, kind
-from .schedules import Schedule
 
 __all__ = ["MAX_RATE", "Registry", "RunObserver", "ThreadHooks"]
 

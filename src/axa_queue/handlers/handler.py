@@ -36,16 +36,16 @@ from uuid import UUID
 
 from typing_extensions import Unpack
 
-from . import context, logs
-from .arguments import from_json, is_typed
-from .context import JobContext
-from .jobs import JobOptions, NewJob
-from .options import QueueOptions
+from .. import context, logs
+from ..context import JobContext
+from ..jobs.arguments import from_json, is_typed
+from ..jobs.model import JobOptions, NewJob
+from ..options import QueueOptions
 from .policies import NO_POLICY, Policy
 
 __all__ = ["HandlerFunction", "JobHandler"]
 
-log = logging.getLogger("axa_queue.handlers")
+log = logging.getLogger("axa_queue.handlers.handler")
 
 A = TypeVar("A")
 HandlerFunction = (

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 
 from cronsim import CronSim, CronSimError
 
-from .errors import ScheduleError
+from ..errors import ScheduleError
 
 __all__ = ["FIELDS", "check", "next_after", "zone_of"]
 

@@ -50,7 +50,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Literal, Union
 from uuid import UUID
 
-from .errors import ArgumentsError
+from ..errors import ArgumentsError
 
 __all__ = [
     "MAX_ARGS_DEPTH",

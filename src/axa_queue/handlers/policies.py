@@ -20,9 +20,9 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any, NamedTuple, TypedDict, Union
 
-from .errors import OptionsError
-from .jobs import SMALLINT, NewJob
-from .options import MAX_DURATION, MAX_INTEGER, Duration, to_seconds, to_timedelta
+from ..errors import OptionsError
+from ..jobs.model import SMALLINT, NewJob
+from ..options import MAX_DURATION, MAX_INTEGER, Duration, to_seconds, to_timedelta
 from .retries import MAX_BACKOFF, backoff
 
 __all__ = [

@@ -18,13 +18,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import sql
-from .connector import Connector
-from .errors import DrainError, OptionsError
-from .handlers import JobHandler
-from .options import Duration, to_seconds
-from .registry import Registry
-from .worker import Phase, Worker
+from .. import sql
+from ..db.connector import Connector
+from ..errors import DrainError, OptionsError
+from ..handlers.handler import JobHandler
+from ..handlers.registry import Registry
+from ..options import Duration, to_seconds
+from . import Phase, Worker
 
 __all__ = ["IDLE_CHECK", "DrainResult", "drain", "drain_blocking", "drain_names"]
 

@@ -21,11 +21,12 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from psycopg_pool.base import AttemptWithBackoff
 
-from . import dsns, pooler, sql
-from .context import running_or_none as _running
-from .errors import OptionsError
+from .. import sql
+from ..context import running_or_none as _running
+from ..errors import OptionsError
+from ..options import QueueOptions, dsn_from_environment
+from . import dsns, pooler
 from .lending import Lent
-from .options import QueueOptions, dsn_from_environment
 
 __all__ = ["RECONNECT_DELAYS", "Connected", "Connector", "QuickPool"]
 

@@ -38,13 +38,13 @@ from uuid import UUID
 
 import psycopg
 
-from . import sql
-from .calls import by_name
-from .connector import Connector
-from .errors import JobNotFoundError, WaitTimeoutError
-from .jobs import JobInfo, JobState
-from .options import Duration, QueueOptions, to_seconds
-from .retries import kind, summary
+from .. import sql
+from ..db.calls import by_name
+from ..db.connector import Connector
+from ..errors import JobNotFoundError, WaitTimeoutError
+from ..handlers.retries import kind, summary
+from ..options import Duration, QueueOptions, to_seconds
+from .model import JobInfo, JobState
 
 __all__ = ["FINISHED", "LINGER", "Waiters", "finished", "listens", "wait_sync", "woken"]
 

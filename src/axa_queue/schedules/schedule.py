@@ -35,10 +35,10 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 
-from . import sql
-from .calls import by_name
-from .errors import OptionsError, ScheduleError
-from .jobs import (
+from .. import sql
+from ..db.calls import by_name
+from ..errors import OptionsError, ScheduleError
+from ..jobs.model import (
     EARLIEST_RUN_AT,
     LATEST_RUN_AT,
     JobState,
@@ -47,14 +47,14 @@ from .jobs import (
     moment,
     optional_moment,
 )
-from .options import Duration, to_timedelta
+from ..options import Duration, to_timedelta
 
 __all__ = ["MAX_SCHEDULE_NAME", "SEEN_EVERY", "Schedule", "ScheduleInfo", "Ticker", "next_due"]
 
 CRON_HINT = "pip install 'axa-queue[cron]'"
 """How to get what `Schedule.cron` needs (cronsim)."""
 
-log = logging.getLogger("axa_queue.schedules")
+log = logging.getLogger("axa_queue.schedules.schedule")
 
 MAX_SCHEDULE_NAME = 200
 """The longest schedule name, in characters (a job name's limit too)."""

@@ -37,8 +37,8 @@ import psycopg
 from psycopg.abc import Params, Query
 from psycopg.copy import AsyncWriter, Writer
 
-from . import sql
-from .options import QueueOptions
+from .. import sql
+from ..options import QueueOptions
 
 __all__ = ["connect_kwargs", "keeps_session_state", "listens"]
 
