@@ -52,7 +52,7 @@ __all__ = [
     "work",
 ]
 
-log = logging.getLogger("axa_queue.cli.supervisor")
+log = logging.getLogger("axa_queue.supervisor")
 
 SUPERVISOR_VARIABLE = "AXA_QUEUE_SUPERVISOR"
 """Set by `worker --processes` in each child: the supervisor's pid, watched by the child."""

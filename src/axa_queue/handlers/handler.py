@@ -45,7 +45,7 @@ from .policies import NO_POLICY, Policy
 
 __all__ = ["HandlerFunction", "JobHandler"]
 
-log = logging.getLogger("axa_queue.handlers.handler")
+log = logging.getLogger("axa_queue.handlers")
 
 A = TypeVar("A")
 HandlerFunction = (

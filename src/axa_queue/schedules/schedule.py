@@ -54,7 +54,7 @@ __all__ = ["MAX_SCHEDULE_NAME", "SEEN_EVERY", "Schedule", "ScheduleInfo", "Ticke
 CRON_HINT = "pip install 'axa-queue[cron]'"
 """How to get what `Schedule.cron` needs (cronsim)."""
 
-log = logging.getLogger("axa_queue.schedules.schedule")
+log = logging.getLogger("axa_queue.schedules")
 
 MAX_SCHEDULE_NAME = 200
 """The longest schedule name, in characters (a job name's limit too)."""
