@@ -169,7 +169,7 @@ async def run_once(
     passes `recover=False` and recovers stale runs itself (`Worker`), on its own
     connection, once connected for `stale_after`, and never the runs it holds."""
     failure: psycopg.Error | None = None
-    stale = options.seconds("stale_after")
+    stale = options.stale_after.total_seconds()
     try:
         async with pool.connection() as conn:
             archived = await archive_schedules(conn, [s.name for s in schedules], stale)
@@ -205,7 +205,7 @@ async def run_once(
         failure = failure or error
     try:
         async with pool.connection() as conn:
-            purged = await purge(conn, options.seconds("retention"))
+            purged = await purge(conn, options.retention.total_seconds())
             if purged:
                 log.info(
                     "purged finished jobs past retention (%d)", purged, extra={"purged": purged}

@@ -321,7 +321,7 @@ class Queue(Connected):
             if setup:
                 await schema.allowed_setup(
                     conn,
-                    self.options.seconds("setup_lock_timeout"),
+                    self.options.setup_lock_timeout.total_seconds(),
                     self.options.resolved_schema(),
                 )
             await schema.check(conn)
@@ -343,7 +343,7 @@ class Queue(Connected):
         """Connect, trying again with backoff while the database cannot be reached, for
         up to `wait_for_database` (a worker started during an outage or a restart)."""
         waited = time.monotonic()
-        deadline = waited + self.options.seconds("wait_for_database")
+        deadline = waited + self.options.wait_for_database.total_seconds()
         pause = 0.25
         first = True
         while True:
@@ -420,7 +420,7 @@ class Queue(Connected):
         async with self.pool.connection() as conn:
             await schema.allowed_setup(
                 conn,
-                self.options.seconds("setup_lock_timeout"),
+                self.options.setup_lock_timeout.total_seconds(),
                 self.options.resolved_schema(),
             )
 
@@ -578,7 +578,7 @@ class Queue(Connected):
         async with self.pool.connection() as conn:
             return await maintenance.recover_stale(
                 conn,
-                self.options.seconds("stale_after"),
+                self.options.stale_after.total_seconds(),
                 self.options.max_attempts,
                 dry_run=dry_run,
                 now=now,
@@ -595,7 +595,7 @@ class Queue(Connected):
         at `now` (default: the database's clock); returns how many went (or would go,
         with `dry_run`)."""
         seconds = (
-            self.options.seconds("retention")
+            self.options.retention.total_seconds()
             if older_than is None
             else to_seconds(older_than, "older_than")
         )
@@ -609,7 +609,7 @@ class Queue(Connected):
             return await maintenance.archive_schedules(
                 conn,
                 [s.name for s in self.schedule_list],
-                self.options.seconds("stale_after"),
+                self.options.stale_after.total_seconds(),
                 now=now,
             )
 
@@ -634,7 +634,7 @@ class Queue(Connected):
         async with self.pool.connection() as conn:
             return await self.ticker.tick(
                 conn,
-                stale_after=self.options.seconds("stale_after"),
+                stale_after=self.options.stale_after.total_seconds(),
                 now=self.connector.clock if now is None else now,
             )
 

@@ -61,7 +61,7 @@ class Claims:
         self.connections = connections
         self.registry = registry
         self.options = options
-        self.stale = options.seconds("stale_after")
+        self.stale = options.stale_after.total_seconds()
         self.spawn = spawn
         self.tasks: set[asyncio.Task[Any]] = set()
         """The fates of lost runs being written."""
@@ -121,7 +121,7 @@ class Claims:
     async def heartbeat_loop(self) -> None:
         """Report in every `heartbeat_interval`, and at once when a notification says a
         job this process runs was cancelled (`State.check_soon`)."""
-        every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
+        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
         state = self.state
         while True:
             with contextlib.suppress(asyncio.TimeoutError):

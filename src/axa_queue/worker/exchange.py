@@ -130,7 +130,7 @@ class Exchange:
         self.state.nudge.set()
 
     async def loop(self) -> None:
-        poll = self.options.seconds("poll_interval")
+        poll = self.options.poll_interval.total_seconds()
         loop = asyncio.get_running_loop()
         state = self.state
         while True:

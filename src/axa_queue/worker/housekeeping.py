@@ -47,11 +47,11 @@ class Housekeeping:
         self.state = state
         self.connections = connections
         self.troubles = troubles
-        self.stale = options.seconds("stale_after")
+        self.stale = options.stale_after.total_seconds()
 
     async def loop(self) -> None:
-        every = self.options.seconds("maintenance_interval")
-        retry = self.options.seconds("poll_interval")
+        every = self.options.maintenance_interval.total_seconds()
+        retry = self.options.poll_interval.total_seconds()
         while True:
             failure: BaseException | None
             try:
@@ -69,7 +69,7 @@ class Housekeeping:
                 )
             if failure is None:
                 self.troubles.cleared("maintenance")
-                retry = self.options.seconds("poll_interval")
+                retry = self.options.poll_interval.total_seconds()
                 await asyncio.sleep(every)
             else:
                 self.troubles.failed("maintenance", failure)
