@@ -188,7 +188,7 @@ class Claims:
             "ending": None if one.status == "running" else one.status,
             "ending_error": one.error,
             "error": cut_error(text),
-            "max": self.options.max_attempts,
+            "max": one.limit,  # the run's attempt limit, as its claim resolved it
             "now": self.connections.now(),
         }
         rows: list[Any] = []
@@ -212,7 +212,7 @@ class Claims:
                 del state.losing[one.id]
             if one.key not in state.runs:  # the place it held comes free
                 state.in_use[one.name] -= 1
-                if one.name in self.registry.limits or one.name in self.registry.global_limits:
+                if self.registry.limits.holds_places(one.name):
                     state.wake()
                 else:
                     state.poke()

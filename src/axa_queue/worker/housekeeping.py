@@ -48,6 +48,8 @@ class Housekeeping:
         self.connections = connections
         self.troubles = troubles
         self.stale = options.stale_after.total_seconds()
+        self.attempts = registry.attempt_limits(options.max_attempts)
+        """What stale recovery counts attempts against (`limits.AttemptLimits`)."""
 
     async def loop(self) -> None:
         every = self.options.maintenance_interval.total_seconds()
@@ -56,7 +58,7 @@ class Housekeeping:
             failure: BaseException | None
             try:
                 failure = await maintenance.run_once(
-                    self.pool, self.options, self.registry.schedules, recover=False
+                    self.pool, self.options, self.registry.schedules
                 )
                 failure = await self.recover_stale() or failure
             except Exception as error:  # a bug, or anything the database driver raised
@@ -94,7 +96,7 @@ class Housekeeping:
             return None
         try:
             recovered = await maintenance.recover_stale(
-                conn, self.stale, self.options.max_attempts, held=self.state.held_literals()
+                conn, self.stale, self.attempts, held=self.state.held_literals()
             )
         except psycopg.Error as error:
             if isinstance(error, psycopg.OperationalError):

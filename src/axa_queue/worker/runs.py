@@ -209,7 +209,7 @@ class Runner:
         state.active -= 1
         state.runs.pop(one.key, None)
         state.in_use[one.name] -= 1
-        if one.name in self.registry.limits or one.name in self.registry.global_limits:
+        if self.registry.limits.holds_places(one.name):
             state.wake()  # a place under its limit came free: its jobs may be waiting
 
     async def _execute(self, one: Run, lender: Lender | None = None) -> None:
