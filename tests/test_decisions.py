@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from axa_queue.worker.decisions import HOLD_ENDINGS
 from axa_queue.worker.state import Run, State
@@ -45,7 +46,9 @@ def test_a_stopping_worker_claims_nothing() -> None:
 
 
 def test_a_limited_name_is_wanted_only_up_to_its_free_places() -> None:
-    wanted = decisions.wanted(["A", "B", "C"], {"B": 2, "C": 1}, {"B": 1, "C": 1}, 5)
+    wanted = decisions.wanted(
+        ["A", "B", "C"], Limits(process={"B": 2, "C": 1}), {"B": 1, "C": 1}, 5
+    )
     assert wanted == [{"name": "A", "cap": 5}, {"name": "B", "cap": 1}]
 
 
@@ -146,19 +149,19 @@ def test_auto_prefetch_lets_a_name_wait_ahead_at_its_own_pace_and_each_name_one(
     paced = {"Short": 100, "Long": 0}
     names = ["Short", "Long", "New"]
     # Loops idle: every name may fill them.
-    assert decisions.wanted(names, {}, {}, 110, paced=paced, waiting={}, idle=10) == [
+    assert decisions.wanted(names, Limits(), {}, 110, paced=paced, waiting={}, idle=10) == [
         {"name": "Short", "cap": 100},
         {"name": "Long", "cap": 10},
         {"name": "New", "cap": 10},
     ]
     # Loops busy, short jobs waiting: each other name may have one waiting, not more.
     waiting = {"Short": 40, "Long": 1}
-    assert decisions.wanted(names, {}, {}, 60, paced=paced, waiting=waiting, idle=0) == [
+    assert decisions.wanted(names, Limits(), {}, 60, paced=paced, waiting=waiting, idle=0) == [
         {"name": "Short", "cap": 60},
         {"name": "New", "cap": 1},
     ]
     # Nothing waits and the loops are busy: nothing of a long or new name is claimed.
-    assert decisions.wanted(["Long", "New"], {}, {}, 5, paced=paced, waiting={}, idle=0) == []
+    assert decisions.wanted(["Long", "New"], Limits(), {}, 5, paced=paced, waiting={}, idle=0) == []
 
 
 def test_a_fixed_prefetch_claims_that_many_ahead_whatever_runs_take() -> None:

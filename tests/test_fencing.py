@@ -525,6 +525,7 @@ async def test_stale_recovery_never_takes_back_a_run_the_recovering_process_hold
     make_queue, admin, dsn
 ) -> None:
     from axa_queue import maintenance
+    from axa_queue.limits import AttemptLimits
 
     queue = await make_queue(stale_after=0.5)
     job_id = await queue.enqueue("Lost", {}, max_attempts=3)
@@ -535,11 +536,11 @@ async def test_stale_recovery_never_takes_back_a_run_the_recovering_process_hold
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         # This process runs attempt 2 itself (its heartbeats were only late).
         mine = (f"{{{job_id}}}", "{2}")
-        assert await maintenance.recover_stale(conn, 0.5, 3, held=mine) == []
+        assert await maintenance.recover_stale(conn, 0.5, AttemptLimits(3), held=mine) == []
         assert status_of(admin, job_id) == ("running", None, 2)
         # An older attempt of the same job is not this run: the row is recovered.
         older = (f"{{{job_id}}}", "{1}")
-        assert await maintenance.recover_stale(conn, 0.5, 3, held=older) == [
+        assert await maintenance.recover_stale(conn, 0.5, AttemptLimits(3), held=older) == [
             Recovered(job_id, "Lost", 2, JobState.QUEUED)
         ]
 

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from axa_queue import NewJob, OptionsError, Queue, QueueOptions, sql
+from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from conftest import eventually, running, status_of
 
@@ -192,7 +193,7 @@ def test_only_a_process_with_a_global_limit_claims_through_the_gate_and_only_for
 ):
     assert "axa_queue_room" not in sql.EXCHANGE  # a process without one: as before
     assert "CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)" in sql.EXCHANGE_LIMITED
-    wanted = decisions.wanted(["B", "A"], {}, {}, 4, {"B": 2})
+    wanted = decisions.wanted(["B", "A"], Limits(global_={"B": 2}), {}, 4)
     assert wanted == [{"name": "A", "cap": 4}, {"name": "B", "cap": 4, "global": 2}]
 
 

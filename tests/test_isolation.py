@@ -17,7 +17,7 @@ import psycopg
 import pytest
 
 from axa_queue import NewJob, OptionsError, Queue, QueueOptions, Snooze, current_job
-from axa_queue.handlers.registry import MAX_RATE
+from axa_queue.limits import MAX_RATE
 from axa_queue.options import MAX_DURATION, MAX_INTEGER
 from axa_queue.worker import Worker, decisions
 from axa_queue.worker.exchange import Exchange
@@ -95,7 +95,7 @@ def test_limits_past_what_the_claim_can_hold_are_refused_naming_the_option_and_t
             queue.rate_limit("Call", 2, per=per)
     queue.limit("Call", MAX_INTEGER, scope="global")
     queue.rate_limit("Call", MAX_RATE, per=MAX_DURATION)
-    assert queue.registry.rate_limits["Call"] == (MAX_RATE, 36525 * 86_400_000)
+    assert queue.registry.limits.rate["Call"] == (MAX_RATE, 36525 * 86_400_000)
 
 
 def test_counts_of_the_queue_options_past_an_integer_are_refused_naming_the_bound() -> None:
@@ -178,9 +178,9 @@ async def test_a_limit_past_its_bound_written_to_the_registry_by_hand_is_clamped
         pass
 
     if "global" in bad:
-        queue.registry.global_limits["Bad"] = bad["global"]
+        queue.registry.limits.global_["Bad"] = bad["global"]
     else:
-        queue.registry.rate_limits["Bad"] = bad["rate"]
+        queue.registry.limits.rate["Bad"] = bad["rate"]
     jobs = [await queue.enqueue("Bad", {}), await queue.enqueue("Ok", {})]
     async with running(queue):
         await eventually(completed(admin, *jobs))
@@ -207,9 +207,9 @@ async def test_a_limit_the_claim_cannot_read_skips_its_name_once_logged_while_th
         pass
 
     if "global" in bad:
-        queue.registry.global_limits["Bad"] = bad["global"]
+        queue.registry.limits.global_["Bad"] = bad["global"]
     else:
-        queue.registry.rate_limits["Bad"] = bad["rate"]
+        queue.registry.limits.rate["Bad"] = bad["rate"]
     skipped = await queue.enqueue("Bad", {})
     first = await queue.enqueue("Ok", {})
     async with running(queue):
@@ -226,9 +226,9 @@ async def test_a_limit_the_claim_cannot_read_skips_its_name_once_logged_while_th
         assert not ok_now and "failed to claim jobs named 'Bad'" in why
         # Put right, the name is claimed again once its time out is up.
         if "global" in bad:
-            queue.registry.global_limits["Bad"] = 1
+            queue.registry.limits.global_["Bad"] = 1
         else:
-            queue.registry.rate_limits["Bad"] = (1, 1000)
+            queue.registry.limits.rate["Bad"] = (1, 1000)
         assert queue.worker is not None
         queue.worker.exchange.skipped["Bad"] = (0.0, 0.0, "")  # its time is up now
         queue.worker.state.wake()

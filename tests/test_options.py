@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import logging
 import re
+import typing
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import pytest
 
 import axa_queue
 from axa_queue import NewJob, OptionsError, Queue, QueueOptions, Schedule, sql
+from axa_queue.options import Duration, DurationOption, OptionalDurationOption
 from conftest import eventually, running, status_of
 
 SECRET = "943 476 5919"
@@ -55,6 +57,43 @@ def test_durations_take_a_timedelta_or_seconds_and_read_back_as_a_timedelta(give
     expected = given if isinstance(given, timedelta) else timedelta(seconds=given)
     assert options.poll_interval == expected and options.retry_backoff == expected
     assert isinstance(options.poll_interval, timedelta)
+
+
+def test_every_duration_option_is_typed_a_timedelta_when_read_and_a_duration_when_given() -> None:
+    # What mypy reads: each duration field is a descriptor whose `__get__` returns a
+    # `timedelta` (or `timedelta | None`) and whose `__set__` takes a `Duration`.
+    durations = {
+        field.name: vars(QueueOptions)[field.name]
+        for field in dataclasses.fields(QueueOptions)
+        if isinstance(field.default, timedelta) or field.name == "shutdown_grace"
+    }
+    assert set(durations) == {
+        "poll_interval",
+        "heartbeat_interval",
+        "stale_after",
+        "retry_backoff",
+        "retention",
+        "maintenance_interval",
+        "setup_lock_timeout",
+        "wait_for_database",
+        "shutdown_grace",
+    }
+    for name, option in durations.items():
+        typed = OptionalDurationOption if name == "shutdown_grace" else DurationOption
+        assert type(option) is typed, name
+    assert typing.get_type_hints(DurationOption.__get__)["return"] is timedelta
+    assert typing.get_type_hints(DurationOption.__set__)["value"] == Duration
+    assert typing.get_type_hints(OptionalDurationOption.__get__)["return"] == timedelta | None
+    options = QueueOptions(stale_after=600, heartbeat_interval=60.0, shutdown_grace=2)
+    assert options.stale_after.total_seconds() == 600.0
+    assert options.shutdown_grace == timedelta(seconds=2)
+    assert QueueOptions().shutdown_grace is None
+    assert dataclasses.replace(options, workers=3).stale_after == timedelta(minutes=10)
+    assert options == QueueOptions(
+        stale_after=timedelta(minutes=10), heartbeat_interval=60, shutdown_grace=2.0
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.stale_after = timedelta(0)  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(

@@ -5,6 +5,8 @@ review, no process runs one job twice at once, and every job ends."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -233,12 +235,61 @@ async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_i
 
 
 def test_the_pools_reconnect_backoff_waits_at_most_half_a_second() -> None:
-    from axa_queue.db.connector import RECONNECT_DELAYS, _QuickAttempt
+    from axa_queue.db.connector import RECONNECT_DELAYS, reconnect_delays
 
-    attempt = _QuickAttempt(timeout=300)
-    delays = []
-    for step in range(12):
-        attempt.update_delay(float(step))
-        delays.append(attempt.delay)
-    assert delays[0] <= RECONNECT_DELAYS[0] * 1.1
-    assert max(delays) <= RECONNECT_DELAYS[1]
+    delays = list(itertools.islice(reconnect_delays(), 12))
+    assert delays[0] == RECONNECT_DELAYS[0]
+    assert max(delays) == delays[-1] == RECONNECT_DELAYS[1]
+    assert delays == sorted(delays)
+
+
+class FailedTries:
+    """Counts the tries to connect that fail (psycopg's own `connect`, which the queue's
+    pool's connection class calls for each try)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        real = psycopg.AsyncConnection.connect.__func__  # type: ignore[attr-defined]
+
+        async def counting(cls: Any, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return await real(cls, conninfo, **kwargs)
+            except psycopg.OperationalError:
+                self.count += 1
+                raise
+
+        monkeypatch.setattr(psycopg.AsyncConnection, "connect", classmethod(counting))
+
+
+async def test_the_queues_pool_tries_again_quickly_and_never_waits_out_psycopg_pools_backoff(
+    server: EmbeddedPostgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue(server.dsn, QueueOptions(**OPTIONS))
+    await queue.open()
+    try:
+        await asyncio.to_thread(server.stop, "fast")
+        failed = FailedTries(monkeypatch)
+        await queue.pool.check()  # finds its connection broken: makes another, which fails
+        await eventually(lambda: failed.count >= 4)
+        # psycopg_pool has seen no failure, so it never waited its own backoff (1, 2,
+        # 4 s ...): the tries are the connection class's, at `reconnect_delays()`.
+        assert queue.pool.get_stats().get("connections_errors", 0) == 0
+        await asyncio.to_thread(server.start)
+        async with queue.pool.connection() as conn:
+            assert await (await conn.execute("SELECT 1")).fetchone() == (1,)
+    finally:
+        await queue.close()
+
+
+async def test_closing_the_queues_pool_ends_its_tries_to_connect_at_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from axa_queue.db.connector import Connector
+
+    failed = FailedTries(monkeypatch)
+    pool = Connector(QueueOptions(), f"postgresql://root@127.0.0.1:{free_port()}/test").pool()
+    await pool.open(wait=False)
+    await eventually(lambda: failed.count >= 2)
+    with caplog.at_level(logging.WARNING, logger="psycopg.pool"):
+        await pool.close()
+    assert not [r for r in caplog.records if "couldn't stop" in r.getMessage()]

@@ -50,7 +50,7 @@ async def test_a_running_worker_has_a_row_with_its_names_loops_and_jobs_in_progr
         )
         async with queue.connection() as conn:
             [info] = await workers_on(conn)
-        assert info.live(queue.options.seconds("stale_after")) and info.running == 1
+        assert info.live(queue.options.stale_after.total_seconds()) and info.running == 1
         release.set()
         await eventually(lambda: [r[4] for r in _rows(admin)] == [0])
     assert _rows(admin) == []  # a clean stop removes it

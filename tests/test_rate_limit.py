@@ -17,6 +17,7 @@ import psycopg
 import pytest
 
 from axa_queue import NewJob, OptionsError, Queue, QueueOptions, sql
+from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from axa_queue.worker.exchange import Exchange
 from conftest import eventually, running, status_of
@@ -91,14 +92,14 @@ def test_a_rate_limit_keeps_its_window_in_whole_milliseconds_rounded_up() -> Non
     queue = Queue("postgresql://unused")
     queue.rate_limit("Call", 10, per=timedelta(seconds=1))
     queue.rate_limit("Tiny", 1, per=timedelta(microseconds=1))
-    assert queue.registry.rate_limits == {"Call": (10, 1000), "Tiny": (1, 1)}
+    assert queue.registry.limits.rate == {"Call": (10, 1000), "Tiny": (1, 1)}
 
 
 def test_only_a_process_with_a_rate_limit_claims_through_the_rate_gate() -> None:
     for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED):
         assert "axa_rate_slots" not in statement and "axa_queue_rate_room" not in statement
     assert "axa_queue_rate_room" in sql.EXCHANGE_RATED
-    wanted = decisions.wanted(["B", "A"], {}, {}, 4, {"B": 2}, {"A": (10, 1000)})
+    wanted = decisions.wanted(["B", "A"], Limits(global_={"B": 2}, rate={"A": (10, 1000)}), {}, 4)
     assert wanted == [
         {"name": "A", "cap": 4, "rate": 10, "per_ms": 1000},
         {"name": "B", "cap": 4, "global": 2},

@@ -51,7 +51,8 @@ class JobContext:
     """Which run of the job this is: 1 for the first. It also fences the run: a run
     whose claim was lost can write nothing more."""
     max_attempts: int
-    """The limit on runs that applies: the job's own, or the queue's `max_attempts`."""
+    """The limit on runs that applies: the job's own, else its handler's, else the
+    queue's `max_attempts` (`limits.AttemptLimits`)."""
     deadline: datetime | None = None
     """When the run times out (UTC), if the job has a timeout; else `None`."""
     trace_context: Mapping[str, str] | None = field(default=None, repr=False, compare=False)

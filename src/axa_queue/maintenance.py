@@ -22,6 +22,7 @@ from . import sql
 from .db.calls import by_name
 from .handlers.retries import first_line, kind
 from .jobs.model import JobState
+from .limits import AttemptLimits
 from .options import QueueOptions
 from .presence import FORGET_AFTER
 from .schedules.schedule import Schedule
@@ -57,14 +58,15 @@ class Recovered:
 async def recover_stale(
     conn: psycopg.AsyncConnection[Any],
     stale_seconds: float,
-    max_attempts: int,
+    attempts: AttemptLimits,
     *,
     dry_run: bool = False,
     held: tuple[str, str] = ("{}", "{}"),
     now: datetime | None = None,
 ) -> list[Recovered]:
     """Recover runs not heard from for `stale_seconds`: queued again with attempts left
-    (by the job's own limit, else `max_attempts`), else failed; a run claimed ahead whose
+    (by the job's own limit, else its handler's, else the queue's: `attempts`, the
+    recovering process's `limits.AttemptLimits`), else failed; a run claimed ahead whose
     handler never started is queued with its attempt given back (see
     `sql.RECOVER_STALE`). Nothing is recovered
     within `stale_seconds` of the server's start, nor a run in `held` (array literals
@@ -73,7 +75,7 @@ async def recover_stale(
     database's clock; tests pass a later one to let the stale period pass)."""
     params = {
         "stale": stale_seconds,
-        "max": max_attempts,
+        **attempts.params(),
         "give_back": sql.GIVE_BACK_LIMIT,
         "held": held[0],
         "held_attempts": held[1],
@@ -162,14 +164,15 @@ async def run_once(
     options: QueueOptions,
     schedules: Sequence[Schedule],
     *,
-    recover: bool = True,
+    recover: AttemptLimits | None = None,
 ) -> psycopg.Error | None:
     """One round of housekeeping on `pool` (the `schedules` in code are kept); failures
-    are logged, not raised: returns the first, if any (for the worker's health check). A worker
-    passes `recover=False` and recovers stale runs itself (`Worker`), on its own
+    are logged, not raised: returns the first, if any (for the worker's health check).
+    With `recover` (the attempt limits to judge by), it recovers stale runs too; a
+    worker does not, and recovers them itself (`worker.housekeeping`), on its own
     connection, once connected for `stale_after`, and never the runs it holds."""
     failure: psycopg.Error | None = None
-    stale = options.seconds("stale_after")
+    stale = options.stale_after.total_seconds()
     try:
         async with pool.connection() as conn:
             archived = await archive_schedules(conn, [s.name for s in schedules], stale)
@@ -184,10 +187,10 @@ async def run_once(
             "could not archive schedules (%s)", kind(error), extra={"error": first_line(error)}
         )
         failure = failure or error
-    if recover:
+    if recover is not None:
         try:
             async with pool.connection() as conn:
-                log_recovered(await recover_stale(conn, stale, options.max_attempts))
+                log_recovered(await recover_stale(conn, stale, recover))
         except psycopg.Error as error:
             log.error(
                 "could not recover stale jobs (%s)", kind(error), extra={"error": first_line(error)}
@@ -205,7 +208,7 @@ async def run_once(
         failure = failure or error
     try:
         async with pool.connection() as conn:
-            purged = await purge(conn, options.seconds("retention"))
+            purged = await purge(conn, options.retention.total_seconds())
             if purged:
                 log.info(
                     "purged finished jobs past retention (%d)", purged, extra={"purged": purged}

@@ -1,7 +1,10 @@
 """QueueOptions: how a queue runs, checked when it is made.
 
-Durations take a `timedelta` or a number of seconds and are kept as `timedelta`.
-A value that makes no sense is refused at construction with an `OptionsError`
+Durations take a `timedelta` or a number of seconds and are kept as `timedelta`: each
+duration option is a `DurationOption` (an optional one an `OptionalDurationOption`),
+which converts and checks what it is given and reads back typed, so mypy knows
+`options.stale_after` is a `timedelta` (a misspelt option fails in mypy, not at run
+time). A value that makes no sense is refused at construction with an `OptionsError`
 naming the option and the value, so a typo fails at import time, not at 3 a.m.
 """
 
@@ -10,9 +13,9 @@ from __future__ import annotations
 import math
 import os
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal, Union, get_args
+from typing import Any, Literal, Union, get_args, overload
 
 from .db import dsns
 from .errors import OptionsError
@@ -25,7 +28,9 @@ __all__ = [
     "POOLER_VARIABLE",
     "SCHEMA_VARIABLE",
     "Duration",
+    "DurationOption",
     "Mode",
+    "OptionalDurationOption",
     "Pooler",
     "QueueOptions",
     "dsn_from_environment",
@@ -119,31 +124,83 @@ def to_seconds(value: Duration, name: str = "duration") -> float:
     return to_timedelta(value, name).total_seconds()
 
 
+class DurationOption:
+    """A duration option of `QueueOptions`: given a `timedelta` or a number of seconds
+    (checked by `to_timedelta`, the error naming the option), kept and read back as a
+    `timedelta`. Read on the class, it is the default."""
+
+    def __init__(self, default: Duration) -> None:
+        self.name = "duration"
+        self.default = to_timedelta(default)
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> timedelta: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> timedelta: ...
+    def __get__(self, instance: object | None, owner: type[Any] | None = None) -> timedelta:
+        if instance is None:
+            return self.default
+        value: timedelta = instance.__dict__[self.name]
+        return value
+
+    def __set__(self, instance: object, value: Duration) -> None:
+        # Only the dataclass's `__init__` gets here: a frozen instance refuses any later set.
+        instance.__dict__[self.name] = to_timedelta(value, self.name)
+
+
+class OptionalDurationOption:
+    """A duration option of `QueueOptions` that may be `None` (no bound): else given
+    and read back as `DurationOption` does. Its default is `None`."""
+
+    def __init__(self) -> None:
+        self.name = "duration"
+
+    def __set_name__(self, owner: type[Any], name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, instance: None, owner: type[Any] | None = None) -> None: ...
+    @overload
+    def __get__(self, instance: object, owner: type[Any] | None = None) -> timedelta | None: ...
+    def __get__(self, instance: object | None, owner: type[Any] | None = None) -> timedelta | None:
+        if instance is None:
+            return None
+        value: timedelta | None = instance.__dict__[self.name]
+        return value
+
+    def __set__(self, instance: object, value: Duration | None) -> None:
+        instance.__dict__[self.name] = None if value is None else to_timedelta(value, self.name)
+
+
 @dataclass(frozen=True)
 class QueueOptions:
     """How a queue runs. The defaults are the reference crate's.
 
-    Every duration takes a `timedelta` or seconds, and reads back as a `timedelta`.
-    docs/configuration.md describes every option with its default.
+    Every duration takes a `timedelta` or seconds, and reads back as a `timedelta`
+    (typed so: `options.stale_after.total_seconds()`). docs/configuration.md describes
+    every option with its default.
     """
 
     workers: int = 2
     """Job loops: the most jobs this process runs at once."""
-    poll_interval: Duration = timedelta(seconds=1)
+    poll_interval: DurationOption = DurationOption(timedelta(seconds=1))
     """Longest wait before looking for work again, and between schedule ticks.
     With notifications on, new jobs start sooner than this."""
-    heartbeat_interval: Duration = timedelta(minutes=1)
+    heartbeat_interval: DurationOption = DurationOption(timedelta(minutes=1))
     """How often running jobs report in (one statement for all of this process's jobs)."""
-    stale_after: Duration = timedelta(minutes=60)
+    stale_after: DurationOption = DurationOption(timedelta(minutes=60))
     """A running job not heard from for this long is taken for lost with its worker."""
     max_attempts: int = 1
     """Tries a job gets, including the first, unless it was queued with its own limit.
     The default, 1, means no retries: a job that raises once is failed."""
-    retry_backoff: Duration = timedelta(seconds=30)
+    retry_backoff: DurationOption = DurationOption(timedelta(seconds=30))
     """The wait before the first retry; each later one waits twice as long, up to an hour."""
-    retention: Duration = timedelta(days=7)
+    retention: DurationOption = DurationOption(timedelta(days=7))
     """How long completed, failed and cancelled rows are kept."""
-    maintenance_interval: Duration = timedelta(minutes=5)
+    maintenance_interval: DurationOption = DurationOption(timedelta(minutes=5))
     """How often to recover stale jobs, purge old rows and archive unused schedules."""
     prefetch: int | Literal["auto"] = "auto"
     """Jobs claimed ahead of the loops, so a loop coming free starts its next job without
@@ -170,7 +227,7 @@ class QueueOptions:
     `max_prepared_statements` set (older ones mix them up between clients)."""
     pool_size: int | None = None
     """Connections in the queue's pool; `None` for `workers + 4`, at least 6."""
-    shutdown_grace: Duration | None = None
+    shutdown_grace: OptionalDurationOption = OptionalDurationOption()
     """On stop, how long to wait for jobs in progress before aborting them (they are
     then left for stale recovery), and for sync handlers whose run was stopped
     (cancelled, timed out) to return from their threads; `None` waits for as long as
@@ -188,11 +245,11 @@ class QueueOptions:
     lowercase name (letters, digits, `_`; at most 63). `None` reads `AXA_QUEUE_SCHEMA`,
     else the connection's `search_path` decides. Statements sent on your own
     connection (`enqueue_on`, `cancel`, ...) still follow its `search_path`."""
-    setup_lock_timeout: Duration = timedelta(seconds=5)
+    setup_lock_timeout: DurationOption = DurationOption(timedelta(seconds=5))
     """How long setup (`open(setup=True)`) may wait for a lock on the tables, when it has
     something to change, before it gives up with a `SchemaError`; zero waits as long as
     it takes. With nothing to change, setup takes no lock at all."""
-    wait_for_database: Duration = timedelta(0)
+    wait_for_database: DurationOption = DurationOption(timedelta(0))
     """How long `open()` keeps trying, with backoff, while the database cannot be
     reached, before it raises; zero fails at once. `axa-queue worker` waits 60 s
     unless told otherwise (`--wait-for-database`)."""
@@ -203,10 +260,6 @@ class QueueOptions:
     them (`axa-queue worker --log-tracebacks` turns it on)."""
 
     def __post_init__(self) -> None:
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if field.name in _DURATIONS or (field.name == "shutdown_grace" and value is not None):
-                object.__setattr__(self, field.name, to_timedelta(value, field.name))
         _positive_int("workers", self.workers)
         _positive_int("max_attempts", self.max_attempts)
         if self.prefetch != "auto" and (
@@ -220,12 +273,15 @@ class QueueOptions:
             )
         if self.pool_size is not None:
             _positive_int("pool_size", self.pool_size)
-        for name in ("poll_interval", "heartbeat_interval", "stale_after", "maintenance_interval"):
-            if self.seconds(name) <= 0:
-                raise OptionsError(
-                    f"expected {name} to be more than zero, got: {getattr(self, name)}"
-                )
-        if self.seconds("heartbeat_interval") >= self.seconds("stale_after"):
+        for name, length in (
+            ("poll_interval", self.poll_interval),
+            ("heartbeat_interval", self.heartbeat_interval),
+            ("stale_after", self.stale_after),
+            ("maintenance_interval", self.maintenance_interval),
+        ):
+            if length <= timedelta(0):
+                raise OptionsError(f"expected {name} to be more than zero, got: {length}")
+        if self.heartbeat_interval >= self.stale_after:
             raise OptionsError(
                 "expected heartbeat_interval to be shorter than stale_after, got: "
                 f"heartbeat_interval={self.heartbeat_interval}, stale_after={self.stale_after} "
@@ -284,30 +340,10 @@ class QueueOptions:
         value = os.environ.get(SCHEMA_VARIABLE, "").strip()
         return _schema_name(SCHEMA_VARIABLE, value) if value else None
 
-    def seconds(self, name: str) -> float:
-        """The duration option `name` in seconds."""
-        value = getattr(self, name)
-        assert isinstance(value, timedelta), name
-        return value.total_seconds()
-
     @property
     def connections(self) -> int:
         """Connections the queue's pool may open."""
         return self.pool_size if self.pool_size is not None else max(self.workers + 4, 6)
-
-
-_DURATIONS = frozenset(
-    {
-        "poll_interval",
-        "heartbeat_interval",
-        "stale_after",
-        "retry_backoff",
-        "retention",
-        "maintenance_interval",
-        "setup_lock_timeout",
-        "wait_for_database",
-    }
-)
 
 
 def _schema_name(name: str, value: object) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import time
 import typing
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
@@ -31,7 +30,7 @@ from .db.connector import Connected, Connector
 from .errors import AxaQueueError, DrainError, NotOpenError, OptionsError, ScheduleError
 from .handlers.handler import HandlerFunction, JobHandler
 from .handlers.policies import PolicyOptions, policy_of
-from .handlers.registry import MAX_RATE, Registry, RunObserver
+from .handlers.registry import Registry, RunObserver
 from .handlers.retries import describe, first_line, kind
 from .health import HEALTH_TIMEOUT, Health
 from .jobs import modes
@@ -61,8 +60,6 @@ from .middleware import Middleware
 from .middleware import check as check_middleware
 from .options import (
     DSN_VARIABLES,
-    MAX_DURATION,
-    MAX_INTEGER,
     Duration,
     Mode,
     QueueOptions,
@@ -128,8 +125,8 @@ class Queue(Connected):
 
     @property
     def limits(self) -> dict[str, int]:
-        """The per-name limits (see `Registry`)."""
-        return self.registry.limits
+        """The per-name limits of this process (see `limits.Limits`)."""
+        return self.registry.limits.process
 
     @property
     def schedule_list(self) -> list[Schedule]:
@@ -211,53 +208,29 @@ class Queue(Connected):
     def limit(
         self, name: str, jobs: int, *, scope: Literal["process", "global"] = "process"
     ) -> None:
-        """Run at most `jobs` (from one to `MAX_INTEGER`) jobs named `name` at once: in
+        """Run at most `jobs` (from one to `limits.MAX_LIMIT`) jobs named `name` at once: in
         this process (`scope="process"`, the default; other names keep the remaining
         loops busy), or across every process and host (`scope="global"`, enforced by
         the claim statement: running jobs of that name are counted under a lock, a
         crashed process's until stale recovery frees them). A name may have both. Every process
         that handles the name must register the same global limit: each claim checks
-        the limit its own process registered (docs/handlers.md)."""
+        the limit its own process registered (docs/handlers.md). Kept and checked by
+        `limits.Limits`, as every limit is."""
         check_name(name)
-        if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_INTEGER:
-            raise OptionsError(
-                f"expected the limit of job {name!r} to be a positive integer of at most "
-                f"{MAX_INTEGER}, got: {jobs if isinstance(jobs, int) else type(jobs).__name__}"
-            )
-        if scope == "process":
-            self.limits[name] = jobs
-        elif scope == "global":
-            self.registry.global_limits[name] = jobs
-        else:
-            raise OptionsError(
-                f'expected the scope of the limit of job {name!r} to be "process" or '
-                f'"global", got: {scope!r}'
-            )
+        self.registry.limits.limit(name, jobs, scope)
 
     def rate_limit(self, name: str, jobs: int, *, per: timedelta) -> None:
-        """Start at most `jobs` (from one to `MAX_RATE`) jobs named `name` in any window of
-        `per` (a positive `timedelta` of at most `MAX_DURATION`), counted across every
+        """Start at most `jobs` (from one to `limits.MAX_RATE`) jobs named `name` in any window
+        of `per` (a positive `timedelta` of at most `limits.MAX_WINDOW`), counted across every
         process and host: each claim of the name takes one of `jobs` slots kept in the
         database (`axa_rate_slots`), one last taken `per` ago or more, so retries count
         as new starts. Enforced by the claim statement, under the same lock as a global
         limit (`limit(..., scope="global")`), which the name may have as well: both
         apply. Every process that handles the name should register the same rate: each
-        claim honours the one its own process registered (docs/handlers.md)."""
+        claim honours the one its own process registered (docs/handlers.md). Kept and
+        checked by `limits.Limits`."""
         check_name(name)
-        if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_RATE:
-            raise OptionsError(
-                f"expected the rate limit of job {name!r} to be a positive integer of at most "
-                f"{MAX_RATE} (each claim of the name reads as many slots), "
-                f"got: {jobs if isinstance(jobs, int) else type(jobs).__name__}"
-            )
-        if not isinstance(per, timedelta) or per <= timedelta(0) or per > MAX_DURATION:
-            raise OptionsError(
-                f"expected per= of the rate limit of job {name!r} to be a positive "
-                f"timedelta (such as timedelta(seconds=1)) of at most {MAX_DURATION.days} "
-                f"days, got: {per if isinstance(per, timedelta) else type(per).__name__}"
-            )
-        per_ms = math.ceil(per / timedelta(milliseconds=1))
-        self.registry.rate_limits[name] = (jobs, per_ms)
+        self.registry.limits.rate_limit(name, jobs, per)
 
     def schedule(self, schedule: Schedule) -> Schedule:
         """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice."""
@@ -321,7 +294,7 @@ class Queue(Connected):
             if setup:
                 await schema.allowed_setup(
                     conn,
-                    self.options.seconds("setup_lock_timeout"),
+                    self.options.setup_lock_timeout.total_seconds(),
                     self.options.resolved_schema(),
                 )
             await schema.check(conn)
@@ -343,7 +316,7 @@ class Queue(Connected):
         """Connect, trying again with backoff while the database cannot be reached, for
         up to `wait_for_database` (a worker started during an outage or a restart)."""
         waited = time.monotonic()
-        deadline = waited + self.options.seconds("wait_for_database")
+        deadline = waited + self.options.wait_for_database.total_seconds()
         pause = 0.25
         first = True
         while True:
@@ -420,7 +393,7 @@ class Queue(Connected):
         async with self.pool.connection() as conn:
             await schema.allowed_setup(
                 conn,
-                self.options.seconds("setup_lock_timeout"),
+                self.options.setup_lock_timeout.total_seconds(),
                 self.options.resolved_schema(),
             )
 
@@ -574,12 +547,13 @@ class Queue(Connected):
     ) -> list[Recovered]:
         """Queue again (or fail, when out of attempts) runs not heard from for
         `stale_after` before `now` (default: the database's clock); with `dry_run`, only
-        say which."""
+        say which. A job stored without `max_attempts` counts its attempts against its
+        handler's here, else `QueueOptions.max_attempts` (`limits.AttemptLimits`)."""
         async with self.pool.connection() as conn:
             return await maintenance.recover_stale(
                 conn,
-                self.options.seconds("stale_after"),
-                self.options.max_attempts,
+                self.options.stale_after.total_seconds(),
+                self.registry.attempt_limits(self.options.max_attempts),
                 dry_run=dry_run,
                 now=now,
             )
@@ -595,7 +569,7 @@ class Queue(Connected):
         at `now` (default: the database's clock); returns how many went (or would go,
         with `dry_run`)."""
         seconds = (
-            self.options.seconds("retention")
+            self.options.retention.total_seconds()
             if older_than is None
             else to_seconds(older_than, "older_than")
         )
@@ -609,7 +583,7 @@ class Queue(Connected):
             return await maintenance.archive_schedules(
                 conn,
                 [s.name for s in self.schedule_list],
-                self.options.seconds("stale_after"),
+                self.options.stale_after.total_seconds(),
                 now=now,
             )
 
@@ -634,7 +608,7 @@ class Queue(Connected):
         async with self.pool.connection() as conn:
             return await self.ticker.tick(
                 conn,
-                stale_after=self.options.seconds("stale_after"),
+                stale_after=self.options.stale_after.total_seconds(),
                 now=self.connector.clock if now is None else now,
             )
 

@@ -24,7 +24,7 @@ DRY_RUN_HELP = "Only say what would be done; change nothing."
 @click.option(
     "--stale-after",
     type=float,
-    default=QueueOptions().seconds("stale_after"),
+    default=QueueOptions().stale_after.total_seconds(),
     show_default=True,
     metavar="SECONDS",
     help="A running job not heard from for this long is taken for lost with its worker; "

@@ -325,7 +325,7 @@ def workers(as_json: bool, dsn: str | None) -> None:
     stale = {"seconds": 0.0}
 
     async def work(queue: Queue) -> list[WorkerInfo]:
-        stale["seconds"] = queue.options.seconds("stale_after")
+        stale["seconds"] = queue.options.stale_after.total_seconds()
         async with queue.connection() as conn:
             return await workers_on(conn)
 

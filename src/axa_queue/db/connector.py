@@ -13,13 +13,15 @@ statement take the database's own time; a datetime is passed as the statements'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
-from psycopg_pool.base import AttemptWithBackoff
+from typing_extensions import Self
 
 from .. import sql
 from ..context import running_or_none as _running
@@ -28,7 +30,7 @@ from ..options import QueueOptions, dsn_from_environment
 from . import dsns, pooler
 from .lending import Lent
 
-__all__ = ["RECONNECT_DELAYS", "Connected", "Connector", "QuickPool"]
+__all__ = ["RECONNECT_DELAYS", "Connected", "Connector", "QuickPool", "reconnect_delays"]
 
 RECONNECT_DELAYS = (0.05, 0.5)
 """The pool's first wait between tries to connect again, and the longest: psycopg_pool's
@@ -36,20 +38,31 @@ own (1, 2, 4, 8 s ...) would leave handlers and housekeeping waiting for seconds
 the database is back."""
 
 
-class _QuickAttempt(AttemptWithBackoff):
-    """psycopg_pool's reconnect backoff, capped at `RECONNECT_DELAYS[1]`."""
-
-    INITIAL_DELAY = RECONNECT_DELAYS[0]
-
-    def update_delay(self, now: float) -> None:
-        super().update_delay(now)
-        self.delay = min(self.delay, RECONNECT_DELAYS[1])
+def reconnect_delays() -> Iterator[float]:
+    """The waits between tries to connect again: `RECONNECT_DELAYS[0]`, doubling up to
+    `RECONNECT_DELAYS[1]`, then that for as long as it takes."""
+    delay, longest = RECONNECT_DELAYS
+    while True:
+        yield delay
+        delay = min(delay * 2, longest)
 
 
 class QuickPool(AsyncConnectionPool):
     """The queue's pool: reconnects within half a second of the database coming back;
     inside a worker's run of an async handler, `connection()` hands out the connection
-    lent to the run, with no checkout (see `lending`)."""
+    lent to the run, with no checkout (see `lending`).
+
+    The quick reconnect is its connection class's (`connection_class`, psycopg_pool's
+    public hook): its `connect` tries again after each failure to connect, waiting
+    `reconnect_delays()`, while the pool is open and for up to `reconnect_timeout`, so
+    psycopg_pool, which makes every connection through it, never sees those failures
+    and never waits out its own backoff. Past `reconnect_timeout` the failure is
+    psycopg_pool's, as before: it gives the connection up (after one more such round)
+    and makes a new one when a client asks. Once the pool is closed, a failure ends
+    the tries at once, so closing never waits for them."""
+
+    def __init__(self, conninfo: str = "", **kwargs: Any) -> None:
+        super().__init__(conninfo, connection_class=_reconnecting(self), **kwargs)
 
     def connection(self, timeout: float | None = None) -> Any:
         job = _running()
@@ -59,12 +72,40 @@ class QuickPool(AsyncConnectionPool):
                 return Lent(lender, job._run, timeout)
         return super().connection(timeout)
 
-    async def _add_connection(
-        self, attempt: AttemptWithBackoff | None, growing: bool = False
-    ) -> None:
-        await super()._add_connection(
-            attempt or _QuickAttempt(timeout=self.reconnect_timeout), growing
-        )
+    async def keep_connecting(
+        self, connect: Callable[[], Awaitable[psycopg.AsyncConnection[Any]]]
+    ) -> psycopg.AsyncConnection[Any]:
+        """`connect()`, tried again after each `OperationalError` (the database
+        unreachable, restarting, refusing connections) at `reconnect_delays()`, while
+        the pool is open and for up to its `reconnect_timeout`; then the error is
+        raised, for psycopg_pool to handle as its own."""
+        delays = reconnect_delays()
+        give_up_at = time.monotonic() + self.reconnect_timeout
+        while True:
+            try:
+                return await connect()
+            except psycopg.OperationalError:
+                if self.closed or time.monotonic() >= give_up_at:
+                    raise
+            await asyncio.sleep(next(delays))
+
+
+def _reconnecting(pool: QuickPool) -> type[psycopg.AsyncConnection[Any]]:
+    """The connection class of `pool`: psycopg's, whose `connect` keeps trying
+    (`QuickPool.keep_connecting`)."""
+
+    class Reconnecting(psycopg.AsyncConnection[Any]):
+        """A connection of a `QuickPool`, made with quick tries again."""
+
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
+            made = await pool.keep_connecting(
+                lambda: super(Reconnecting, cls).connect(conninfo, **kwargs)
+            )
+            assert isinstance(made, cls)
+            return made
+
+    return Reconnecting
 
 
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:

@@ -85,8 +85,8 @@ def listens(options: QueueOptions) -> bool:
             log.warning(
                 "LISTEN cannot pass a transaction pooler: workers find new jobs by polling "
                 "every poll_interval (%g s; set listen=False to say so and silence this)",
-                options.seconds("poll_interval"),
-                extra={"poll_interval": options.seconds("poll_interval")},
+                options.poll_interval.total_seconds(),
+                extra={"poll_interval": options.poll_interval.total_seconds()},
             )
         return False
     return True

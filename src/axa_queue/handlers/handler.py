@@ -40,6 +40,7 @@ from .. import context, logs
 from ..context import JobContext
 from ..jobs.arguments import from_json, is_typed
 from ..jobs.model import JobOptions, NewJob
+from ..limits import AttemptLimits
 from ..options import QueueOptions
 from .policies import NO_POLICY, Policy
 
@@ -142,13 +143,18 @@ class JobHandler(Generic[A]):
     def __call__(self, args: A, job: JobContext | None = None) -> Any:
         """Call the handler's function directly, as if it were not registered. A
         handler that takes a `JobContext` gets `job`, else a fresh one (a new id, the
-        first attempt); `current_job()` is set only in runs (`invoke`, a worker)."""
+        first attempt of the handler's `max_attempts`, else the queue's);
+        `current_job()` is set only in runs (`invoke`, a worker)."""
         if self.takes_job:
             return self.fn(args, job if job is not None else self._fresh())  # type: ignore[call-arg]
         return self.fn(args)  # type: ignore[call-arg]
 
     def _fresh(self) -> JobContext:
-        return context.fresh(self.name, self.queue.options.max_attempts)
+        own = self.policy.max_attempts
+        limits = AttemptLimits(
+            self.queue.options.max_attempts, {} if own is None else {self.name: own}
+        )
+        return context.fresh(self.name, limits.of(self.name))
 
     def decode(self, raw: Any) -> A:
         """The handler's argument from the stored JSON value: as it is, or, for a typed

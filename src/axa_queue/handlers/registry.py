@@ -1,8 +1,8 @@
 """Registry: what this process has in code for its queue, registered at import time.
 
-The handlers by job name, the per-name limits, the schedules, the run observers and
-the middleware and the calls made in the threads sync handlers run in
-(`ThreadHooks`). `Queue` owns one and registers into it (`Queue.handler`, `limit`,
+The handlers by job name, the limits (`limits.Limits`: per-name, global and rate), the
+schedules, the run observers and the middleware and the calls made in the threads
+sync handlers run in (`ThreadHooks`). `Queue` owns one and registers into it (`Queue.handler`, `limit`,
 `schedule`, `observe`, `middleware`); the worker's services read it, and never the
 `Queue`.
 """
@@ -15,20 +15,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jobs.model import NewJob
+from ..limits import AttemptLimits, Limits
 from ..middleware import Middleware
 from ..schedules.schedule import Schedule
 from .handler import JobHandler
 from .retries import describe, kind
 
-__all__ = ["MAX_RATE", "Registry", "RunObserver", "ThreadHooks"]
+__all__ = ["Registry", "RunObserver", "ThreadHooks"]
 
 log = logging.getLogger("axa_queue.worker")
-
-MAX_RATE = 100_000
-"""The most claims a rate limit allows per window (`Queue.rate_limit`): each is a slot
-row the name keeps, and every claim of the name reads them (and, until the ring is
-whole, looks for the numbers without a row), inside the statement that claims every
-name's jobs. The claim statement clamps a larger value to this one."""
 
 RunObserver = Callable[[str, str, float], None]
 """Told `(job name, outcome, seconds)` as each run ends; see `Queue.observe`."""
@@ -53,15 +48,8 @@ class Registry:
     """Handlers, limits, schedules, observers and middleware of one queue (no I/O)."""
 
     handlers: dict[str, JobHandler[Any]] = field(default_factory=dict)
-    limits: dict[str, int] = field(default_factory=dict)
-    """At most this many runs of the name at once in this process."""
-    global_limits: dict[str, int] = field(default_factory=dict)
-    """At most this many runs of the name at once across every process (checked by the
-    claim statement, `sql.EXCHANGE`)."""
-    rate_limits: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """At most this many claims of the name in any window of that many milliseconds,
-    across every process (checked and stamped by the claim statement,
-    `sql.EXCHANGE_RATED`)."""
+    limits: Limits = field(default_factory=Limits)
+    """The per-name, global and rate limits (`limits.Limits`)."""
     schedules: list[Schedule] = field(default_factory=list)
     observers: list[RunObserver] = field(default_factory=list)
     threads: ThreadHooks = field(default_factory=ThreadHooks)
@@ -74,6 +62,18 @@ class Registry:
         process has its handler (`Policy.fill`); else `job` itself."""
         handler = self.handlers.get(job.name)
         return job if handler is None else handler.policy.fill(job)
+
+    def attempt_limits(self, default: int) -> AttemptLimits:
+        """The effective attempt limit of jobs here (`limits.AttemptLimits`): a job's own,
+        else its handler's `max_attempts`, else `default` (`QueueOptions.max_attempts`)."""
+        return AttemptLimits(
+            default,
+            {
+                name: handler.policy.max_attempts
+                for name, handler in self.handlers.items()
+                if handler.policy.max_attempts is not None
+            },
+        )
 
     def tell(self, name: str, outcome: str, seconds: float, fields: dict[str, Any]) -> None:
         """Tell every observer how a run ended (never its arguments); what one raises is

@@ -139,7 +139,7 @@ class Waiters:
                     raise WaitTimeoutError(job_id, seconds or 0.0, info.state.value) from None
                 every = None
             else:
-                every = options.seconds("poll_interval")
+                every = options.poll_interval.total_seconds()
             while True:
                 event.clear()
                 info = _known(job_id, await self.read(job_id))
@@ -260,7 +260,7 @@ def wait_sync(
         return info
     options = connector.options
     if not listens(options):
-        every = options.seconds("poll_interval")
+        every = options.poll_interval.total_seconds()
         while True:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:

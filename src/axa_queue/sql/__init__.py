@@ -500,7 +500,8 @@ so the seconds are at most `per` and the arithmetic cannot leave the range of a
 timestamp.
 
 The limits come as `bigint` and are clamped where they are read: a global limit to
-0..2147483647, a rate to 0..`registry.MAX_RATE` (100000), a window to 0..100 years in
+0..2147483647 (`limits.MAX_LIMIT`), a rate to 0..`limits.MAX_RATE` (100000), a window to
+0..100 years (`limits.MAX_WINDOW`) in
 milliseconds; `Queue.limit` and `Queue.rate_limit` refuse more, so only a registry
 written to by hand carries it, and it must not fail the claim of every other name. The client
 sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
@@ -640,7 +641,8 @@ what it was changed to (NULL: nothing).
   exchange whose answer was lost, then sent again): nothing to do.
 - Still `running` under the run's attempt: no one took it, its process gave it up (it
   could not report in for `stale_after`), so the job goes back to the queue at once,
-  or fails when out of attempts, as stale recovery would have it.
+  or fails when out of attempts (`max`: the run's limit, as its claim resolved it,
+  `limits.AttemptLimits`), as stale recovery would have it.
 - A run that gave up (`gave_up`: it could not report in for `stale_after`) stopped
   before anyone could take its claim (recovery needs `stale_after` of silence from the
   last report it sent): whatever became of the job since is left as it is.
@@ -698,16 +700,16 @@ such a job fails at last rather than crash worker after worker for ever."""
 RECOVER_STALE = """WITH recovered AS (
     UPDATE axa_queue
     SET status = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
-                            OR attempts < COALESCE(max_attempts, %(max)s)
+                            OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)
                       THEN 'queued' ELSE 'failed' END,
         error = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
-                          OR attempts < COALESCE(max_attempts, %(max)s) THEN error
+                          OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s) THEN error
                      ELSE 'abandoned by its worker' END,
         started_at = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
-                               OR attempts < COALESCE(max_attempts, %(max)s) THEN NULL
+                               OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s) THEN NULL
                           ELSE started_at END,
         max_attempts = CASE WHEN ahead = attempts AND given_back < %(give_back)s
-                            THEN LEAST(COALESCE(max_attempts, %(max)s)::bigint + 1, 2147483647)
+                            THEN LEAST(COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)::bigint + 1, 2147483647)
                             ELSE max_attempts END,
         given_back = CASE WHEN ahead = attempts AND given_back < %(give_back)s
                           THEN given_back + 1 ELSE given_back END,
@@ -731,10 +733,16 @@ A run claimed ahead whose handler was never marked started (`ahead = attempts`, 
 `EXCHANGE`) did no work: its job is queued again and gets its attempt back, at most
 `give_back` (`GIVE_BACK_LIMIT`) times per job. Not by lowering `attempts`, which fences
 every run (each run keeps a number of its own, and a stalled process that wakes finds
-its attempt superseded), but by raising the job's limit by one (`max_attempts`, the
-worker's default `max` if it had none; never past 2147483647, the most an `integer`
-holds, so one job at that limit cannot fail the recovery of every other), as a snooze
-does, and counting it in `given_back`. Such a run never fails for want of attempts.
+its attempt superseded), but by raising the job's limit by one (`max_attempts`; never
+past 2147483647, the most an `integer` holds, so one job at that limit cannot fail the
+recovery of every other), as a snooze does, and counting it in `given_back`. Such a
+run never fails for want of attempts.
+
+A job's limit is its own `max_attempts`, else its handler's in the recovering process
+(`limits`, a JSON object of the handlers' by name), else that process's default (`max`):
+`COALESCE(max_attempts, (limits ->> name)::int, max)`, the rule of
+`limits.AttemptLimits.of`, whose `params` these are; the claim and `MARK_LOST` judge a
+run by the same answer.
 
 Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
 the stale period after the server started, only runs silent for that long before it
@@ -745,7 +753,7 @@ write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always).
 
 STALE = """SELECT id, name, attempts,
         CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
-                  OR attempts < COALESCE(max_attempts, %(max)s)
+                  OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)
              THEN 'queued' ELSE 'failed' END AS status
     FROM axa_queue
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)

@@ -602,7 +602,7 @@ async def _schedules(board: Dashboard, request: Request) -> Response:
     found = await queue.schedules()
     now = datetime.now(timezone.utc)
     # A live process marks its schedules seen at most once a minute (`sql.SCHEDULES_SEEN`).
-    within = queue.options.seconds("stale_after") + 120
+    within = queue.options.stale_after.total_seconds() + 120
     rows = [
         {
             "info": one,
@@ -615,7 +615,7 @@ async def _schedules(board: Dashboard, request: Request) -> Response:
 
 async def _workers(board: Dashboard, request: Request) -> Response:
     found: list[WorkerInfo] = await board.read(workers_call())
-    stale = board.queue.options.seconds("stale_after")
+    stale = board.queue.options.stale_after.total_seconds()
     return board.page(request, "workers.html", workers=found, stale=stale)
 
 

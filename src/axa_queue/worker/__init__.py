@@ -33,7 +33,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from ..db.connector import Connector
 from ..handlers.registry import Registry, RunObserver
-from ..options import QueueOptions, to_seconds
+from ..options import QueueOptions
 from .claims import GAVE_UP, MIN_HEARTBEAT, RETRY_DATABASE, Claims
 from .connections import Connections
 from .decisions import HOLD_ENDINGS, SERVICE_RETRY_MAX
@@ -97,7 +97,7 @@ class Worker:
         self.identity = identity or f"{socket.gethostname()}:{os.getpid()}"
         self.state = State(options.workers, options.prefetch)
         self.troubles = Troubles()
-        self.connections = Connections(connector, options.seconds("stale_after"))
+        self.connections = Connections(connector, options.stale_after.total_seconds())
         self.claims = Claims(self.state, self.connections, registry, options, self._spawn)
         self.runner = Runner(self.state, self.claims, registry, options, self.identity, pool)
         self.exchange = Exchange(
@@ -201,7 +201,7 @@ class Worker:
         if self.presence is not None:
             background.append(self._spawn(self.presence.loop(), "presence"))
         if self.registry.schedules and self.tick is not None:
-            every = self.options.seconds("poll_interval")
+            every = self.options.poll_interval.total_seconds()
             loop = tick_loop(self.tick, every, state, self.troubles)
             background.append(self._spawn(loop, "schedules"))
         if self.notifies and self.connector.listens():
@@ -214,7 +214,7 @@ class Worker:
             _raise_failure(background)
             state.phase = Phase.STOPPING
             state.nudge.set()
-            deadline = None if grace is None else time.monotonic() + to_seconds(grace)
+            deadline = None if grace is None else time.monotonic() + grace.total_seconds()
             # Runs claimed by a statement in flight start when it is answered: they
             # are claimed, so they run to their end like the others.
             await self.runner.finish(deadline)

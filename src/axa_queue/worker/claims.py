@@ -61,7 +61,7 @@ class Claims:
         self.connections = connections
         self.registry = registry
         self.options = options
-        self.stale = options.seconds("stale_after")
+        self.stale = options.stale_after.total_seconds()
         self.spawn = spawn
         self.tasks: set[asyncio.Task[Any]] = set()
         """The fates of lost runs being written."""
@@ -121,7 +121,7 @@ class Claims:
     async def heartbeat_loop(self) -> None:
         """Report in every `heartbeat_interval`, and at once when a notification says a
         job this process runs was cancelled (`State.check_soon`)."""
-        every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
+        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
         state = self.state
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -188,7 +188,7 @@ class Claims:
             "ending": None if one.status == "running" else one.status,
             "ending_error": one.error,
             "error": cut_error(text),
-            "max": self.options.max_attempts,
+            "max": one.limit,  # the run's attempt limit, as its claim resolved it
             "now": self.connections.now(),
         }
         rows: list[Any] = []
@@ -212,7 +212,7 @@ class Claims:
                 del state.losing[one.id]
             if one.key not in state.runs:  # the place it held comes free
                 state.in_use[one.name] -= 1
-                if one.name in self.registry.limits or one.name in self.registry.global_limits:
+                if self.registry.limits.holds_places(one.name):
                     state.wake()
                 else:
                     state.poke()

@@ -10,6 +10,8 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..limits import Limits
+
 __all__ = [
     "AUTO_PREFETCH",
     "HOLD_ENDINGS",
@@ -125,22 +127,19 @@ def holds(*, due: bool, endings: int, now: float, since: float) -> bool:
 
 def wanted(
     names: Iterable[str],
-    limits: Mapping[str, int],
+    limits: Limits,
     in_use: Mapping[str, int],
     free: int,
-    global_limits: Mapping[str, int] | None = None,
-    rate_limits: Mapping[str, tuple[int, int]] | None = None,
     *,
     paced: Mapping[str, int] | None = None,
     waiting: Mapping[str, int] | None = None,
     idle: int = 0,
 ) -> list[dict[str, Any]]:
     """The names to claim, each with how many it may take now (its free places under a
-    limit, else all free places), as `sql.EXCHANGE` reads them; a name with a global
-    limit also carries it (`global`), which the statement checks against every
-    process's running jobs, and a name with a rate limit its claims per window
-    (`rate`) and the window (`per_ms`), which the statement checks against the name's
-    slots. With global or rate limits the names come sorted, so every process takes the
+    per-name limit, else all free places: `Limits.places`), as `sql.EXCHANGE` reads
+    them; a name with a global or a rate limit also carries it (`Limits.gate`), which
+    the statement checks against every process's running jobs or the name's slots.
+    With global or rate limits the names come sorted, so every process takes the
     names' locks in the same order.
 
     With `prefetch="auto"`, `paced` says how many jobs of each name may wait ahead (see
@@ -151,21 +150,15 @@ def wanted(
     least = 1 if waiting else 0
     found: list[dict[str, Any]] = []
     for name in names:
-        limit = limits.get(name)
-        cap = free if limit is None else min(limit - in_use.get(name, 0), free)
+        cap = limits.places(name, in_use.get(name, 0), free)
         if paced is not None:
             may_wait = max(paced.get(name, 0), least) - (waiting or {}).get(name, 0)
             cap = min(cap, max(idle, may_wait))
         if cap > 0:
             found.append({"name": name, "cap": cap})
-    if global_limits or rate_limits:
+    if limits.gated:
         for one in found:
-            most = global_limits.get(one["name"]) if global_limits else None
-            if most is not None:
-                one["global"] = most
-            rate = rate_limits.get(one["name"]) if rate_limits else None
-            if rate is not None:
-                one["rate"], one["per_ms"] = rate
+            limits.gate(one)
         found.sort(key=lambda one: str(one["name"]))
     return found
 

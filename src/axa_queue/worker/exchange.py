@@ -38,6 +38,7 @@ from psycopg.rows import RowMaker
 from .. import sql
 from ..handlers.registry import Registry
 from ..handlers.retries import cut_error, first_line, kind
+from ..limits import AttemptLimits
 from ..options import QueueOptions, to_seconds
 from . import decisions
 from .claims import RETRY_DATABASE, Claims
@@ -73,12 +74,9 @@ class Exchange:
         self.options = options
         self.flush_at: asyncio.TimerHandle | None = None
         """Sends the endings gathered once the oldest has waited `HOLD_ENDINGS`."""
-        self.limits = {
-            name: h.policy.max_attempts
-            for name, h in registry.handlers.items()
-            if h.policy.max_attempts is not None
-        }
-        """The handlers' `max_attempts`, for jobs stored without one."""
+        self.attempts = registry.attempt_limits(options.max_attempts)
+        """Each claimed run's attempt limit (`limits.AttemptLimits`): the job's own, else
+        its handler's, else the queue's."""
         self.timeouts = {
             name: to_seconds(h.policy.timeout, "timeout")
             for name, h in registry.handlers.items()
@@ -103,9 +101,9 @@ class Exchange:
         or `sql.EXCHANGE_RATED` once it has a rate limit: a process without either sends
         the plain statement, whose plan is unchanged, or `sql.CLAIM` when it has nothing
         to record (no ending, no start to mark: `recording` false)."""
-        if self.registry.rate_limits:
+        if self.registry.limits.rate:
             return sql.EXCHANGE_RATED
-        if self.registry.global_limits:
+        if self.registry.limits.global_:
             return sql.EXCHANGE_LIMITED
         return sql.EXCHANGE if recording else sql.CLAIM
 
@@ -130,7 +128,7 @@ class Exchange:
         self.state.nudge.set()
 
     async def loop(self) -> None:
-        poll = self.options.seconds("poll_interval")
+        poll = self.options.poll_interval.total_seconds()
         loop = asyncio.get_running_loop()
         state = self.state
         while True:
@@ -176,8 +174,6 @@ class Exchange:
                     self.registry.limits,
                     state.in_use,
                     free,
-                    self.registry.global_limits,
-                    self.registry.rate_limits,
                     paced=paced,
                     waiting=None if paced is None else state.waiting_by_name(),
                     idle=state.idle(),
@@ -288,9 +284,7 @@ class Exchange:
                 others.append(json.dumps(ending, ensure_ascii=False))
         sent = time.monotonic()
         try:
-            cursor = conn.cursor(
-                row_factory=_rows(self.options.max_attempts, sent, self.limits, self.timeouts)
-            )
+            cursor = conn.cursor(row_factory=_rows(self.attempts, sent, self.timeouts))
             await cursor.execute(
                 self.statement(bool(batch or starts)),
                 {
@@ -311,7 +305,7 @@ class Exchange:
         except psycopg.OperationalError:
             await self.connections.exchange_broke(conn)
             raise
-        if self.registry.rate_limits:
+        if self.registry.limits.rate:
             # Rows with a float: seconds until a rate-limited name's next free slot.
             waits = [row for row in rows if type(row) is float]
             if waits:
@@ -631,9 +625,7 @@ COLUMNS = (
 """The columns `sql.EXCHANGE` returns, read by name."""
 
 
-def _rows(
-    default_limit: int, sent: float, limits: dict[str, int], timeouts: dict[str, float]
-) -> Any:
+def _rows(attempts: AttemptLimits, sent: float, timeouts: dict[str, float]) -> Any:
     """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
     becomes a `Run`, each ending recorded its (id, attempt), and each row of
     `sql.EXCHANGE_RATED` saying when a rate-limited name's next slot frees its seconds
@@ -641,7 +633,10 @@ def _rows(
     by its name once, then reads each row's values by those places: as cheap as reading
     tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
     the statement cannot shift the others. A job stored without `max_attempts` or a
-    timeout gets its handler's (`limits`, `timeouts`), else the worker's limit and none."""
+    timeout gets its handler's (`attempts.of`, `timeouts`), else the worker's limit and
+    none."""
+
+    limit_of = attempts.of
 
     def factory(cursor: Any) -> RowMaker[Any]:
         at = {column.name: i for i, column in enumerate(cursor.description or ())}
@@ -660,7 +655,7 @@ def _rows(
                 values[id_],
                 job,
                 values[attempts],
-                limits.get(job, default_limit) if values[limit] is None else values[limit],
+                limit_of(job, values[limit]),
                 timeouts.get(job) if ms is None else ms / 1000,
                 values[args],
                 sent,

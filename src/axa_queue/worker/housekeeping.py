@@ -47,16 +47,18 @@ class Housekeeping:
         self.state = state
         self.connections = connections
         self.troubles = troubles
-        self.stale = options.seconds("stale_after")
+        self.stale = options.stale_after.total_seconds()
+        self.attempts = registry.attempt_limits(options.max_attempts)
+        """What stale recovery counts attempts against (`limits.AttemptLimits`)."""
 
     async def loop(self) -> None:
-        every = self.options.seconds("maintenance_interval")
-        retry = self.options.seconds("poll_interval")
+        every = self.options.maintenance_interval.total_seconds()
+        retry = self.options.poll_interval.total_seconds()
         while True:
             failure: BaseException | None
             try:
                 failure = await maintenance.run_once(
-                    self.pool, self.options, self.registry.schedules, recover=False
+                    self.pool, self.options, self.registry.schedules
                 )
                 failure = await self.recover_stale() or failure
             except Exception as error:  # a bug, or anything the database driver raised
@@ -69,7 +71,7 @@ class Housekeeping:
                 )
             if failure is None:
                 self.troubles.cleared("maintenance")
-                retry = self.options.seconds("poll_interval")
+                retry = self.options.poll_interval.total_seconds()
                 await asyncio.sleep(every)
             else:
                 self.troubles.failed("maintenance", failure)
@@ -94,7 +96,7 @@ class Housekeeping:
             return None
         try:
             recovered = await maintenance.recover_stale(
-                conn, self.stale, self.options.max_attempts, held=self.state.held_literals()
+                conn, self.stale, self.attempts, held=self.state.held_literals()
             )
         except psycopg.Error as error:
             if isinstance(error, psycopg.OperationalError):

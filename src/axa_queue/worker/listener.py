@@ -74,4 +74,4 @@ async def listen(
                 extra={"error": summary(error), "retry_in": pause},
             )
         await asyncio.sleep(pause)
-        pause = decisions.next_retry(pause, min(options.seconds("poll_interval"), 5.0))
+        pause = decisions.next_retry(pause, min(options.poll_interval.total_seconds(), 5.0))

@@ -86,7 +86,7 @@ class Presence:
 
     async def loop(self) -> None:
         """Make the row at once, then refresh it every heartbeat interval."""
-        every = max(self.options.seconds("heartbeat_interval"), MIN_HEARTBEAT)
+        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
         while True:
             await self.seen()
             await asyncio.sleep(every)

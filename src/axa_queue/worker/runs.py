@@ -32,7 +32,7 @@ from ..handlers.registry import Registry
 from ..handlers.retries import cut_error, describe, first_line, kind
 from ..jobs.arguments import result_json
 from ..middleware import through
-from ..options import QueueOptions, to_timedelta
+from ..options import QueueOptions
 from ..tracing import carrier_of
 from .claims import Claims
 from .state import CANCELLED, Run, State, order_of
@@ -66,7 +66,7 @@ class Runner:
         self.identity = identity
         self.executor = JobThreads(state.slots, "axa-queue-job", registry.threads)
         self.tracebacks = options.log_tracebacks
-        self.backoff = to_timedelta(options.retry_backoff)
+        self.backoff = options.retry_backoff
         """The wait after a first failed try, doubling, for handlers without a backoff."""
         logs.add_job_fields()
         self.aborting = False
@@ -209,7 +209,7 @@ class Runner:
         state.active -= 1
         state.runs.pop(one.key, None)
         state.in_use[one.name] -= 1
-        if one.name in self.registry.limits or one.name in self.registry.global_limits:
+        if self.registry.limits.holds_places(one.name):
             state.wake()  # a place under its limit came free: its jobs may be waiting
 
     async def _execute(self, one: Run, lender: Lender | None = None) -> None:

@@ -50,7 +50,7 @@ def apply(version: int) -> Any:
         options = conf.queue_options()
         schema = options.resolved_schema()
         with connection.cursor() as cursor:
-            timeout = round(options.seconds("setup_lock_timeout") * 1000)
+            timeout = round(options.setup_lock_timeout.total_seconds() * 1000)
             cursor.execute(queue_schema.SETUP_LOCK_TIMEOUT, [f"{timeout}ms"])
             held = "the setup lock (a worker or a migration is setting the tables up)"
             try:
