@@ -33,7 +33,7 @@ import psycopg
 import pytest
 from click.testing import CliRunner, Result
 
-from axa_queue import NewJob, Queue, QueueOptions, Schedule
+from axa_queue import NewJob, Queue, QueueOptions, Schedule, sql
 from axa_queue.cli import main
 from axa_queue.logs import JsonFormatter, TextFormatter, configure
 from conftest import WORKER_GRANTS, acting_role, eventually, status_of
@@ -301,6 +301,39 @@ def test_sql_prints_statements_that_set_a_schema_up_for_check(dsn: str, admin) -
     assert printed.exit_code == 0
     admin.execute(printed.stdout)  # as a migration tool would, in one go
     assert cli("check", dsn=dsn).exit_code == 0
+
+
+def test_sql_statement_prints_every_named_statement_whole_and_in_a_schema() -> None:
+    named = sql.statements()
+    variants = {"EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED", "CLAIM"}
+    assert variants | {"WEB_JOBS_NEWEST", "WEB_JOBS_OLDEST", "ENQUEUE", "PING"} <= set(named)
+    for name, text in named.items():
+        printed = cli("sql", "--statement", name)
+        assert printed.exit_code == 0, printed.output
+        assert printed.stdout == text + "\n", name
+    for name in variants:
+        inside = cli("sql", "--statement", name, "--schema", "jobs")
+        assert inside.stdout == sql.in_schema(named[name], "jobs") + "\n"
+        assert 'FROM "jobs".axa_queue' in inside.stdout and " axa_queue " not in inside.stdout
+    assert "stamped AS (" in named["EXCHANGE_RATED"] and "endings" not in named["CLAIM"]
+
+
+def test_sql_statement_list_names_them_and_an_unknown_name_says_how_to_see_them() -> None:
+    listed = cli("sql", "--statement", "list")
+    assert listed.exit_code == 0 and listed.stdout.split() == list(sql.statements())
+    unknown = cli("sql", "--statement", "EXCHANGE_LIMTED")
+    assert unknown.exit_code == 2
+    line = one_line_error(unknown)
+    assert "EXCHANGE_LIMTED" in line and "`axa-queue sql --statement list`" in line
+    both = cli("sql", "--statement", "CLAIM", "--version", "1")
+    assert both.exit_code == 2 and "--version" in one_line_error(both)
+
+
+def test_the_design_note_shows_exchange_limited_as_sql_statement_prints_it() -> None:
+    design = (DOCS.parent / "design.md").read_text()
+    after = design.split("`axa-queue sql --statement EXCHANGE_LIMITED`", 1)[1]
+    shown = after.split("```sql\n", 1)[1].split("```", 1)[0]
+    assert shown == cli("sql", "--statement", "EXCHANGE_LIMITED").stdout
 
 
 def test_check_says_so_when_an_acts_trigger_is_turned_off(ready: str, admin) -> None:

@@ -396,6 +396,50 @@ async def test_a_clock_set_on_the_connector_stamps_the_claim_and_the_ending(
     assert row == (clock,)
 
 
+def ctes(statement: str) -> dict[str, str]:
+    """The CTEs of a `WITH RECURSIVE` statement, by name and in order, each as written."""
+    assert statement.startswith("WITH RECURSIVE "), statement[:40]
+    head = statement.removeprefix("WITH RECURSIVE ").split("\n    )\n    ", 1)[0]
+    return {re.split(r"[ (]", cte, maxsplit=1)[0]: cte for cte in head.split("\n    ), ")}
+
+
+def rows(statement: str) -> str:
+    """What a `WITH` statement returns: the SELECTs after its CTEs."""
+    return statement.split("\n    )\n    ", 1)[1]
+
+
+def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
+    claim = ["levels", "wanted", "candidates", "picked", "claimed"]
+    shapes = {
+        "EXCHANGE": ["endings", "finished", "marked", *claim],
+        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim],
+        "EXCHANGE_RATED": [
+            "endings", "finished", "marked", "levels", "gates", *claim[1:], "taken", "stamped",
+        ],
+        "CLAIM": claim,
+    }  # fmt: skip
+    parts = {name: ctes(getattr(sql, name)) for name in shapes}
+    assert {name: list(found) for name, found in parts.items()} == shapes
+    # Every piece is written once: the same text in each variant that has it, but for
+    # `wanted` (plain, gated by global limits, behind the rate gates) and the claim's
+    # fence against the statement's own endings, which `CLAIM` has none of.
+    for piece in ("endings", "finished", "marked", "levels", "picked", "claimed"):
+        assert len({found[piece] for found in parts.values() if piece in found}) == 1, piece
+    wanted = {name: found["wanted"] for name, found in parts.items()}
+    assert wanted["EXCHANGE"] == wanted["CLAIM"] and len(set(wanted.values())) == 3
+    assert "axa_queue_room" in wanted["EXCHANGE_LIMITED"]
+    assert "axa_queue_rate_room" in parts["EXCHANGE_RATED"]["gates"]
+    fenced = {found["candidates"] for name, found in parts.items() if name != "CLAIM"}
+    assert len(fenced) == 1
+    assert parts["CLAIM"]["candidates"] == fenced.pop().replace(
+        " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
+    )
+    assert rows(sql.EXCHANGE) == rows(sql.EXCHANGE_LIMITED)
+    assert rows(sql.EXCHANGE_RATED).startswith(rows(sql.EXCHANGE) + "\n    UNION ALL\n    ")
+    marks_read = "\n    WHERE (SELECT count(*) FROM marked) >= 0"
+    assert rows(sql.EXCHANGE).removesuffix(marks_read).endswith(rows(sql.CLAIM))
+
+
 def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None:
     # An idle worker (nothing to record) sends `CLAIM`: the same claim, the same rows,
     # nothing of the endings or the start marks for PostgreSQL to set up.

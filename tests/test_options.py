@@ -385,7 +385,8 @@ def source_of(name: str) -> Path:
             and node.module
             and any(alias.name == name for alias in node.names)
         ):
-            return PACKAGE / f"{node.module.replace('.', '/')}.py"
+            module = PACKAGE / node.module.replace(".", "/")
+            return module / "__init__.py" if module.is_dir() else module.with_suffix(".py")
     raise AssertionError(f"{name} is not imported in __init__.py")
 
 

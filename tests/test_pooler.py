@@ -355,6 +355,26 @@ def test_in_schema_names_the_tables_and_functions_and_leaves_channel_and_setting
     assert "WHERE axa_schedule.archived_at" in sql.in_schema(sql.SCHEDULES_SEEN, "jobs")
 
 
+def test_in_schema_fills_each_statements_template_and_quotes_any_schema_name() -> None:
+    for module in (sql, axa_schema, migrations):
+        for name in dir(module):
+            statement = getattr(module, name)
+            if name.isupper() and isinstance(statement, str):
+                assert "{axa_" not in statement and "{'axa_" not in statement, name
+                assert "{axa_" not in sql.in_schema(statement, "jobs"), name
+    odd = sql.in_schema(sql.FAIL_UNCLAIMABLE, 'we"ird')
+    assert 'UPDATE "we""ird".axa_queue' in odd
+    assert '\'"we""ird".axa_queue\'::regclass' in odd
+    assert sql.in_schema("SELECT count(*) FROM axa_queue", "jobs") == (
+        "SELECT count(*) FROM axa_queue"
+    ), "only the package's statements have a template: any other text passes as it is"
+    body = migrations.body_of(migrations.SETUP_ROOM_FUNCTION)
+    assert migrations.body_of(sql.in_schema(migrations.SETUP_ROOM_FUNCTION, "jobs")) == body
+    assert 'FUNCTION "jobs".axa_queue_room(' in sql.in_schema(
+        migrations.SETUP_ROOM_FUNCTION, "jobs"
+    )
+
+
 # --- the command line --------------------------------------------------------------------------
 
 

@@ -35,7 +35,7 @@ from axa_queue.schema import (
 from conftest import eventually, running, status_of
 from test_compat import crate_claim, crate_enqueue, crate_setup
 
-PACKAGE = Path(sql.__file__).resolve().parent
+PACKAGE = Path(sql.__file__).resolve().parent.parent  # the package, `sql/` a folder of it
 
 # --- what the catalogs hold ----------------------------------------------------------------
 

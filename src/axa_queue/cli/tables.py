@@ -9,7 +9,7 @@ from ..options import QueueOptions
 from ..queue import Queue
 from ..schema import VERSION as SCHEMA_VERSION
 from ..schema import statements_of
-from .conventions import answer, dsn_option, reported
+from .conventions import BadInput, answer, dsn_option, reported
 from .text import shown
 
 __all__ = ["check", "setup", "sql_command"]
@@ -49,20 +49,49 @@ def setup(dsn: str | None) -> None:
     metavar="N",
     help="Print only migration N's statements (for a new migration). Default: all of them.",
 )
-def sql_command(schema: str | None, version: int | None) -> None:
-    """Print the setup statements, for a migration tool.
+@click.option(
+    "--statement",
+    "statement",
+    metavar="NAME",
+    help=(
+        "Print instead the statement NAME the queue sends at run time, whole "
+        "(EXCHANGE_LIMITED, say); `--statement list` lists the names."
+    ),
+)
+def sql_command(schema: str | None, version: int | None, statement: str | None) -> None:
+    """Print the setup statements, for a migration tool, or one run-time statement.
 
-    They are what `setup` runs: run them in one transaction; each is safe to run again.
+    The setup statements are what `setup` runs: run them in one transaction; each is
+    safe to run again. With `--statement` it prints one of the statements the queue
+    sends as it works, as sent, to read it or EXPLAIN it.
     """
     if schema is not None:
         with reported(None):
             schema = QueueOptions(schema=schema).schema
+    if statement is not None:
+        if version is not None:
+            raise BadInput("--statement prints one statement, --version a migration's: give one")
+        click.echo(_named(statement, schema))
+        return
     click.echo(f"-- axa-queue {__version__}: the job queue's tables, indexes and triggers.")
     click.echo("-- Run in one transaction; every statement is safe to run again.\n")
-    for statement in statements_of(version):
+    for each in statements_of(version):
         if schema is not None:
-            statement = sql.in_schema(statement, schema)
-        click.echo(f"{statement.strip()};\n")
+            each = sql.in_schema(each, schema)
+        click.echo(f"{each.strip()};\n")
+
+
+def _named(name: str, schema: str | None) -> str:
+    """The statement `name` (in `schema`, if given) as `sql --statement` prints it, or
+    the names of all of them for `list`."""
+    named = sql.statements()
+    if name == "list":
+        return "\n".join(named)
+    if name not in named:
+        raise BadInput(
+            f"there is no statement named {name}: `axa-queue sql --statement list` lists them"
+        )
+    return named[name] if schema is None else sql.in_schema(named[name], schema)
 
 
 @click.command()

@@ -14,11 +14,12 @@
   session settings (they would stay on a connection others then use).
 
 `QueueOptions.schema` names the tables' schema in every statement (`sql.in_schema`),
-through a cursor class that rewrites each statement once, since a pooler refuses the
-`options=-c search_path=...` startup parameter. After the first time, a statement
-costs one cache lookup (about 0.3 µs); without a schema the cursor is psycopg's own.
-The queue's own statements are rewritten (they carry every value as a parameter, so
-only names change). The caller's statements never are: on `queue.connection()` (and
+through a cursor class that makes each statement in the schema once (from its
+template, `sql.naming`), since a pooler refuses the `options=-c search_path=...`
+startup parameter. After the first time, a statement costs one cache lookup (about
+0.3 µs); without a schema the cursor is psycopg's own. Only the queue's own statements
+have a template; any other text passes as it is. The caller's statements are never
+sent through it: on `queue.connection()` (and
 `SyncQueue.connection()`) they are sent as written, in a transaction whose
 `search_path` is set to the schema (`SET LOCAL`, which a transaction pooler carries);
 on the caller's own connection (`enqueue_on`, `cancel`...) they follow that

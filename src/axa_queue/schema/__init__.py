@@ -24,6 +24,7 @@ import psycopg
 from psycopg import sql as pgsql
 
 from ..errors import SchemaError
+from ..sql import naming
 from .migrations import (
     MIGRATIONS,
     SETUP_STATEMENTS,
@@ -57,12 +58,12 @@ ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate", "axa_job
 """The refusing triggers and the one recording each act's role, which `check` requires,
 each set to fire always."""
 
-VERSION_READABLE = """SELECT to_regclass('axa_schema_version') IS NOT NULL
-    AND has_table_privilege(to_regclass('axa_schema_version'), 'SELECT')"""
+VERSION_READABLE = naming.statement("""SELECT to_regclass({'axa_schema_version'}) IS NOT NULL
+    AND has_table_privilege(to_regclass({'axa_schema_version'}), 'SELECT')""")
 """Whether versions are recorded (a database set up before they were has no table) and
 this role may read them (setup grants that to everyone; a DBA may have revoked it)."""
 
-RECORDED_VERSION = "SELECT coalesce(max(version), 0) FROM axa_schema_version"
+RECORDED_VERSION = naming.statement("SELECT coalesce(max(version), 0) FROM {axa_schema_version}")
 """The newest migration applied; a plain read, which waits for no application's lock."""
 
 TAKE_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s)"
@@ -121,31 +122,37 @@ queue's schema, quoted, and a dot (`QueueOptions.schema`), or nothing (the
 
 # --- Checks ------------------------------------------------------------------------------
 
-CHECK_QUEUE = "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back FROM axa_queue LIMIT 0"
+CHECK_QUEUE = naming.statement(
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back FROM {axa_queue} LIMIT 0"
+)
 """Fails unless the jobs table has every column."""
 
-CHECK_SCHEDULE = "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at, cron, timezone FROM axa_schedule LIMIT 0"
+CHECK_SCHEDULE = naming.statement(
+    "SELECT name, due_at, last_job, interval_ms, seen_at, archived_at, created_at, updated_at, cron, timezone FROM {axa_schedule} LIMIT 0"
+)
 """Fails unless the schedule table has every column."""
 
-CHECK_ACTS = (
-    "SELECT id, job_id, job_name, act, attempts, by, reason, at, db_role FROM axa_job_acts LIMIT 0"
+CHECK_ACTS = naming.statement(
+    "SELECT id, job_id, job_name, act, attempts, by, reason, at, db_role FROM {axa_job_acts} LIMIT 0"
 )
 """Fails unless the acts table has every column."""
 
-CHECK_WORKERS = "SELECT id, host, pid, names, loops, running, version, started_at, seen_at FROM axa_workers LIMIT 0"
+CHECK_WORKERS = naming.statement(
+    "SELECT id, host, pid, names, loops, running, version, started_at, seen_at FROM {axa_workers} LIMIT 0"
+)
 """Fails unless the worker processes table has every column."""
 
-MISSING_TRIGGERS = """SELECT want FROM unnest(%s::text[]) AS want
+MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
-        WHERE t.tgrelid = to_regclass('axa_job_acts') AND t.tgname = want
+        WHERE t.tgrelid = to_regclass({'axa_job_acts'}) AND t.tgname = want
           AND t.tgenabled::text = 'A'
-    )"""
+    )""")
 """The named triggers of `axa_job_acts` that are missing or not set to fire always."""
 
-HAS_NOTIFY_TRIGGER = """SELECT EXISTS (SELECT 1 FROM pg_trigger
-    WHERE tgrelid = to_regclass('axa_queue') AND tgname = 'axa_queue_notify'
-      AND tgenabled::text <> 'D')"""
+HAS_NOTIFY_TRIGGER = naming.statement("""SELECT EXISTS (SELECT 1 FROM pg_trigger
+    WHERE tgrelid = to_regclass({'axa_queue'}) AND tgname = 'axa_queue_notify'
+      AND tgenabled::text <> 'D')""")
 """Whether inserts notify; without it workers fall back to polling."""
 
 

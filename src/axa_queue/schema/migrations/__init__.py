@@ -1,0 +1,242 @@
+"""The job queue's schema as ordered migrations, each a list of statements safe to repeat.
+
+The tables are the reference crate's (`axa_queue`, `axa_schedule`, `axa_job_acts`)
+with the same columns, types and status strings, so a Rust service using the crate
+and a Python service using this package can share one queue. Migration 1 is the
+crate's own setup (which also upgrades axa 0.1.0's table in place) and the table that
+records which migrations ran (`axa_schema_version`); migration 2 is what this package
+adds: indexes, CHECK constraints marked NOT VALID, a column recording each act's role,
+table storage settings and a statement-level trigger that sends one notification per
+INSERT statement; migration 3 adds trace contexts, results and the worker processes'
+table, migration 4 a cron schedule's expression and zone, migration 5 unique keys,
+migration 6 the global limits' function, migration 7 the rate limits' slots and
+function, and migration 8 the columns of runs claimed ahead.
+
+Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
+guarded `DO` blocks), so it brings any earlier state up to date in place, and the
+crate and older workers keep running on the result (docs/schema.md). Each ends by
+recording its version, and declares what it makes sure of (`Expectations`), which
+setup checks in the catalogs before deciding there is nothing to do.
+
+The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
+`v6_to_v8`), each statement named and said what it does, each migration declared next
+to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
+statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
+table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
+schema; a function's body is the same in every schema.
+"""
+
+from __future__ import annotations
+
+from .migration import Expectations as Expectations
+from .migration import Migration as Migration
+from .migration import body_of as body_of
+from .v1 import (
+    ACTS_COLUMNS as ACTS_COLUMNS,
+)
+from .v1 import (
+    MIGRATION_1 as MIGRATION_1,
+)
+from .v1 import (
+    QUEUE_COLUMNS as QUEUE_COLUMNS,
+)
+from .v1 import (
+    RECORD_1 as RECORD_1,
+)
+from .v1 import (
+    SCHEDULE_COLUMNS as SCHEDULE_COLUMNS,
+)
+from .v1 import (
+    SETUP_ACTS as SETUP_ACTS,
+)
+from .v1 import (
+    SETUP_ACTS_ALWAYS as SETUP_ACTS_ALWAYS,
+)
+from .v1 import (
+    SETUP_ACTS_INDEX as SETUP_ACTS_INDEX,
+)
+from .v1 import (
+    SETUP_ACTS_REFUSE as SETUP_ACTS_REFUSE,
+)
+from .v1 import (
+    SETUP_ACTS_ROWS as SETUP_ACTS_ROWS,
+)
+from .v1 import (
+    SETUP_ACTS_TRUNCATE as SETUP_ACTS_TRUNCATE,
+)
+from .v1 import (
+    SETUP_ATTEMPTS as SETUP_ATTEMPTS,
+)
+from .v1 import (
+    SETUP_CLAIM_INDEX as SETUP_CLAIM_INDEX,
+)
+from .v1 import (
+    SETUP_MAX_ATTEMPTS as SETUP_MAX_ATTEMPTS,
+)
+from .v1 import (
+    SETUP_PRIORITY as SETUP_PRIORITY,
+)
+from .v1 import (
+    SETUP_QUEUE as SETUP_QUEUE,
+)
+from .v1 import (
+    SETUP_READY_INDEX as SETUP_READY_INDEX,
+)
+from .v1 import (
+    SETUP_SCHEDULE as SETUP_SCHEDULE,
+)
+from .v1 import (
+    SETUP_TIMEOUT as SETUP_TIMEOUT,
+)
+from .v1 import (
+    SETUP_VERSION_READ as SETUP_VERSION_READ,
+)
+from .v1 import (
+    SETUP_VERSION_TABLE as SETUP_VERSION_TABLE,
+)
+from .v2 import (
+    MIGRATION_2 as MIGRATION_2,
+)
+from .v2 import (
+    RECORD_2 as RECORD_2,
+)
+from .v2 import (
+    SETUP_ACTS_CODES as SETUP_ACTS_CODES,
+)
+from .v2 import (
+    SETUP_ACTS_ROLE as SETUP_ACTS_ROLE,
+)
+from .v2 import (
+    SETUP_ACTS_ROLE_ALWAYS as SETUP_ACTS_ROLE_ALWAYS,
+)
+from .v2 import (
+    SETUP_ACTS_ROLE_FUNCTION as SETUP_ACTS_ROLE_FUNCTION,
+)
+from .v2 import (
+    SETUP_ACTS_ROLE_TRIGGER as SETUP_ACTS_ROLE_TRIGGER,
+)
+from .v2 import (
+    SETUP_FINISHED_INDEX as SETUP_FINISHED_INDEX,
+)
+from .v2 import (
+    SETUP_NOTIFY_FUNCTION as SETUP_NOTIFY_FUNCTION,
+)
+from .v2 import (
+    SETUP_NOTIFY_TRIGGER as SETUP_NOTIFY_TRIGGER,
+)
+from .v2 import (
+    SETUP_PICK_INDEX as SETUP_PICK_INDEX,
+)
+from .v2 import (
+    SETUP_REVIEW_INDEX as SETUP_REVIEW_INDEX,
+)
+from .v2 import (
+    SETUP_RUNNING_INDEX as SETUP_RUNNING_INDEX,
+)
+from .v2 import (
+    SETUP_STATE_CHECK as SETUP_STATE_CHECK,
+)
+from .v2 import (
+    SETUP_STORAGE as SETUP_STORAGE,
+)
+from .v3_to_v5 import (
+    MIGRATION_3 as MIGRATION_3,
+)
+from .v3_to_v5 import (
+    MIGRATION_4 as MIGRATION_4,
+)
+from .v3_to_v5 import (
+    MIGRATION_5 as MIGRATION_5,
+)
+from .v3_to_v5 import (
+    RECORD_3 as RECORD_3,
+)
+from .v3_to_v5 import (
+    RECORD_4 as RECORD_4,
+)
+from .v3_to_v5 import (
+    RECORD_5 as RECORD_5,
+)
+from .v3_to_v5 import (
+    SETUP_RESULT as SETUP_RESULT,
+)
+from .v3_to_v5 import (
+    SETUP_SCHEDULE_CRON as SETUP_SCHEDULE_CRON,
+)
+from .v3_to_v5 import (
+    SETUP_TRACE_CONTEXT as SETUP_TRACE_CONTEXT,
+)
+from .v3_to_v5 import (
+    SETUP_UNIQUE_FOR as SETUP_UNIQUE_FOR,
+)
+from .v3_to_v5 import (
+    SETUP_UNIQUE_INDEX as SETUP_UNIQUE_INDEX,
+)
+from .v3_to_v5 import (
+    SETUP_UNIQUE_KEY as SETUP_UNIQUE_KEY,
+)
+from .v3_to_v5 import (
+    SETUP_WORKERS as SETUP_WORKERS,
+)
+from .v3_to_v5 import (
+    SETUP_WORKERS_SEEN_INDEX as SETUP_WORKERS_SEEN_INDEX,
+)
+from .v3_to_v5 import (
+    WORKERS_COLUMNS as WORKERS_COLUMNS,
+)
+from .v6_to_v8 import (
+    MIGRATION_6 as MIGRATION_6,
+)
+from .v6_to_v8 import (
+    MIGRATION_7 as MIGRATION_7,
+)
+from .v6_to_v8 import (
+    MIGRATION_8 as MIGRATION_8,
+)
+from .v6_to_v8 import (
+    RATE_SLOTS_COLUMNS as RATE_SLOTS_COLUMNS,
+)
+from .v6_to_v8 import (
+    RECORD_6 as RECORD_6,
+)
+from .v6_to_v8 import (
+    RECORD_7 as RECORD_7,
+)
+from .v6_to_v8 import (
+    RECORD_8 as RECORD_8,
+)
+from .v6_to_v8 import (
+    SETUP_AHEAD as SETUP_AHEAD,
+)
+from .v6_to_v8 import (
+    SETUP_RATE_ROOM_FUNCTION as SETUP_RATE_ROOM_FUNCTION,
+)
+from .v6_to_v8 import (
+    SETUP_RATE_SLOTS as SETUP_RATE_SLOTS,
+)
+from .v6_to_v8 import (
+    SETUP_ROOM_FUNCTION as SETUP_ROOM_FUNCTION,
+)
+
+__all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    MIGRATION_1,
+    MIGRATION_2,
+    MIGRATION_3,
+    MIGRATION_4,
+    MIGRATION_5,
+    MIGRATION_6,
+    MIGRATION_7,
+    MIGRATION_8,
+)
+"""Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
+
+VERSION = MIGRATIONS[-1].version
+"""The schema version this code needs: its newest migration."""
+
+SETUP_STATEMENTS: tuple[str, ...] = tuple(s for m in MIGRATIONS for s in m.all_statements())
+"""The ordered statements that make or update the tables: every migration in order, each
+followed by the statement recording its version; each safe to repeat, and the first
+fourteen are the crate's own. Needs PostgreSQL 14 or later. Run them in one transaction
+holding `pg_advisory_xact_lock(SETUP_LOCK)`, as `Queue.setup` does."""

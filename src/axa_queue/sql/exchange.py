@@ -1,0 +1,462 @@
+"""The exchange: the one statement that records how runs ended and claims new ones,
+and its variants, each composed from the named CTEs below (one place per piece, with
+why it is there), never by editing another statement's text:
+
+- `EXCHANGE`: endings, start marks and the claim;
+- `EXCHANGE_LIMITED`: the same, the wanted names gated by their global limits;
+- `EXCHANGE_RATED`: the same, gated by global and rate limits, the slots it claims by
+  stamped, and a row saying when to look again;
+- `CLAIM`: the claim alone, nothing to record.
+
+`axa-queue sql --statement EXCHANGE_LIMITED` prints any of them whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from string import Template
+
+from .naming import statement
+
+__all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED"]
+
+
+def _with(ctes: Sequence[str], rows: Sequence[str]) -> str:
+    """The statement `WITH RECURSIVE` the named CTEs (`name AS (body`, each closed
+    here), in order, returning the `rows` SELECTs, joined by `UNION ALL`. RECURSIVE
+    is for `levels`, and allows every other CTE as it is."""
+    return (
+        "WITH RECURSIVE "
+        + "\n    ), ".join(ctes)
+        + "\n    )\n    "
+        + "\n    UNION ALL\n    ".join(rows)
+    )
+
+
+# --- The endings and the start marks ----------------------------------------------------
+
+_ENDINGS = """endings AS (
+        SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
+               NULL::jsonb AS result, NULL::bigint AS max_attempts
+        FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
+        UNION ALL
+        SELECT * FROM json_to_recordset(%(endings)s::json)
+            AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
+                 max_attempts bigint)"""
+"""The endings sent, one row each: completed runs as two array literals (the cheapest
+parameters to build), every other ending as JSON (see `EXCHANGE`)."""
+
+_FINISHED = """finished AS (
+        UPDATE {axa_queue} q
+        SET status = r.status, error = r.error, result = r.result,
+            max_attempts = CASE WHEN r.max_attempts IS NULL THEN q.max_attempts
+                                ELSE LEAST(r.max_attempts, 2147483647)::int END,
+            updated_at = COALESCE(%(now)s::timestamptz, now()),
+            started_at = CASE WHEN r.status = 'queued' THEN NULL ELSE q.started_at END,
+            run_at = CASE WHEN r.status = 'queued'
+                          THEN COALESCE(%(now)s::timestamptz, now())
+                               + make_interval(secs => CASE WHEN r.delay > 3155760000 THEN 3155760000
+                                                            ELSE r.delay END)
+                          ELSE q.run_at END
+        FROM endings r
+        WHERE q.id = ANY(ARRAY(SELECT id FROM endings)) AND q.id = r.id
+          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
+        RETURNING q.id::text AS id, q.attempts,
+            CASE WHEN q.status = 'queued' THEN false
+                 WHEN NOT pg_try_advisory_xact_lock_shared(1635213687, {'axa_queue'}::regclass::oid::int4)
+                      THEN pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || q.id::text)
+                           ::text IS NOT NULL
+                 WHEN pg_try_advisory_lock(1635213688, {'axa_queue'}::regclass::oid::int4)
+                      THEN NOT pg_advisory_unlock(1635213688, {'axa_queue'}::regclass::oid::int4)
+                 ELSE pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || q.id::text)
+                      ::text IS NOT NULL
+            END AS told"""
+"""The endings written, each fenced by its attempt and `running` (found by primary key,
+the status compared through `(SELECT 'running')`), each finished job told to waiters
+when anyone waits (`told`, the two advisory locks of `EXCHANGE`'s last part)."""
+
+_MARKED = """marked AS (
+        UPDATE {axa_queue} q SET ahead = NULL
+        FROM unnest(%(starts)s::uuid[], %(started_attempts)s::int[]) AS m(id, attempts)
+        WHERE q.id = ANY(%(starts)s::uuid[]) AND q.id = m.id AND q.attempts = m.attempts
+          AND q.ahead = m.attempts AND q.status = (SELECT 'running')
+          AND q.id <> ALL(ARRAY(SELECT id FROM endings))
+        RETURNING q.id"""
+"""The runs claimed ahead that a loop has started since: `ahead` cleared, fenced like an
+ending, never a row this statement also ends (a row changes once per statement)."""
+
+# --- The claim ---------------------------------------------------------------------------
+
+_LEVELS = """levels(priority) AS (
+        (SELECT priority FROM {axa_queue} WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.priority FROM {axa_queue} q
+                WHERE q.status = 'queued' AND q.priority < levels.priority
+                ORDER BY q.priority DESC LIMIT 1)
+        FROM levels WHERE levels.priority IS NOT NULL"""
+"""The priority levels of queued jobs, highest first, one index probe each (a loose
+index scan), so the claim reads `axa_queue_pick` per (name, level) in order."""
+
+_WANTED = """wanted AS (
+        SELECT w.name, least(w.cap, %(free)s) AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
+        WHERE %(free)s > 0"""
+"""The names to claim and at most how many of each (`[{"name", "cap"}]`), none when no
+loop is free. Nothing volatile in it, so the planner folds it into the claim: the plan
+of a process without limits."""
+
+_WANTED_GLOBAL = """wanted AS (
+        SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
+            ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name,
+                                                       greatest(least(w.global, 2147483647), 0)::int))
+            END AS cap
+        FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global bigint)
+        WHERE %(free)s > 0"""
+"""`_WANTED` with a name's global limit (`global`, clamped to an `integer`): its cap cut
+to the room `axa_queue_room` finds under the name's lock (see `EXCHANGE_LIMITED`);
+names without one never call it."""
+
+_GATES = """gates AS (
+        SELECT w.name, w.rate, w.per_ms,
+            CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
+                ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name, w.global))
+            END AS asked,
+            CASE WHEN w.rate IS NULL THEN NULL
+                ELSE {axa_queue_rate_room}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass, w.name,
+                                         w.rate, w.per_ms, %(now)s::timestamptz,
+                                         least(w.cap, %(free)s))
+            END AS slots
+        FROM (SELECT r.name, r.cap,
+                     CASE WHEN r.global > 2147483647 THEN 2147483647 WHEN r.global < 0 THEN 0
+                          ELSE r.global END::int AS global,
+                     CASE WHEN r.rate > 100000 THEN 100000 WHEN r.rate < 0 THEN 0
+                          ELSE r.rate END::int AS rate,
+                     CASE WHEN r.per_ms > 3155760000000 THEN 3155760000000 WHEN r.per_ms < 0 THEN 0
+                          ELSE r.per_ms END AS per_ms
+              FROM json_to_recordset(%(wanted)s::json)
+                  AS r(name text, cap int, global bigint, rate bigint, per_ms bigint)) w
+        WHERE %(free)s > 0
+        OFFSET 0"""
+"""Each wanted name's gates, called once per name (`OFFSET 0` keeps the calls from
+being copied into `wanted`): the room its global limit leaves (`asked`) and the free
+slots of its rate limit (`slots`), the limits clamped where they are read (see
+`EXCHANGE_RATED`)."""
+
+_WANTED_RATED = """wanted AS MATERIALIZED (
+        SELECT g.name, g.rate, g.per_ms, g.asked, g.slots,
+               CASE WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS cap
+        FROM gates g"""
+"""The names to claim behind `_GATES`: a rate-limited name's cap cut to its free slots;
+the rate and slots kept for `_TAKEN`."""
+
+_NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
+"""The claim's fence against this statement's own endings: a job whose ending was
+refused (recovery queued it again) is never claimed by the statement that carried its
+ending. `CLAIM`, with no endings, has no such fence."""
+
+
+_CANDIDATES = Template("""candidates AS MATERIALIZED (
+        SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
+        FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
+            SELECT id, priority, run_at FROM {axa_queue}
+            WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
+              AND run_at <= now()$fence
+              AND id <> ALL(%(losing)s::uuid[])
+            ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
+        ) j WHERE levels.priority IS NOT NULL""")
+"""For each (name, level), the oldest due jobs, at most the name's cap, locked, skipping
+rows others hold; never a job in `losing` (a run of this process that lost its claim,
+until its job's fate is written), nor one the `$fence` excludes (`_NOT_ENDING`, or
+nothing). Due is judged by `now()` itself, which the planner can estimate. A
+`string.Template` filled with this module's own pieces only: `$` marks its one slot, so
+the statement's other marks (`{axa_queue}`, `%(losing)s`) pass through as they are."""
+
+
+def _candidates(fence: str) -> str:
+    """`_CANDIDATES` fenced by `fence`."""
+    return _CANDIDATES.substitute(fence=fence)
+
+
+_PICKED = """picked AS MATERIALIZED (
+        SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
+            SELECT id, priority, run_at, cap,
+                   row_number() OVER (PARTITION BY name ORDER BY priority DESC, run_at) AS n
+            FROM candidates
+        ) c WHERE n <= cap ORDER BY priority DESC, run_at LIMIT %(free)s"""
+"""The jobs claimed, at most `free`, at most `cap` of each name, highest priority then
+oldest first, ranked in that order (the ranks past `idle` are claimed ahead);
+MATERIALIZED, so no more rows change than it picks."""
+
+_CLAIMED = """claimed AS (
+        UPDATE {axa_queue} q
+        SET status = 'running', started_at = COALESCE(%(now)s::timestamptz, clock_timestamp()), updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
+            attempts = q.attempts + 1,
+            ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
+                         THEN q.attempts + 1 END
+        WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
+        RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
+                  q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
+                  q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead"""
+"""The picked jobs claimed by primary key, each stamped with `clock_timestamp()` when
+its row is written, its attempt counted, and `ahead` set past the `idle` loops."""
+
+# --- After the claim: the rate limits' stamps ---------------------------------------------
+
+_TAKEN = """taken AS (
+        SELECT w.name, w.rate, w.per_ms, w.asked, w.slots,
+               (SELECT count(*) FROM claimed c WHERE c.name = w.name)::int AS n
+        FROM wanted w WHERE w.slots IS NOT NULL"""
+"""For each rate-limited name, how many of its jobs were claimed (`n`)."""
+
+_STAMPED = """stamped AS (
+        INSERT INTO {axa_rate_slots} (name, slot, at)
+        SELECT t.name, t.slots[i], COALESCE(%(now)s::timestamptz, clock_timestamp())
+        FROM taken t CROSS JOIN LATERAL generate_series(1, t.n) AS i
+        ON CONFLICT (name, slot) DO UPDATE SET at = EXCLUDED.at"""
+"""As many free slots stamped as jobs claimed, by an upsert (see `EXCHANGE_RATED` for
+why not an `UPDATE`), with the clock read after the claims."""
+
+# --- The rows returned ---------------------------------------------------------------------
+
+_ENDED_ROWS = """SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
+           NULL AS priority, NULL AS run_at, NULL AS trace_context, NULL AS ahead FROM finished"""
+"""The endings recorded: rows without a name."""
+
+_CLAIMED_ROWS = """SELECT id, attempts, name, args, max_attempts, timeout_ms, priority, run_at, trace_context,
+           ahead
+    FROM claimed"""
+"""The jobs claimed: rows with a name."""
+
+_MARKED_READ = "\n    WHERE (SELECT count(*) FROM marked) >= 0"
+"""Reads `marked`, only to say it is read: PostgreSQL runs a data-modifying CTE whether
+read or not."""
+
+_RATE_WAITS = """SELECT NULL, NULL, t.name, NULL, NULL, NULL, NULL,
+           extract(epoch FROM least(greatest(COALESCE(
+               (SELECT min(s.at) FROM {axa_rate_slots} s
+                WHERE s.name = t.name AND s.slot < t.rate AND s.slot <> ALL(t.slots)),
+               COALESCE(%(now)s::timestamptz, clock_timestamp())),
+               COALESCE(%(now)s::timestamptz, clock_timestamp()) - t.per_ms * interval '1 millisecond'),
+               COALESCE(%(now)s::timestamptz, clock_timestamp()))
+               + t.per_ms * interval '1 millisecond'
+               - COALESCE(%(now)s::timestamptz, clock_timestamp()))::float8,
+           NULL, NULL
+    FROM taken t WHERE cardinality(t.slots) < t.asked AND t.n = cardinality(t.slots)"""
+"""For each rate-limited name that used every free slot and wanted more: a row with no
+id, the name, and in `run_at` the seconds until its earliest busy slot frees."""
+
+# --- The statements ------------------------------------------------------------------------
+
+EXCHANGE = statement(
+    _with(
+        [
+            _ENDINGS,
+            _FINISHED,
+            _MARKED,
+            _LEVELS,
+            _WANTED,
+            _candidates(_NOT_ENDING),
+            _PICKED,
+            _CLAIMED,
+        ],
+        [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ],
+    )
+)
+"""In one statement and one commit: record how runs ended (completed, failed, or queued
+again after a backoff), each row fenced by its own attempt, and claim up to `free` ready
+jobs of the wanted names, highest priority then oldest first, at most `cap` of each.
+
+Rows with a name are the jobs claimed, with the trace context stored when each was
+queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
+not returned had lost its claim). The claim walks the priority levels with a recursive
+CTE and scans `axa_queue_pick` per (name, level), so delayed jobs and jobs of other names
+are never read; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
+updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
+into a hash join over the whole table. Writing endings and claiming together halves the
+statements per job: the loop that frees a place writes its ending and fills the place.
+
+Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
+`completed_attempts`: their attempts, in the same order); the other endings, completed
+runs whose handler returned a value (not `None`) among them, and the wanted names as
+JSON arrays (`[{"id", "attempts", "status", "error", "delay", "result",
+"max_attempts"}]`, a missing key read as NULL, the result already JSON so the client
+only puts text together; and `[{"name", "cap"}]`). `max_attempts` is there only for a
+run its handler snoozed (`policies.Snooze`): the job's new limit, one more than the
+run's, written with the ending, so a snooze costs no attempt of the job's. Every ending writes its `result`: NULL but for a completed run
+that returned a value. Each is one text parameter: far cheaper for the client to build
+than a list per column (psycopg's list dumpers are pure Python) or JSON per ending. Ids
+come back as text and `run_at` as epoch seconds, which the client reads and sorts by
+more cheaply than `uuid` and `timestamptz`. Endings find their rows by primary key
+(`id = ANY(ARRAY(...))` again), and the fence compares the status with
+`(SELECT 'running')`, a value the planner cannot match to the partial index of running
+jobs: else, whenever its statistics say few jobs run, it scans that index whole (every
+running job of every worker, and the dead entries vacuum has not cleared yet), or on a
+table of some thousand rows the table.
+
+One statement carries many runs' endings and every name's claim, so no one job's
+values may fail it: a new limit past the most an `integer` holds (a snooze of a job at
+`max_attempts` 2147483647) is read as a `bigint` and stops at 2147483647 (a `CASE`:
+`LEAST` would make a missing one 2147483647, as it ignores NULLs), and a delay stops
+at 100 years (`options.MAX_DURATION`, which no delay the worker makes passes).
+What fails it even so (a data error: SQLSTATE class 22, 23 or 54), `Exchange` sends
+again in parts to find the run or name at fault (see `Exchange.isolate`).
+
+Fencing: the claim never takes a job whose ending is in this statement, nor one in
+`losing` (jobs of this process whose run lost its claim, until its job's fate is
+written): an ending refused because recovery queued the job again is never followed
+by a new run of it here. The endings are written first (they may wait for a row lock)
+and the claims after, stamped with `clock_timestamp()`: a claim is stamped when its
+row is written, never with a time from before a wait, so it cannot land stale. `now`
+(NULL but in tests) stands for both clocks in what is written. Which jobs are due is
+always judged by `now()` itself: the planner evaluates it when it estimates a generic
+plan, so it knows every queued job of a backlog is due and walks `axa_queue_pick` in
+order; compared with a parameter it cannot estimate, it took the `run_at` index and
+filtered a 100,000-job backlog (40 ms a claim instead of 0.3 ms).
+
+Runs claimed ahead (`QueueOptions.prefetch`): the claimed rows ranked within `idle`
+(the loops idle as the statement is sent), in the claim's own order, start at once and
+are stamped `ahead` NULL; the others wait in the process for a loop and are stamped
+`ahead` = their attempt, returned as `ahead` true: their handler has not started, so
+if the process dies stale recovery gives the attempt back (`RECOVER_STALE`). When a
+loop starts a waiting run, its (id, attempt) travels in the next statement (`starts`,
+`started_attempts`, array literals) and `marked` clears `ahead`, fenced like an ending
+by the attempt and `running` (a run given back, or claimed again by anyone, is not
+touched); a run whose ending is in the same statement needs no mark (and a row must
+not be changed twice by one statement). The loop never waits for the mark: a run
+started less than one exchange before its process died may be taken as not started,
+which `GIVE_BACK_LIMIT` bounds. `marked` is a data-modifying CTE, which PostgreSQL
+runs whether read or not; the final `WHERE` reads it only to say so.
+
+Global limits are claimed by `EXCHANGE_LIMITED`, and rate limits by `EXCHANGE_RATED`,
+this statement with a gate in `wanted`; a process without any sends this one,
+unchanged.
+
+Waiters (`Queue.wait`): for each job it finishes (completed or failed, not queued
+again), while someone waits for jobs of this table, it notifies `DONE_CHANNEL` with the
+table's oid and the job's id, in `finished`'s RETURNING (`told`, which no one reads: a
+data-modifying CTE's RETURNING is computed for every row; a CASE tries its conditions
+in order, so the waiting lock, once taken, is always let go). Two advisory locks, keyed
+by the table's oid, say when (`WAITING` is the other side):
+
+- the waiting lock (1635213688): every waiting connection holds it shared for as long
+  as it waits. The statement tries it exclusively and, when it gets it, lets it go at
+  once (in the same expression: nothing can fail in between): nobody waits, so no
+  NOTIFY, whose commit lock serialises every notifying transaction. Refused, it
+  notifies. Two exchanges at once almost never meet on it (it is held for a moment),
+  and if they do, one notifies for no one: wasted, never lost.
+- the ending lock (1635213687): the statement holds it shared from before it asks
+  whether anyone waits until it commits (exchanges never conflict on it). A new
+  waiting connection, once it holds the waiting lock, takes the ending lock
+  exclusively and lets it go: that waits for every statement that may have asked
+  before it came to commit, and only then does it read the rows it waits for. So an
+  ending is either committed before a waiter reads, or notified. The statement only
+  tries the ending lock: refused (a waiting connection is taking it), it notifies
+  without asking, and never waits behind a waiter, which may itself wait behind an
+  exchange held up by a row lock.
+
+One lock taken, and one taken and let go, per ending: under a microsecond each (a
+`told` CTE over `finished` run by an InitPlan cost 10% more server CPU per statement at
+one ending a statement; this costs nothing measurable)."""
+
+EXCHANGE_LIMITED = statement(
+    _with(
+        [
+            _ENDINGS,
+            _FINISHED,
+            _MARKED,
+            _LEVELS,
+            _WANTED_GLOBAL,
+            _candidates(_NOT_ENDING),
+            _PICKED,
+            _CLAIMED,
+        ],
+        [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ],
+    )
+)
+"""`EXCHANGE` for a process with global limits (`Queue.limit(..., scope="global")`): the
+same statement, but a wanted name may carry its `global` limit (`[{"name", "cap",
+"global"}]`), and its cap is then cut to `axa_queue_room` (migration 6), which locks
+the name for the rest of the transaction and counts its running jobs, every process's,
+with a snapshot of its own, so two processes never both see the same free places.
+Other names never call it (a `CASE`). The call makes `wanted` a materialized CTE (a
+volatile function keeps it from being folded in), which is why a process without
+global limits sends `EXCHANGE` itself, whose plan stays as it was.
+
+The client sorts the wanted names, so statements take the names' locks in one order
+and never deadlock on them; the endings are written before any is taken, and the
+claim never waits for a row lock (`SKIP LOCKED`), so a statement holding a name's lock
+waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statement
+that committed while this one waited for the lock is found `running` when locked, and
+skipped. A process with rate limits sends `EXCHANGE_RATED` instead."""
+
+EXCHANGE_RATED = statement(
+    _with(
+        [
+            _ENDINGS,
+            _FINISHED,
+            _MARKED,
+            _LEVELS,
+            _GATES,
+            _WANTED_RATED,
+            _candidates(_NOT_ENDING),
+            _PICKED,
+            _CLAIMED,
+            _TAKEN,
+            _STAMPED,
+        ],
+        [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ, _RATE_WAITS],
+    )
+)
+"""`EXCHANGE_LIMITED` for a process with rate limits (`Queue.rate_limit`): a wanted
+name may also carry its rate limit (`[{"name", "cap", "global", "rate", "per_ms"}]`),
+and its cap is then cut to the number of its free slots, which `axa_queue_rate_room`
+(migration 7) returns after taking the name's lock (the one global limits take) and
+reading `axa_rate_slots` with a snapshot of its own. `gates` calls the functions once
+per name (`OFFSET 0` keeps it from being folded into `wanted`, which would copy the
+calls). Then, in the same statement, `stamped` stamps as many of those free slots as
+jobs of the name were claimed (`taken`, counted over `claimed`), with the clock read
+after the claims (so never before a claimed job's `started_at`).
+
+Why this is exact under concurrency: the name's lock is held from the read of the
+slots to the commit of the stamps, so statements read and stamp a name's slots one at
+a time, each seeing every stamp committed before; a slot is used only when its last
+stamp is `per` old or more, read after the lock, and stamped later still; so the
+claims that used one slot are `per` apart or more, and any window of `per` holds at
+most one per slot: never more than `rate` claims. The stamps are an upsert (`ON
+CONFLICT DO UPDATE`), which in READ COMMITTED writes the newest version of a slot's row
+even when the statement's own snapshot, taken before it waited for the lock, is older:
+an `UPDATE` would miss a slot's row made by another process after that snapshot, and a
+claim would go unstamped. A slot without a row is free and the stamp makes it, so
+nothing need be made ahead. Retries and jobs queued again are claimed by this
+statement like any other job, so each of their runs takes a slot.
+
+The last `UNION ALL` says when to look again: for each rate-limited name whose free
+slots were fewer than it asked for and all used, a row with no id, the name, and in
+`run_at` the seconds until its earliest busy slot frees (read with the statement's
+snapshot, which can only make it sooner: a slot stamped since looks older, and one
+looked at early costs an exchange that finds it busy and says when again). A stamp
+later than now (only a row written by hand has one, `infinity` say) is taken as now,
+so the seconds are at most `per` and the arithmetic cannot leave the range of a
+timestamp.
+
+The limits come as `bigint` and are clamped where they are read: a global limit to
+0..2147483647 (`limits.MAX_LIMIT`), a rate to 0..`limits.MAX_RATE` (100000), a window to
+0..100 years (`limits.MAX_WINDOW`) in
+milliseconds; `Queue.limit` and `Queue.rate_limit` refuse more, so only a registry
+written to by hand carries it, and it must not fail the claim of every other name. The client
+sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
+A process without rate limits never sends this statement."""
+
+CLAIM = statement(
+    _with(
+        [_LEVELS, _WANTED, _candidates(""), _PICKED, _CLAIMED],
+        [_CLAIMED_ROWS],
+    )
+)
+"""`EXCHANGE` with nothing to record: the claim alone, for a process without global or
+rate limits that has no ending to write and no start to mark (a worker woken while
+idle, or looking for work with loops free and nothing finished). It is the same claim,
+the same parameters (those it does not name are ignored), the same rows; only the
+endings' and the marks' CTEs are gone, which PostgreSQL would set up and run empty
+(about 0.3 ms of a round trip of 0.9 ms on the benchmark machine, loaded): on the path
+of enqueue-to-start latency, which it shortens by that much."""

@@ -1,0 +1,258 @@
+"""The jobs table's statements of the `jobs` package: queuing jobs (one, many, by
+COPY, with unique keys), reading them back and counting them."""
+
+from __future__ import annotations
+
+from .naming import statement
+
+__all__ = [
+    "COUNTS",
+    "COUNTS_BY_NAME",
+    "ENQUEUE",
+    "ENQUEUE_COPY",
+    "ENQUEUE_MANY",
+    "ENQUEUE_UNIQUE",
+    "ENQUEUE_UNIQUE_ONE",
+    "FINISHED_COUNTS_BY_NAME",
+    "JOB",
+    "JOBS",
+    "LIVE_COUNTS_BY_NAME",
+    "RESULT",
+    "TASK_RESULT",
+]
+
+# --- Enqueue -----------------------------------------------------------------------------
+
+ENQUEUE = statement("""INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                           trace_context)
+    VALUES (%(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
+            COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+            %(timeout_ms)s, %(trace_context)s::text::jsonb)""")
+"""Queue one job; run_at is the given time, or now plus a delay on the database's clock.
+`trace_context` is the W3C trace context of the enqueue (NULL unless a tracing hook is
+installed and a trace is active, see `tracing`). The JSON values travel as text
+(`::text::jsonb`), so a `jsonb` codec an asyncpg user set on their connection cannot
+encode them a second time."""
+
+ENQUEUE_MANY = statement("""INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                           trace_context)
+    SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
+           COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
+           j.timeout_ms, %(trace_context)s::jsonb
+    FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[], %(max_attempts)s::int[],
+                %(priority)s::smallint[], %(at)s::timestamptz[], %(delay)s::float8[],
+                %(timeout_ms)s::bigint[])
+         AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms)""")
+"""Queue many jobs in one statement (one notification, one round trip); they share one
+`trace_context`, the enqueue's (or NULL), as `ENQUEUE` stores it."""
+
+ENQUEUE_UNIQUE = statement("""WITH jobs AS (
+        SELECT * FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[],
+                             %(max_attempts)s::int[], %(priority)s::smallint[],
+                             %(at)s::timestamptz[], %(delay)s::float8[], %(timeout_ms)s::bigint[],
+                             %(unique_key)s::text[], %(unique_for_ms)s::bigint[])
+            AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms, unique_key,
+                 unique_for_ms)
+    ), expired AS (
+        UPDATE {axa_queue} SET unique_key = NULL
+        WHERE unique_key = ANY(%(unique_key)s::text[]) AND unique_for_ms IS NOT NULL
+          AND status IN ('completed', 'failed', 'cancelled')
+          AND updated_at + make_interval(secs => unique_for_ms / 1000.0)
+              <= COALESCE(%(now)s::timestamptz, now())
+        RETURNING id
+    ), inserted AS (
+        INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                               trace_context, unique_key, unique_for_ms)
+        SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
+               COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
+               j.timeout_ms, %(trace_context)s::jsonb, j.unique_key, j.unique_for_ms
+        FROM jobs j WHERE (SELECT count(*) FROM expired) >= 0
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+            AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+        DO NOTHING
+        RETURNING id, unique_key
+    )
+    SELECT id::text AS id, unique_key, true AS queued FROM inserted
+    UNION ALL
+    SELECT q.id::text, q.unique_key, false FROM {axa_queue} q
+    WHERE q.unique_key = ANY(%(unique_key)s::text[])
+      AND (q.status IN ('queued', 'running', 'needs_review') OR q.unique_for_ms IS NOT NULL)
+      AND q.id <> ALL(ARRAY(SELECT id FROM expired))""")
+"""Queue jobs some of which have a unique key (`NewJob.unique_key`), in one statement:
+each job whose key no other job holds is queued; one whose key is held writes nothing.
+Returns the jobs queued (`queued` true) and the holders of the batch's keys that the
+statement's snapshot sees (`queued` false); the client pairs them with its jobs, in
+order, by key. The batch holds each key once (`jobs.enqueue_unique_call` sends the
+first job of a key, the others get its answer).
+
+Safe under any concurrency: the unique index `axa_queue_unique` decides, never a read
+before the write. `ON CONFLICT ... DO NOTHING` names the index's predicate (an
+inference of a partial index needs it), and waits for a transaction that inserted the
+same key to end: committed, its job holds the key; rolled back, ours is queued. A
+holder committed after this statement's snapshot was taken is not among the holders it
+reads, so a job can come back neither queued nor held: the client sends the statement
+again for those (under READ COMMITTED each statement has a new snapshot; under
+REPEATABLE READ or SERIALIZABLE PostgreSQL raises a serialization failure instead,
+which the caller's transaction retries as it retries any). A finished holder whose
+`unique_for` has passed by `now` loses its key first (`expired`, evaluated before the
+insert, which sees that holder's new version, deleted by this very transaction, as no
+conflict). Rows without a key go in as `ENQUEUE_MANY` puts them: no index entry, no
+conflict."""
+
+ENQUEUE_UNIQUE_ONE = statement("""WITH inserted AS (
+        INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                               trace_context, unique_key, unique_for_ms)
+        VALUES (%(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
+                COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+                %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s)
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+            AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+        DO NOTHING
+        RETURNING id
+    ), expired AS (
+        UPDATE {axa_queue} SET unique_key = NULL
+        WHERE NOT EXISTS (SELECT FROM inserted)
+          AND unique_key = %(unique_key)s AND unique_for_ms IS NOT NULL
+          AND status IN ('completed', 'failed', 'cancelled')
+          AND updated_at + make_interval(secs => unique_for_ms / 1000.0)
+              <= COALESCE(%(now)s::timestamptz, now())
+        RETURNING id
+    ), again AS (
+        INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                               trace_context, unique_key, unique_for_ms)
+        SELECT %(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
+               COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
+               %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s
+        WHERE EXISTS (SELECT FROM expired)
+        ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
+            AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
+        DO NOTHING
+        RETURNING id
+    )
+    SELECT id::text AS id, true AS queued FROM inserted
+    UNION ALL
+    SELECT id::text, true FROM again
+    UNION ALL
+    SELECT q.id::text, false FROM {axa_queue} q
+    WHERE NOT EXISTS (SELECT FROM inserted) AND NOT EXISTS (SELECT FROM again)
+      AND q.unique_key = %(unique_key)s
+      AND (q.status IN ('queued', 'running', 'needs_review') OR q.unique_for_ms IS NOT NULL)
+      AND NOT (q.status IN ('completed', 'failed', 'cancelled') AND q.unique_for_ms IS NOT NULL
+               AND q.updated_at + make_interval(secs => q.unique_for_ms / 1000.0)
+                   <= COALESCE(%(now)s::timestamptz, now()))""")
+"""Queue one job with a unique key (`NewJob.unique_key`), in one statement of scalar
+parameters: what `enqueue` sends for a keyed job, as `ENQUEUE` for one without. Returns
+one row: the job's id with `queued` true, or the holder's with `queued` false (nothing
+written); or no row: the holder committed after the statement's snapshot, send it again.
+
+It inserts first: when the key is free (the usual case) the insert is all that runs, an
+index probe and an index entry more than `ENQUEUE`'s, which the other steps' one-time
+filters skip. Safe under any concurrency: the unique index `axa_queue_unique` decides,
+never a read before the write; `ON CONFLICT ... DO NOTHING` names the index's predicate
+(an inference of a partial index needs it) and waits for a transaction that inserted the
+same key to end: committed, its job holds the key; rolled back, ours is queued. Only
+when the insert was refused: a finished holder whose `unique_for` has passed by `now`
+loses its key (`expired`) and the job is inserted again (`again`), which sees that
+holder's new version, deleted by this very transaction, as no conflict. Then the holder
+is read from the statement's snapshot: a holder committed after it is not there (under
+READ COMMITTED the next statement has a new snapshot; under REPEATABLE READ or
+SERIALIZABLE PostgreSQL raises a serialization failure instead, which the caller's
+transaction retries as it retries any), nor is a finished holder past its `unique_for`
+that another transaction freed first (ours found its key cleared): both come back as
+no row, and the job is sent again."""
+
+ENQUEUE_COPY = statement("""COPY {axa_queue} (id, name, args, max_attempts, priority, timeout_ms, trace_context)
+    FROM STDIN (FORMAT BINARY)""")
+"""Queue many jobs due now in one statement, faster than `ENQUEUE_MANY` from a few dozen
+jobs up (no array to build and unpack, no expression per row): `run_at` takes its
+default, `now()`, the transaction's start as `ENQUEUE_MANY` reads it. The notify
+trigger is a statement trigger, which COPY fires once, as INSERT does: one
+notification. Used only for jobs without `run_in`/`run_at`, on psycopg connections."""
+
+# --- Reads -------------------------------------------------------------------------------
+JOB = statement("""SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
+    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
+    FROM {axa_queue} WHERE id = %s""")
+"""One job, without its arguments. Times come as epoch seconds (exact numeric), which
+any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime` cannot
+(`infinity`, past year 9999, or year 9999 shown in a session time zone east of UTC),
+written by another client, would otherwise fail the read (`jobs.moment` clamps it)."""
+
+RESULT = statement("SELECT status, result FROM {axa_queue} WHERE id = %s")
+"""One job's state and result (a completed run's return value as JSON, or NULL): only
+for `Queue.result`, which returns it to its caller and never shows it."""
+
+JOBS = statement("""SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
+    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
+    FROM {axa_queue}
+    WHERE (%(state)s::text IS NULL OR status = %(state)s)
+      AND (%(name)s::text IS NULL OR name = %(name)s)
+    ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s""")
+"""The newest jobs, optionally of one state and name, without their arguments; times
+as epoch seconds, as `JOB` reads them, so one odd row never breaks the listing."""
+
+TASK_RESULT = statement("""SELECT id, name, args, status, error, attempts, priority, result,
+    EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
+    FROM {axa_queue} WHERE id = %s""")
+"""One job as Django's tasks framework reports it (`axa_queue.contrib.django`'s
+`get_result`): with its arguments and its result, which Django's `TaskResult` carries
+for the application's own code (never logged or shown); times as epoch seconds, as `JOB`
+reads them."""
+
+COUNTS = statement("""SELECT
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+    FROM {axa_queue}""")
+"""How many jobs are in each state, and how long the oldest ready job has waited (the
+difference of epoch seconds, which `-infinity`, written by another client, cannot
+fail before PostgreSQL 17; it reads as infinity)."""
+
+COUNTS_BY_NAME = statement("""SELECT name,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+    FROM {axa_queue} GROUP BY name ORDER BY name""")
+"""The same counts for each job name."""
+
+LIVE_COUNTS_BY_NAME = statement("""SELECT name,
+    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
+    count(*) FILTER (WHERE status = 'running') AS running,
+    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+    FROM (
+        SELECT name, status, run_at FROM {axa_queue} WHERE status = 'queued'
+        UNION ALL
+        SELECT name, status, run_at FROM {axa_queue} WHERE status = 'running'
+        UNION ALL
+        SELECT name, status, run_at FROM {axa_queue} WHERE status = 'needs_review'
+    ) live GROUP BY name ORDER BY name""")
+"""The counts of jobs not finished, for each job name: each branch reads one partial
+index (queued, running, in review), never the finished rows, so it costs the same on a
+table holding millions of them (what metrics count every few seconds)."""
+
+FINISHED_COUNTS_BY_NAME = statement("""SELECT name,
+    count(*) FILTER (WHERE status = 'completed') AS completed,
+    count(*) FILTER (WHERE status = 'failed') AS failed,
+    count(*) FILTER (WHERE status = 'cancelled') AS cancelled
+    FROM {axa_queue} WHERE status IN ('completed', 'failed', 'cancelled')
+    GROUP BY name ORDER BY name""")
+"""The counts of finished jobs, for each job name: a scan of every finished row kept
+by retention (metrics count them far less often than the live ones)."""

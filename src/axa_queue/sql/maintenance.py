@@ -1,0 +1,95 @@
+"""Housekeeping's statements: stale recovery and retention, and what each would do
+now (for a dry run)."""
+
+from __future__ import annotations
+
+from .naming import statement
+
+__all__ = ["GIVE_BACK_LIMIT", "PURGE", "PURGEABLE", "RECOVER_STALE", "STALE"]
+
+GIVE_BACK_LIMIT = 3
+"""How many times stale recovery gives a job back an attempt whose handler it takes as
+never started (`axa_queue.given_back`): a start is marked by the exchange after it (the
+loop does not wait for it), so a handler that kills its process at once looks never
+started; past this many give-backs its attempts are burned as any crashed run's, and
+such a job fails at last rather than crash worker after worker for ever."""
+
+RECOVER_STALE = statement("""WITH recovered AS (
+    UPDATE {axa_queue}
+    SET status = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                            OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)
+                      THEN 'queued' ELSE 'failed' END,
+        error = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                          OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s) THEN error
+                     ELSE 'abandoned by its worker' END,
+        started_at = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                               OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s) THEN NULL
+                          ELSE started_at END,
+        max_attempts = CASE WHEN ahead = attempts AND given_back < %(give_back)s
+                            THEN LEAST(COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)::bigint + 1, 2147483647)
+                            ELSE max_attempts END,
+        given_back = CASE WHEN ahead = attempts AND given_back < %(give_back)s
+                          THEN given_back + 1 ELSE given_back END,
+        updated_at = COALESCE(%(now)s::timestamptz, now())
+    WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
+      AND (id, attempts) NOT IN (
+          SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
+    RETURNING id, name, attempts, status
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' '
+                         || CASE WHEN count(*) > 150 THEN '*' ELSE string_agg(id::text, ' ') END)
+        FROM recovered WHERE status = 'failed' HAVING count(*) > 0
+    )
+    SELECT id, name, attempts, status FROM recovered WHERE (SELECT count(*) FROM told) >= 0""")
+"""Recover runs not heard from for the stale period: queued again with attempts left,
+else failed, so a crash can never loop for ever.
+
+A run claimed ahead whose handler was never marked started (`ahead = attempts`, see
+`EXCHANGE`) did no work: its job is queued again and gets its attempt back, at most
+`give_back` (`GIVE_BACK_LIMIT`) times per job. Not by lowering `attempts`, which fences
+every run (each run keeps a number of its own, and a stalled process that wakes finds
+its attempt superseded), but by raising the job's limit by one (`max_attempts`; never
+past 2147483647, the most an `integer` holds, so one job at that limit cannot fail the
+recovery of every other), as a snooze does, and counting it in `given_back`. Such a
+run never fails for want of attempts.
+
+A job's limit is its own `max_attempts`, else its handler's in the recovering process
+(`limits`, a JSON object of the handlers' by name), else that process's default (`max`):
+`COALESCE(max_attempts, (limits ->> name)::int, max)`, the rule of
+`limits.AttemptLimits.of`, whose `params` these are; the claim and `MARK_LOST` judge a
+run by the same answer.
+
+Never a run the recovering process holds itself (`held`, `held_attempts`), and, within
+the stale period after the server started, only runs silent for that long before it
+started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
+later than when a row is read: a recovery held up by a lock judges as of before its
+wait, so it can only find fewer runs stale (claims and heartbeats stamp the time they
+write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always)."""
+
+STALE = statement("""SELECT id, name, attempts,
+        CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
+                  OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)
+             THEN 'queued' ELSE 'failed' END AS status
+    FROM {axa_queue}
+    WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
+    ORDER BY updated_at""")
+"""What stale recovery would do now, changing nothing (for a dry run)."""
+
+PURGE = statement("""WITH doomed AS (
+        SELECT id FROM {axa_queue}
+        WHERE status IN ('completed', 'failed', 'cancelled')
+          AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+    )
+    DELETE FROM {axa_queue} q USING doomed WHERE q.id = doomed.id""")
+"""Delete one bounded batch of finished rows older than the retention period (never a
+job in review); repeated until a batch comes back short."""
+
+PURGEABLE = statement("""SELECT count(*) AS purgeable FROM {axa_queue}
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)""")
+"""How many rows retention would delete now (for a dry run)."""

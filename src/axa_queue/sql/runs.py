@@ -1,0 +1,127 @@
+"""A run's statements after its claim (the claim and the endings are `exchange`'s):
+reporting in, giving back runs claimed ahead, deciding a lost run's job, and failing
+jobs no claim can take."""
+
+from __future__ import annotations
+
+from .naming import statement
+
+__all__ = ["FAIL_UNCLAIMABLE", "GIVE_BACK", "HEARTBEAT", "MARK_LOST"]
+
+GIVE_BACK = statement("""UPDATE {axa_queue} q
+    SET status = 'queued', ahead = NULL, started_at = NULL,
+        run_at = COALESCE(%(now)s::timestamptz, now()),
+        updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
+        max_attempts = LEAST(r.max_attempts + 1, 2147483647), given_back = q.given_back + 1
+    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::bigint[])
+        AS r(id, attempts, max_attempts)
+    WHERE q.id = ANY(%(ids)s::uuid[]) AND q.id = r.id AND q.attempts = r.attempts
+      AND q.ahead = r.attempts AND q.status = (SELECT 'running')
+    RETURNING q.id::text AS id""")
+"""A stopping worker lets go of runs it claimed ahead and never started (the grace
+period over): queue them again at once, each with its attempt given back, rather than
+leave them to stale recovery. Fenced by the attempt and by `ahead` (never a run whose
+start was marked, nor one given back or claimed again since). `limits` is each run's
+limit as its worker read it (the job's `max_attempts`, else its handler's or the
+worker's), raised by one, as stale recovery raises it, but never past the most an
+`integer` holds (so a job at the limit of 2147483647 cannot fail the statement for the
+others); `attempts` is never lowered (it fences every run). Counted in `given_back`."""
+
+FAIL_UNCLAIMABLE = statement("""WITH failed AS (
+        UPDATE {axa_queue}
+        SET status = 'failed', error = %(error)s,
+            updated_at = COALESCE(%(now)s::timestamptz, now())
+        WHERE status = 'queued' AND name = %(name)s AND attempts >= 2147483647
+        RETURNING id, attempts
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || id::text)
+        FROM failed
+    )
+    SELECT id::text AS id, attempts FROM failed WHERE (SELECT count(*) FROM told) >= 0""")
+"""Fail the queued jobs of one name whose attempts are at the most an `integer` holds:
+the claim adds one to a job's attempts, so `EXCHANGE` fails on such a row, for every
+name it claims. No run of ours gets there (it would take two billion runs); a row
+written so by another client does. Sent only after a claim of that name alone has
+failed (`Exchange` finds the name by claiming the names apart), never on the way of
+a claim; returns the jobs failed, told to waiters (`DONE_CHANNEL`; rare, so always)."""
+
+HEARTBEAT = statement("""WITH beats AS (
+        SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
+    ), beaten AS (
+        UPDATE {axa_queue} q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
+        FROM beats r
+        WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
+          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
+        RETURNING q.id::text AS id, q.attempts
+    )
+    SELECT id, attempts, false AS cancelled FROM beaten
+    UNION ALL
+    SELECT q.id::text, q.attempts, true FROM {axa_queue} q JOIN beats r
+        ON q.id = r.id AND q.attempts = r.attempts
+    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.status = (SELECT 'cancelled')""")
+"""Report in for every run of this process at once; a run whose attempt no longer matches
+is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
+endings are, never by scanning every running job of every worker. Stamped with
+`clock_timestamp()`, when the row is written, even after waiting for a lock.
+
+A run whose job a person cancelled under its attempt (`CANCEL`) comes back with
+`cancelled` true: its process stops it without writing anything (the fallback of
+`CANCEL_CHANNEL`). That branch reads the statement's snapshot: a cancel committed while
+the statement ran is not seen there, so the run is found lost, and `MARK_LOST`, which
+reads the row locked, finds it cancelled."""
+
+MARK_LOST = statement("""WITH found AS (
+        SELECT id, status, attempts, error, max_attempts FROM {axa_queue}
+        WHERE id = %(id)s FOR UPDATE
+    ), decided AS (
+        SELECT id, status, attempts, CASE
+            WHEN NOT %(started)s THEN NULL
+            WHEN attempts = %(attempts)s AND status = %(ending)s::text
+                 AND error IS NOT DISTINCT FROM %(ending_error)s::text THEN NULL
+            WHEN attempts = %(attempts)s AND status = 'running' THEN
+                CASE WHEN attempts < COALESCE(max_attempts, %(max)s) THEN 'queued' ELSE 'failed' END
+            WHEN %(gave_up)s THEN NULL
+            WHEN status IN ('queued', 'running', 'failed') THEN 'needs_review'
+        END AS becomes
+        FROM found
+    ), changed AS (
+        UPDATE {axa_queue} q
+        SET status = d.becomes, error = %(error)s, updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
+            started_at = CASE WHEN d.becomes = 'queued' THEN NULL ELSE q.started_at END,
+            run_at = CASE WHEN d.becomes = 'queued' THEN COALESCE(%(now)s::timestamptz, now()) ELSE q.run_at END,
+            unique_key = CASE WHEN d.status = 'failed' AND q.unique_for_ms IS NULL
+                              THEN NULL ELSE q.unique_key END
+        FROM decided d WHERE q.id = d.id AND d.becomes IS NOT NULL
+        RETURNING q.id, q.status
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || id::text)
+        FROM changed WHERE status IN ('failed', 'needs_review')
+    )
+    SELECT d.status, d.attempts, (SELECT status FROM changed) AS became,
+        (SELECT count(*) FROM told) AS told
+    FROM decided d""")
+"""A run of this process lost its claim or gave it up: decide on the row as it is now
+(locked) what becomes of the job, and return what was found (status, attempts) and
+what it was changed to (NULL: nothing).
+
+- A run whose handler never started (`started` false) changes nothing: it did no work.
+- The run's own ending is there (`ending`, `ending_error` under its attempt: an
+  exchange whose answer was lost, then sent again): nothing to do.
+- Still `running` under the run's attempt: no one took it, its process gave it up (it
+  could not report in for `stale_after`), so the job goes back to the queue at once,
+  or fails when out of attempts (`max`: the run's limit, as its claim resolved it,
+  `limits.AttemptLimits`), as stale recovery would have it.
+- A run that gave up (`gave_up`: it could not report in for `stale_after`) stopped
+  before anyone could take its claim (recovery needs `stale_after` of silence from the
+  last report it sent): whatever became of the job since is left as it is.
+- `queued`, `running` or `failed` otherwise: another worker or recovery took the claim
+  while the run went on, so the job may have run in part or twice and waits for a
+  person (`needs_review`); a run holding it now is stopped at its next report.
+- `completed`, `cancelled` or already `needs_review`: left as it is (a job another run
+  completed stays completed).
+
+A failed job it sends to review had freed its unique key (unless it has a
+`unique_for`), which another job may hold now: it goes to review without it.
+
+A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
+statement is rare, so it does not ask whether anyone waits."""
