@@ -20,7 +20,6 @@ import psycopg
 import psycopg_pool
 import pytest
 import sqlalchemy
-from axa_queue.jobs.model.model import COPY_FROM
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 from sqlalchemy.ext.asyncio import (
@@ -48,6 +47,7 @@ from axa_queue import (
 )
 from axa_queue.db.adapters import ACCEPTED, dollar_query, run
 from axa_queue.db.calls import Call
+from axa_queue.jobs.model import COPY_FROM
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""

@@ -12,10 +12,10 @@ from uuid import RFC_4122, UUID
 
 import psycopg
 import pytest
-from axa_queue.jobs.model.model import COPY_FROM, copies, enqueue_many_call, new_ids
 
 from axa_queue import NewJob, Queue, QueueOptions, enqueue_all_on, sql
 from axa_queue.jobs import model as jobs_module
+from axa_queue.jobs.model import COPY_FROM, copies, enqueue_many_call, new_ids
 
 STORED = (
     "SELECT id, name, args, status, max_attempts, priority, timeout_ms, trace_context,"

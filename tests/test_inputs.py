@@ -20,8 +20,6 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from axa_queue.handlers.handler.retries import describe, first_line
-from axa_queue.jobs.model.model import LATEST_RUN_AT, MAX_ARGS_DEPTH, MAX_NAME_CHARS
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -43,6 +41,8 @@ from axa_queue import (
     retry,
 )
 from axa_queue.cli import main
+from axa_queue.handlers.retries import describe, first_line
+from axa_queue.jobs.model import LATEST_RUN_AT, MAX_ARGS_DEPTH, MAX_NAME_CHARS
 from axa_queue.options import MAX_DURATION
 from axa_queue.schema import SETUP_STATEMENTS
 from conftest import eventually, running, status_of

@@ -15,9 +15,9 @@ from typing import Any
 
 import psycopg
 import pytest
-from axa_queue.handlers.handler.registry import MAX_RATE
 
 from axa_queue import NewJob, OptionsError, Queue, QueueOptions, Snooze, current_job
+from axa_queue.handlers.registry import MAX_RATE
 from axa_queue.options import MAX_DURATION, MAX_INTEGER
 from axa_queue.worker import Worker, decisions
 from axa_queue.worker.exchange import Exchange

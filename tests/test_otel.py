@@ -18,7 +18,6 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
-from axa_queue.jobs.model.model import COPY_FROM
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -39,6 +38,7 @@ from axa_queue import (
     otel,
     tracing,
 )
+from axa_queue.jobs.model import COPY_FROM
 from conftest import eventually, running, status_of
 
 

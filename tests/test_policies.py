@@ -8,7 +8,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from axa_queue.handlers.handler.policies import NO_POLICY, Policy, judge
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from axa_queue import (
     Snooze,
     enqueue_on,
 )
+from axa_queue.handlers.policies import NO_POLICY, Policy, judge
 from conftest import status_of
 
 BASE = timedelta(seconds=2)

@@ -17,12 +17,12 @@ import pytest
 
 pydantic = pytest.importorskip("pydantic")
 
-from axa_queue.jobs.model.arguments import result_json  # noqa: E402
-from axa_queue.jobs.model.model import copies  # noqa: E402
 from pydantic import BaseModel, ConfigDict, Field, RootModel, field_serializer, field_validator  # noqa: E402
 from pydantic.dataclasses import dataclass as pydantic_dataclass  # noqa: E402
 
 from axa_queue import ArgumentsError, JobState, NewJob  # noqa: E402
+from axa_queue.jobs.arguments import result_json  # noqa: E402
+from axa_queue.jobs.model import copies  # noqa: E402
 from axa_queue.testing import assert_enqueued  # noqa: E402
 from conftest import running  # noqa: E402
 

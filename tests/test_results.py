@@ -12,11 +12,11 @@ from uuid import UUID, uuid4
 
 import psycopg
 import pytest
-from axa_queue.jobs.model.arguments import result_json
 from click.testing import CliRunner
 
 from axa_queue import JobNotFoundError, JobState, NewJob, NoResultError, SyncQueue
 from axa_queue.cli import main
+from axa_queue.jobs.arguments import result_json
 from conftest import eventually, later, running, status_of
 
 SECRET = "the-result-secret-4711"

@@ -14,13 +14,13 @@ from zoneinfo import ZoneInfo
 
 import psycopg
 import pytest
-from axa_queue.handlers.handler.retries import MAX_BACKOFF, MAX_ERROR_BYTES, backoff, cut_error
-from axa_queue.schedules.schedule.cron import next_after
-from axa_queue.schedules.schedule.schedule import Due, next_due, tick_one
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from axa_queue import JobState, NewJob, Queue, Schedule, ScheduleError, sql
+from axa_queue.handlers.retries import MAX_BACKOFF, MAX_ERROR_BYTES, backoff, cut_error
+from axa_queue.schedules.cron import next_after
+from axa_queue.schedules.schedule import Due, next_due, tick_one
 from conftest import eventually, later, running
 
 SECOND = timedelta(seconds=1)

@@ -10,9 +10,9 @@ import time
 from uuid import uuid4
 
 import pytest
-from axa_queue.handlers.handler.registry import ThreadHooks
 
 from axa_queue.context import JobContext, enter, leave
+from axa_queue.handlers.registry import ThreadHooks
 from axa_queue.worker.threads import JobThreads
 
 

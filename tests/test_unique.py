@@ -15,7 +15,6 @@ from uuid import UUID
 
 import psycopg
 import pytest
-from axa_queue.jobs.model.model import enqueue_unique_on
 
 import axa_queue
 from axa_queue import (
@@ -28,6 +27,7 @@ from axa_queue import (
     enqueue_on,
     retry,
 )
+from axa_queue.jobs.model import enqueue_unique_on
 from conftest import later, lock_waits, status_of
 from test_compat import crate_enqueue
 
@@ -355,9 +355,8 @@ async def test_a_key_is_honoured_on_an_asyncpg_connection(
 
 
 def test_a_single_keyed_job_is_one_statement_of_scalar_parameters() -> None:
-    from axa_queue.jobs.model.model import enqueue_unique_one_call
-
     from axa_queue import sql
+    from axa_queue.jobs.model import enqueue_unique_one_call
 
     job = NewJob("Invoice", {"id": 1}, unique_key="invoice:1", unique_for=60)
     call, _ = enqueue_unique_one_call(job, UUID(int=1))

@@ -15,7 +15,6 @@ from uuid import uuid4
 
 import psycopg
 import pytest
-from axa_queue.jobs.model.waits import woken
 
 from axa_queue import (
     JobNotFoundError,
@@ -26,6 +25,7 @@ from axa_queue import (
     WaitTimeoutError,
     cancel,
 )
+from axa_queue.jobs.waits import woken
 from conftest import eventually, later, lock_waits, running, status_of
 
 ENDING_LOCK = "(1635213687, 'axa_queue'::regclass::oid::int4)"

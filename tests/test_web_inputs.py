@@ -15,12 +15,12 @@ from typing import Any
 
 import psycopg
 import pytest
-from axa_queue.jobs.model.model import JobState
 from psycopg import sql
 from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from axa_queue import Queue
+from axa_queue.jobs.model import JobState
 from axa_queue.web import create_app
 from axa_queue.web.params import check_cursor
 from test_web import ORIGIN, PAGES, SECRET, TOKEN, acts_of, csrf_of, seed, signed_in
