@@ -375,7 +375,7 @@ import json, sys
 from dataclasses import dataclass
 from datetime import date
 from axa_queue import NewJob, Queue
-from axa_queue.jobs.arguments import from_json
+from axa_queue.jobs.typed import from_json
 
 @dataclass
 class Day:
