@@ -47,7 +47,7 @@ from axa_queue import (
 )
 from axa_queue.db.adapters import ACCEPTED, dollar_query, run
 from axa_queue.db.calls import Call
-from axa_queue.jobs.model import COPY_FROM
+from axa_queue.jobs.enqueue import COPY_FROM
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""

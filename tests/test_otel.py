@@ -38,7 +38,7 @@ from axa_queue import (
     otel,
     tracing,
 )
-from axa_queue.jobs.model import COPY_FROM
+from axa_queue.jobs.enqueue import COPY_FROM
 from conftest import eventually, running, status_of
 
 

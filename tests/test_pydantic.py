@@ -22,7 +22,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass  # noqa: E402
 
 from axa_queue import ArgumentsError, JobState, NewJob  # noqa: E402
 from axa_queue.jobs.arguments import result_json  # noqa: E402
-from axa_queue.jobs.model import copies  # noqa: E402
+from axa_queue.jobs.enqueue import copies  # noqa: E402
 from axa_queue.testing import assert_enqueued  # noqa: E402
 from conftest import running  # noqa: E402
 
