@@ -203,6 +203,14 @@ def test_an_enqueue_on_something_not_a_connection_ends_its_send_span(traced: Tra
     assert traced.one("send Receipt").status.status_code is StatusCode.ERROR
 
 
+def test_a_keyed_enqueue_on_something_not_a_connection_ends_its_send_span(
+    traced: Traced,
+) -> None:
+    with traced.tracer.start_as_current_span("request"), pytest.raises(TypeError):
+        enqueue_on(object(), NewJob("Receipt", unique_key="receipt:1"))  # type: ignore[call-overload]
+    assert traced.one("send Receipt").status.status_code is StatusCode.ERROR
+
+
 async def test_a_schedules_job_stores_no_trace_context(
     make_queue: Callable[..., Awaitable[Queue]], admin: psycopg.Connection[Any], traced: Traced
 ) -> None:
