@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import Any, TypedDict, cast
+from typing import Any, TypedDict
 from uuid import UUID
 
 from typing_extensions import Unpack
@@ -76,8 +76,8 @@ def check_name(name: object, what: str = "job", limit: int = MAX_NAME_CHARS) -> 
     """`name` when PostgreSQL can store it as a name: 1 to `limit` characters, not
     blank, with no NUL character or lone surrogate; else an `OptionsError` saying why."""
     problem = _text_problem(name, limit)
-    if problem is None:
-        return cast("str", name)  # a str: _text_problem said so
+    if problem is None and isinstance(name, str):  # no problem: a str
+        return name
     shown = repr(name) if not isinstance(name, str) or len(name) <= 40 else f"{name[:40]!r}..."
     raise OptionsError(
         f"the {what} name {shown} cannot be used: {problem} (a {what} name is 1 to "
@@ -90,8 +90,8 @@ def check_unique_key(key: object, job: str) -> str:
     characters, not blank, with no NUL character or lone surrogate; else an
     `OptionsError` naming the job and saying why (never the key: it may name a customer)."""
     problem = _text_problem(key, MAX_UNIQUE_KEY_CHARS)
-    if problem is None:
-        return cast("str", key)  # a str: _text_problem said so
+    if problem is None and isinstance(key, str):  # no problem: a str
+        return key
     raise OptionsError(
         f"the unique_key of job {job!r} cannot be used: {problem} (a unique key is 1 to "
         f"{MAX_UNIQUE_KEY_CHARS} characters, not blank, with no NUL character or lone surrogate)"
