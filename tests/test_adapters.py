@@ -46,8 +46,8 @@ from axa_queue import (
     retry,
 )
 from axa_queue.db.adapters import ACCEPTED, dollar_query, run
-from axa_queue.db.calls import Call
-from axa_queue.jobs.model import COPY_FROM
+from axa_queue.db.calls import Call, Steps, ask
+from axa_queue.jobs.enqueue import COPY_FROM, enqueue_call
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""
@@ -385,6 +385,40 @@ async def test_every_function_taking_a_connection_runs_on_each_kind_of_connectio
         ]
         assert acts[0].role is not None
     assert stored(tables, second) == ("queued", {"x": SECRET})
+
+
+COUNT_NAMED = "SELECT count(*) AS jobs FROM axa_queue WHERE name = %(name)s"
+
+
+def _count_named(name: str) -> Call[int]:
+    return Call(COUNT_NAMED, {"name": name}, lambda rows, _n: rows[0].jobs)
+
+
+def queued_between_counts(name: str) -> Steps[tuple[int, uuid.UUID, int, str]]:
+    """Count the jobs of `name`, queue one, count again, then send a statement that
+    fails and say what the steps were told of it at their `yield`."""
+    before = yield from ask(_count_named(name))
+    job_id = yield from ask(enqueue_call(NewJob(name)))
+    after = yield from ask(_count_named(name))
+    try:
+        yield from ask(Call("SELECT 1 / (%(zero)s::int) AS never", {"zero": 0}, lambda r, n: r))
+    except Exception as error:  # each kind's own error class
+        return before, job_id, after, str(error)
+    raise AssertionError("a division by zero was not raised into the steps")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_steps_of_an_operation_run_alike_on_each_kind_of_connection(
+    kind: str, dsn: str, schema: str, tables: psycopg.Connection[Any]
+) -> None:
+    """Each call is sent once the one before it has read its rows, in the caller's
+    transaction; what a call raises is raised into the steps where they sent it."""
+    async with opened(kind, dsn, schema) as conn:
+        before, job_id, after, said = await conn(run, queued_between_counts("Steps"))
+        assert (before, after) == (0, 1), "the second count saw the job queued between"
+        assert "division by zero" in said
+        await conn.rollback()
+    assert stored(tables, job_id) is None, "the job rolled back with the caller"
 
 
 async def test_django_connects_a_connection_that_has_not_connected_yet(

@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from axa_queue import NewJob, Queue, QueueOptions, enqueue_all_on, sql
-from axa_queue.jobs import model as jobs_module
-from axa_queue.jobs.model import COPY_FROM, copies, enqueue_many_call, new_ids
+from axa_queue.jobs import enqueue as enqueue_module
+from axa_queue.jobs.enqueue import COPY_FROM, copies, enqueue_many_call, new_ids
 
 STORED = (
     "SELECT id, name, args, status, max_attempts, priority, timeout_ms, trace_context,"
@@ -74,7 +74,7 @@ async def test_a_batch_queued_by_copy_is_stored_as_the_insert_stores_it_ids_in_o
     queue = await make_queue()
     jobs = batch(50)
     copied = await queue.enqueue_all(jobs)
-    monkeypatch.setattr(jobs_module, "COPY_FROM", 10**9)
+    monkeypatch.setattr(enqueue_module, "COPY_FROM", 10**9)
     inserted = await queue.enqueue_all(jobs)
     assert len(set(copied)) == len(copied) == 50
     assert stored(admin, copied) == stored(admin, inserted)

@@ -38,7 +38,7 @@ from axa_queue import (
     otel,
     tracing,
 )
-from axa_queue.jobs.model import COPY_FROM
+from axa_queue.jobs.enqueue import COPY_FROM
 from conftest import eventually, running, status_of
 
 
@@ -200,6 +200,14 @@ async def test_a_failed_enqueue_ends_its_send_span_with_an_error_naming_no_value
 def test_an_enqueue_on_something_not_a_connection_ends_its_send_span(traced: Traced) -> None:
     with traced.tracer.start_as_current_span("request"), pytest.raises(TypeError):
         enqueue_on(object(), NewJob("Receipt"))  # type: ignore[call-overload]
+    assert traced.one("send Receipt").status.status_code is StatusCode.ERROR
+
+
+def test_a_keyed_enqueue_on_something_not_a_connection_ends_its_send_span(
+    traced: Traced,
+) -> None:
+    with traced.tracer.start_as_current_span("request"), pytest.raises(TypeError):
+        enqueue_on(object(), NewJob("Receipt", unique_key="receipt:1"))  # type: ignore[call-overload]
     assert traced.one("send Receipt").status.status_code is StatusCode.ERROR
 
 

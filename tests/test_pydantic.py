@@ -22,7 +22,7 @@ from pydantic.dataclasses import dataclass as pydantic_dataclass  # noqa: E402
 
 from axa_queue import ArgumentsError, JobState, NewJob  # noqa: E402
 from axa_queue.jobs.arguments import result_json  # noqa: E402
-from axa_queue.jobs.model import copies  # noqa: E402
+from axa_queue.jobs.enqueue import copies  # noqa: E402
 from axa_queue.testing import assert_enqueued  # noqa: E402
 from conftest import running  # noqa: E402
 
@@ -375,7 +375,7 @@ import json, sys
 from dataclasses import dataclass
 from datetime import date
 from axa_queue import NewJob, Queue
-from axa_queue.jobs.arguments import from_json
+from axa_queue.jobs.typed import from_json
 
 @dataclass
 class Day:

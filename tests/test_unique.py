@@ -27,7 +27,8 @@ from axa_queue import (
     enqueue_on,
     retry,
 )
-from axa_queue.jobs.model import enqueue_unique_on
+from axa_queue.db.calls import run_async, run_sync
+from axa_queue.jobs.enqueue import enqueue_unique
 from conftest import later, lock_waits, status_of
 from test_compat import crate_enqueue
 
@@ -196,8 +197,8 @@ async def test_unique_for_keeps_the_key_taken_that_long_after_the_job_finished(
     assert info is not None
     assert (info.unique_key, info.unique_for) == ("hourly", timedelta(hours=1))
     async with queue.connection() as conn:
-        assert await enqueue_unique_on(conn, [job], now=later(admin, 3500)) == [first]
-        (after,) = await enqueue_unique_on(conn, [job], now=later(admin, 3601))  # type: ignore[misc]
+        assert await run_async(conn, enqueue_unique([job], now=later(admin, 3500))) == [first]
+        (after,) = await run_async(conn, enqueue_unique([job], now=later(admin, 3601)))
     assert not isinstance(after, Duplicate)
     assert admin.execute("SELECT unique_key FROM axa_queue WHERE id = %s", (first,)).fetchone() == (
         None,
@@ -356,7 +357,7 @@ async def test_a_key_is_honoured_on_an_asyncpg_connection(
 
 def test_a_single_keyed_job_is_one_statement_of_scalar_parameters() -> None:
     from axa_queue import sql
-    from axa_queue.jobs.model import enqueue_unique_one_call
+    from axa_queue.jobs.enqueue import enqueue_unique_one_call
 
     job = NewJob("Invoice", {"id": 1}, unique_key="invoice:1", unique_for=60)
     call, _ = enqueue_unique_one_call(job, UUID(int=1))
@@ -377,13 +378,13 @@ def test_two_enqueues_of_a_key_whose_holder_expired_queue_one_and_tell_the_other
     admin.execute("UPDATE axa_queue SET status = 'completed' WHERE id = %s", (old,))
     now = later(admin, 3601)
     first_conn = psycopg.connect(dsn)
-    first = enqueue_unique_on(first_conn, [job], now=now)  # not committed
+    first = run_sync(first_conn, enqueue_unique([job], now=now))  # not committed
     assert isinstance(first, list) and not isinstance(first[0], Duplicate) and first[0] != old
     answer: list[UUID] = []
 
     def other() -> None:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            found = enqueue_unique_on(conn, [job], now=now)
+            found = run_sync(conn, enqueue_unique([job], now=now))
             assert isinstance(found, list)
             answer.extend(found)
 

@@ -23,7 +23,7 @@ from axa_queue import Queue
 from axa_queue.errors import OptionsError
 from axa_queue.web import create_app
 from axa_queue.web.charts import bars
-from axa_queue.web.history import History, Series
+from axa_queue.web.history import History, Series, Tally
 from axa_queue.web.reads import Finished
 from conftest import acting_role
 
@@ -427,7 +427,7 @@ async def test_history_reads_each_past_minute_once_and_then_only_the_last_two() 
     history.refreshed = float("-inf")
     await history.refresh(read, ready=7, now=now)
     assert asked[2:] == [(minute - 60, None), (minute - 1260, minute - 660)]
-    assert history.recent_by_name(now=now) == {"Mail": [3, 1, 0]}
+    assert history.recent_by_name(now=now) == {"Mail": Tally(completed=3, failed=1, cancelled=0)}
     assert history.series("completed", 60, 1, now=now).values[-3] == 3
     assert history.series("backlog", 60, 1, now=now).values[-1] == 7
 

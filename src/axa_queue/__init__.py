@@ -29,18 +29,9 @@ from .handlers.handler import JobHandler
 from .handlers.policies import Discard, Exponential, Retry, Snooze
 from .handlers.retries import backoff
 from .health import Health
-from .jobs.model import (
-    Counts,
-    Duplicate,
-    JobInfo,
-    JobState,
-    NewJob,
-    counts_on,
-    enqueue_all_on,
-    enqueue_on,
-    job_on,
-    jobs_on,
-)
+from .jobs.enqueue import enqueue_all_on, enqueue_on
+from .jobs.model import Counts, Duplicate, JobInfo, JobState, NewJob
+from .jobs.reads import counts_on, job_on, jobs_on
 from .maintenance import Recovered
 from .options import QueueOptions
 from .queue import Queue

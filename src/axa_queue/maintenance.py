@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 import psycopg
@@ -20,15 +20,18 @@ from psycopg_pool import AsyncConnectionPool
 
 from . import sql
 from .db.calls import by_name
+from .db.connector import Connector
+from .handlers.registry import Registry
 from .handlers.retries import first_line, kind
 from .jobs.model import JobState
 from .limits import AttemptLimits
-from .options import QueueOptions
+from .options import Duration, QueueOptions, to_seconds
 from .presence import FORGET_AFTER
-from .schedules.schedule import Schedule
+from .schedules.schedule import Schedule, Ticker
 
 __all__ = [
     "PURGE_BATCH",
+    "Maintenance",
     "Recovered",
     "archive_schedules",
     "forget_workers",
@@ -217,3 +220,99 @@ async def run_once(
         log.error("could not purge old jobs (%s)", kind(error), extra={"error": first_line(error)})
         failure = failure or error
     return failure
+
+
+class Keeper(Protocol):
+    """What `Maintenance` needs of the queue it is part of."""
+
+    connector: Connector
+    ticker: Ticker
+    registry: Registry
+
+    @property
+    def pool(self) -> AsyncConnectionPool: ...
+    @property
+    def options(self) -> QueueOptions: ...
+    @property
+    def schedule_list(self) -> list[Schedule]: ...
+
+
+class Maintenance:
+    """The housekeeping methods of `Queue`, each a round of one chore on its pool, for
+    the command line and tests (a worker does them on its own: `worker.housekeeping`)."""
+
+    async def recover_stale(
+        self: Keeper, *, dry_run: bool = False, now: datetime | None = None
+    ) -> list[Recovered]:
+        """Queue again (or fail, when out of attempts) runs not heard from for
+        `stale_after` before `now` (default: the database's clock); with `dry_run`, only
+        say which. A job stored without `max_attempts` counts its attempts against its
+        handler's here, else `QueueOptions.max_attempts` (`limits.AttemptLimits`)."""
+        async with self.pool.connection() as conn:
+            return await recover_stale(
+                conn,
+                self.options.stale_after.total_seconds(),
+                self.registry.attempt_limits(self.options.max_attempts),
+                dry_run=dry_run,
+                now=now,
+            )
+
+    async def purge(
+        self: Keeper,
+        older_than: Duration | None = None,
+        *,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> int:
+        """Delete finished rows older than `older_than` (default: the retention period)
+        at `now` (default: the database's clock); returns how many went (or would go,
+        with `dry_run`)."""
+        seconds = (
+            self.options.retention.total_seconds()
+            if older_than is None
+            else to_seconds(older_than, "older_than")
+        )
+        async with self.pool.connection() as conn:
+            return await purge(conn, seconds, dry_run=dry_run, now=now)
+
+    async def archive_schedules(self: Keeper, *, now: datetime | None = None) -> int:
+        """Archive schedules no live process has in code (as of `now`, default the
+        database's clock); returns how many."""
+        async with self.pool.connection() as conn:
+            return await archive_schedules(
+                conn,
+                [s.name for s in self.schedule_list],
+                self.options.stale_after.total_seconds(),
+                now=now,
+            )
+
+    async def tick_schedules(self: Keeper, *, now: datetime | None = None) -> int:
+        """Queue a job for each due schedule; returns how many were queued. A worker
+        ticks every poll (`tick_each`); any number of processes may tick at once. A schedule that
+        fails does not keep the others from queuing their jobs: its error is raised
+        once they all have had their turn. `now` is the time to tick at (default: the
+        database's clock; tests pass a later one to let intervals pass)."""
+        queued, failures = await _tick_each(self, now)
+        for error in failures.values():
+            raise error
+        return queued
+
+    async def tick_each(
+        self: Keeper, *, now: datetime | None = None
+    ) -> tuple[int, dict[str, Exception]]:
+        """Queue a job for each due schedule, each on its own; returns how many were
+        queued and what each schedule that failed raised, by name (`Ticker`).
+        Without `now`, the test clock (`connector.clock`), as the worker's other
+        statements take it, else the database's."""
+        return await _tick_each(self, now)
+
+
+async def _tick_each(queue: Keeper, now: datetime | None) -> tuple[int, dict[str, Exception]]:
+    if not queue.schedule_list:
+        return 0, {}
+    async with queue.pool.connection() as conn:
+        return await queue.ticker.tick(
+            conn,
+            stale_after=queue.options.stale_after.total_seconds(),
+            now=queue.connector.clock if now is None else now,
+        )

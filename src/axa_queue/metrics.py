@@ -61,8 +61,8 @@ from .db.calls import run_async
 from .errors import AxaQueueError
 from .handlers.retries import first_line, kind
 from .health import HEALTH_TIMEOUT
-from .jobs.model import (
-    Counts,
+from .jobs.model import Counts
+from .jobs.reads import (
     FinishedCounts,
     LiveCounts,
     finished_counts_by_name_call,

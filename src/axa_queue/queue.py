@@ -11,29 +11,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
-import typing
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
-from datetime import datetime, timedelta
+from collections.abc import AsyncIterator, Coroutine, Iterable
+from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Unpack
 
-from . import maintenance, schema, sql
+from . import schema, sql
 from .acts import Act, acts_call
-from .db.calls import Call, by_name, run_async
+from .db.calls import Work, run_async
 from .db.connector import Connected, Connector
-from .errors import AxaQueueError, DrainError, NotOpenError, OptionsError, ScheduleError
-from .handlers.handler import HandlerFunction, JobHandler
-from .handlers.policies import PolicyOptions, policy_of
-from .handlers.registry import Registry, RunObserver
-from .handlers.retries import describe, first_line, kind
-from .health import HEALTH_TIMEOUT, Health
+from .errors import DrainError, NotOpenError
+from .handlers.registry import Registrations, Registry
 from .jobs import modes
+from .jobs.enqueue import enqueue_all_work, enqueue_work
 from .jobs.model import (
     Counts,
     JobInfo,
@@ -42,61 +37,31 @@ from .jobs.model import (
     NewJob,
     as_new_job,
     check_name,
-    counts_by_name_call,
-    counts_call,
-    enqueue_call,
-    enqueue_many_call,
-    enqueue_unique_on,
-    enqueue_unique_one_on,
-    job_call,
     job_id_of,
-    jobs_call,
-    result_call,
 )
+from .jobs.reads import counts_by_name_call, counts_call, job_call, jobs_call, result_call
 from .jobs.waits import Waiters
-from .lifespan import Hosted
-from .maintenance import Recovered
-from .middleware import Middleware
-from .middleware import check as check_middleware
+from .lifespan import Hosted, Hosting
+from .maintenance import Maintenance
 from .options import (
     DSN_VARIABLES,
     Duration,
     Mode,
     QueueOptions,
-    to_seconds,
 )
-from .schedules.schedule import Schedule, ScheduleInfo, Ticker, schedule_info
+from .schedules.schedule import ScheduleInfo, Ticker, schedules_call
 from .sync import SyncQueue
-from .worker import STUCK_AFTER, Phase, Worker
+from .worker import Phase, Worker
 from .worker.drain import DrainResult, drain, drain_blocking
 
 __all__ = ["DSN_VARIABLES", "Queue"]
 
 log = logging.getLogger("axa_queue")
 
-A = TypeVar("A")
 T = TypeVar("T")
 
 
-TRANSIENT_REFUSALS = (
-    "starting up",
-    "shutting down",
-    "in recovery",
-    "too many clients",
-    "connection slots are reserved",
-)
-"""What a server that is there but not ready says when it refuses a connection."""
-
-
-def refused(error: psycopg.OperationalError) -> bool:
-    """Whether the server answered and refused this login for good (a wrong role,
-    password or database name), so waiting for it would not help. psycopg gives no
-    SQLSTATE for a failed connection: the server's answer is a `FATAL:` in its text."""
-    text = str(error)
-    return "FATAL:" in text and not any(word in text for word in TRANSIENT_REFUSALS)
-
-
-class Queue(Connected):
+class Queue(Registrations, Maintenance, Hosting, Connected):
     """A PostgreSQL job queue: register handlers, open, then enqueue, inspect and run.
 
     Making one does no I/O. Use `async with queue:` or `await queue.open()` /
@@ -119,24 +84,9 @@ class Queue(Connected):
         self._hosted: Hosted | None = None
 
     @property
-    def handlers(self) -> dict[str, JobHandler[Any]]:
-        """The handlers by job name (see `Registry`)."""
-        return self.registry.handlers
-
-    @property
     def limits(self) -> dict[str, int]:
         """The per-name limits of this process (see `limits.Limits`)."""
         return self.registry.limits.process
-
-    @property
-    def schedule_list(self) -> list[Schedule]:
-        """The schedules in code (see `Registry`)."""
-        return self.registry.schedules
-
-    @property
-    def observers(self) -> list[RunObserver]:
-        """The run observers (see `Registry`)."""
-        return self.registry.observers
 
     def __repr__(self) -> str:
         state = "open" if self._pool is not None else "closed"
@@ -146,64 +96,6 @@ class Queue(Connected):
         )
 
     # --- registration (no I/O) ---------------------------------------------------------
-
-    @overload
-    def handler(
-        self, name: str, *, replace: bool = False, **policy: Unpack[PolicyOptions]
-    ) -> Callable[[HandlerFunction[A]], JobHandler[A]]: ...
-    @overload
-    def handler(
-        self, name: HandlerFunction[A], *, replace: bool = False, **policy: Unpack[PolicyOptions]
-    ) -> JobHandler[A]: ...
-    def handler(
-        self,
-        name: str | HandlerFunction[A],
-        *,
-        replace: bool = False,
-        **policy: Unpack[PolicyOptions],
-    ) -> Callable[[HandlerFunction[A]], JobHandler[A]] | JobHandler[A]:
-        """Register the decorated function for jobs named `name` (or, used bare, for
-        jobs named after the function). Returns a `JobHandler`, callable as before.
-        A name already registered is refused unless `replace=True`. The keyword
-        arguments are its retry policy and defaults (see `handle`)."""
-        if callable(name):
-            return self.handle(
-                getattr(name, "__name__", repr(name)), name, replace=replace, **policy
-            )
-
-        def register(fn: HandlerFunction[A]) -> JobHandler[A]:
-            return self.handle(name, fn, replace=replace, **policy)
-
-        return register
-
-    def handle(
-        self,
-        name: str,
-        fn: HandlerFunction[A],
-        *,
-        replace: bool = False,
-        **policy: Unpack[PolicyOptions],
-    ) -> JobHandler[A]:
-        """Run `fn` for jobs named `name` (1 to `MAX_NAME_CHARS` characters, no NUL or
-        lone surrogate). A name already registered raises `OptionsError`, so two modules
-        cannot take the same name by mistake; pass `replace=True` to replace its handler.
-
-        Its retry policy (docs/jobs.md): `max_attempts`, `timeout` and `priority` fill
-        what a job leaves unset (when this queue queues it, and in the worker for a job
-        stored without them); `backoff` (a length, or a function of the attempt such as
-        `Exponential()`) replaces `QueueOptions.retry_backoff` for its jobs; `retry_on`
-        retries only those exceptions, `discard_on` fails the job at once on those."""
-        check_name(name)
-        if not callable(fn):
-            raise OptionsError(f"expected the handler of job {name!r} to be callable, got: {fn!r}")
-        if name in self.handlers and not replace:
-            raise OptionsError(
-                f"a handler for job {name!r} is already registered "
-                f"({self.handlers[name].fn!r}): pass replace=True to replace it"
-            )
-        registered = JobHandler(self, name, fn, policy_of(name, policy))
-        self.handlers[name] = registered
-        return registered
 
     def limit(
         self, name: str, jobs: int, *, scope: Literal["process", "global"] = "process"
@@ -231,34 +123,6 @@ class Queue(Connected):
         checked by `limits.Limits`."""
         check_name(name)
         self.registry.limits.rate_limit(name, jobs, per)
-
-    def schedule(self, schedule: Schedule) -> Schedule:
-        """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice."""
-        if any(s.name == schedule.name for s in self.schedule_list):
-            raise ScheduleError(f"the schedule {schedule.name!r} was added twice")
-        self.schedule_list.append(schedule)
-        return schedule
-
-    def observe(self, observer: RunObserver) -> RunObserver:
-        """Call `observer(job name, outcome, seconds)` as each run in this process ends:
-        `outcome` is `completed`, `retried`, `failed`, `lost` or `cancelled` (its job
-        cancelled by a person while it ran), told once the ending is recorded, and `seconds` is how long the handler ran. It runs on the event loop,
-        so it must be quick; what it raises is logged. It is never given the arguments.
-        Returns `observer`, so it can be used as a decorator. For metrics."""
-        self.observers.append(observer)
-        return observer
-
-    def middleware(self, fn: Middleware) -> Middleware:
-        """Wrap every run of this process's worker in `fn`, an `async def fn(job,
-        call_next)`: `job` is the run's `JobContext`, and `await call_next()` runs the
-        rest (later middleware, then the handler, async or in its thread) and returns
-        the handler's value. The first registered is the outermost; what `fn` raises is
-        the run's outcome (a failure, retried as the job's attempts allow). The run's
-        timeout and fencing apply to the whole chain. Returns `fn`, so it can be used
-        as a decorator. Not given the arguments."""
-        check_middleware(fn)
-        self.registry.middleware.append(fn)
-        return fn
 
     # --- connection --------------------------------------------------------------------
 
@@ -290,7 +154,7 @@ class Queue(Connected):
         if self._pool is not None:
             return self
         self.dsn = dsn or self.dsn
-        async with await self._first_connection(self.connector.resolve()) as conn:
+        async with await self.connector.first_connection() as conn:
             if setup:
                 await schema.allowed_setup(
                     conn,
@@ -298,10 +162,8 @@ class Queue(Connected):
                     self.options.resolved_schema(),
                 )
             await schema.check(conn)
-            row = await (await conn.execute(sql.CURRENT_SCHEMA)).fetchone()
-            self.schema = self.options.resolved_schema() or (row[0] if row and row[0] else "public")
-            row = await (await conn.execute(schema.HAS_NOTIFY_TRIGGER)).fetchone()
-            self.notifies = bool(row and row[0])
+            current, self.notifies = await run_async(conn, schema.where())
+            self.schema = self.options.resolved_schema() or current
         if self.options.listen and not self.notifies:
             log.warning(
                 "inserts do not notify (run setup to add the axa_queue_notify trigger); "
@@ -311,36 +173,6 @@ class Queue(Connected):
         await pool.open(wait=True, timeout=30)
         self._pool = pool
         return self
-
-    async def _first_connection(self, dsn: str) -> psycopg.AsyncConnection[Any]:
-        """Connect, trying again with backoff while the database cannot be reached, for
-        up to `wait_for_database` (a worker started during an outage or a restart)."""
-        waited = time.monotonic()
-        deadline = waited + self.options.wait_for_database.total_seconds()
-        pause = 0.25
-        first = True
-        while True:
-            try:
-                return await self.connector.connect(session=False)
-            except psycopg.OperationalError as error:
-                left = deadline - time.monotonic()
-                if left <= 0 or refused(error):
-                    raise
-                if first and self.connector.on_wait is not None:
-                    self.connector.on_wait(error)
-                first = False
-                log.warning(
-                    "cannot reach the database (%s); trying again in %g s",
-                    kind(error),
-                    round(min(pause, left), 2),
-                    extra={
-                        "error": first_line(error),
-                        "retry_in": round(min(pause, left), 2),
-                        "waited": round(time.monotonic() - waited, 1),
-                    },
-                )
-                await asyncio.sleep(min(pause, left))
-                pause = min(pause * 2, 5.0)
 
     async def close(self) -> None:
         """Wait for background tasks started by `perform_later`, then close the pool;
@@ -382,9 +214,10 @@ class Queue(Connected):
             finally:
                 conn.cursor_factory = factory
 
-    async def _run(self, call: Call[T]) -> T:
+    async def _run(self, work: Work[T]) -> T:
+        """Do `work` on a pooled connection (autocommit: each statement commits)."""
         async with self.pool.connection() as conn:
-            return await run_async(conn, call)
+            return await run_async(conn, work)
 
     async def setup(self) -> None:
         """Bring the tables up to date: nothing (and no lock) when they are, else the
@@ -426,10 +259,7 @@ class Queue(Connected):
         job = self.registry.filled(as_new_job(job, args, **options))
         mode = self.options.resolved_mode()
         if mode == "queue":
-            if job.unique_key is not None:
-                async with self.pool.connection() as conn:
-                    return await typing.cast("Awaitable[UUID]", enqueue_unique_one_on(conn, job))
-            return await self._run(enqueue_call(job))
+            return await self._run(enqueue_work(job))
         return await self._perform(job, mode)
 
     async def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
@@ -441,15 +271,8 @@ class Queue(Connected):
         batch = [self.registry.filled(job) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
-            if any(job.unique_key is not None for job in batch):
-                return await self._unique(batch)
-            return await self._run(enqueue_many_call(batch, copy=True))
+            return await self._run(enqueue_all_work(batch))
         return [await self._perform(job, mode) for job in batch]
-
-    async def _unique(self, batch: list[NewJob]) -> list[UUID]:
-        """Queue `batch`, some of it with unique keys (`jobs.UniqueEnqueue`)."""
-        async with self.pool.connection() as conn:
-            return await typing.cast("Awaitable[list[UUID]]", enqueue_unique_on(conn, batch))
 
     async def _perform(self, job: NewJob, mode: Mode) -> UUID:
         """Run `job` in this process as `mode` says, instead of storing it (`modes`)."""
@@ -472,25 +295,7 @@ class Queue(Connected):
     ) -> None:
         """Run `work` as a task of this process (the `background` mode), the run of job
         `name` (whose id, if given, a failure's log line names); `close()` waits."""
-
-        async def guarded() -> None:
-            try:
-                await work
-            except Exception as error:
-                log.error(
-                    "background job failed: %s (%s)",
-                    name if job_id is None else f"{name} {job_id}",
-                    kind(error),
-                    extra={
-                        "job": name,
-                        **({} if job_id is None else {"job_id": str(job_id)}),
-                        "error": describe(error),
-                    },
-                )
-
-        task = asyncio.get_running_loop().create_task(guarded(), name=f"axa-queue-bg-{name}")
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
+        modes.start_task(name, work, job_id, self._background)
 
     # --- inspection --------------------------------------------------------------------
 
@@ -536,81 +341,7 @@ class Queue(Connected):
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule in the table, archived or not, with its last job's state."""
-        async with self.pool.connection() as conn, conn.cursor(row_factory=by_name) as cur:
-            await cur.execute(sql.SCHEDULES)
-            return [schedule_info(row) for row in await cur.fetchall()]
-
-    # --- housekeeping ------------------------------------------------------------------
-
-    async def recover_stale(
-        self, *, dry_run: bool = False, now: datetime | None = None
-    ) -> list[Recovered]:
-        """Queue again (or fail, when out of attempts) runs not heard from for
-        `stale_after` before `now` (default: the database's clock); with `dry_run`, only
-        say which. A job stored without `max_attempts` counts its attempts against its
-        handler's here, else `QueueOptions.max_attempts` (`limits.AttemptLimits`)."""
-        async with self.pool.connection() as conn:
-            return await maintenance.recover_stale(
-                conn,
-                self.options.stale_after.total_seconds(),
-                self.registry.attempt_limits(self.options.max_attempts),
-                dry_run=dry_run,
-                now=now,
-            )
-
-    async def purge(
-        self,
-        older_than: Duration | None = None,
-        *,
-        dry_run: bool = False,
-        now: datetime | None = None,
-    ) -> int:
-        """Delete finished rows older than `older_than` (default: the retention period)
-        at `now` (default: the database's clock); returns how many went (or would go,
-        with `dry_run`)."""
-        seconds = (
-            self.options.retention.total_seconds()
-            if older_than is None
-            else to_seconds(older_than, "older_than")
-        )
-        async with self.pool.connection() as conn:
-            return await maintenance.purge(conn, seconds, dry_run=dry_run, now=now)
-
-    async def archive_schedules(self, *, now: datetime | None = None) -> int:
-        """Archive schedules no live process has in code (as of `now`, default the
-        database's clock); returns how many."""
-        async with self.pool.connection() as conn:
-            return await maintenance.archive_schedules(
-                conn,
-                [s.name for s in self.schedule_list],
-                self.options.stale_after.total_seconds(),
-                now=now,
-            )
-
-    async def tick_schedules(self, *, now: datetime | None = None) -> int:
-        """Queue a job for each due schedule; returns how many were queued. A worker
-        ticks every poll (`tick_each`); any number of processes may tick at once. A schedule that
-        fails does not keep the others from queuing their jobs: its error is raised
-        once they all have had their turn. `now` is the time to tick at (default: the
-        database's clock; tests pass a later one to let intervals pass)."""
-        queued, failures = await self.tick_each(now=now)
-        for error in failures.values():
-            raise error
-        return queued
-
-    async def tick_each(self, *, now: datetime | None = None) -> tuple[int, dict[str, Exception]]:
-        """Queue a job for each due schedule, each on its own; returns how many were
-        queued and what each schedule that failed raised, by name (`Ticker`).
-        Without `now`, the test clock (`connector.clock`), as the worker's other
-        statements take it, else the database's."""
-        if not self.schedule_list:
-            return 0, {}
-        async with self.pool.connection() as conn:
-            return await self.ticker.tick(
-                conn,
-                stale_after=self.options.stale_after.total_seconds(),
-                now=self.connector.clock if now is None else now,
-            )
+        return await self._run(schedules_call())
 
     # --- running -----------------------------------------------------------------------
 
@@ -666,79 +397,6 @@ class Queue(Connected):
                 "its worker already runs these jobs; stop run() first, or drain instead "
                 "of running a worker in tests"
             )
-
-    @contextlib.asynccontextmanager
-    async def running(self, *, setup: bool = True) -> AsyncIterator[Queue]:
-        """Run the worker for the block, in a task of this event loop, for an
-        application that has its own (an ASGI app, a service's main):
-
-            async with queue.running():
-                await serve_forever()
-
-        Opens the queue first unless it is open (and closes it after), setting the
-        tables up (`setup=True`) or only checking them. A crash of the worker is logged
-        and reported by `health()` (see `lifespan.Hosted`). Leaving the block stops it
-        as `axa-queue worker` stops on SIGTERM: no new jobs, jobs in progress finish
-        within `shutdown_grace` (when set). One at a time per queue."""
-        if self._hosted is not None:
-            raise AxaQueueError(
-                "the queue is already running its worker here (queue.running() or "
-                "queue.lifespan): enter it once per process"
-            )
-        opened = not self.is_open
-        if opened:
-            await self.open(setup=setup)
-        grace = self.options.shutdown_grace
-        try:
-            self._hosted = Hosted(self.run, None if grace is None else to_seconds(grace))
-            yield self
-        finally:
-            try:
-                if self._hosted is not None:
-                    await self._hosted.close()
-            finally:
-                self._hosted = None
-                if opened:
-                    await self.close()
-
-    def lifespan(self, app: object) -> contextlib.AbstractAsyncContextManager[None]:
-        """`FastAPI(lifespan=queue.lifespan)` or `Starlette(lifespan=queue.lifespan)`:
-        the app's lifespan runs the worker, as `running()` does (with setup). To run
-        more at startup, enter it in a lifespan of your own:
-        `async with queue.running(): yield`."""
-        return self._lifespan()
-
-    @contextlib.asynccontextmanager
-    async def _lifespan(self) -> AsyncIterator[None]:
-        async with self.running():
-            yield
-
-    async def health(
-        self, *, stuck_after: float = STUCK_AFTER, timeout: float = HEALTH_TIMEOUT
-    ) -> Health:
-        """Whether this queue can do its work: `Health(True, "ok")`, or
-        `Health(False, why)` when it is not open, the worker of `running()` crashed,
-        the database does not answer within `timeout` seconds, or the worker's
-        statements (or a background service) have failed for `stuck_after` seconds.
-        For an application's health route; `/health` of `axa-queue worker` says the same."""
-        if not self.is_open:
-            return Health(False, "the worker is not running (the queue is not open)")
-        hosted = self._hosted
-        if hosted is not None and hosted.crash is not None:
-            return Health(False, f"the worker crashed: {hosted.crash}")
-        if hosted is not None and hosted.task.done():
-            return Health(False, "the worker is not running (it stopped)")
-        try:
-            await asyncio.wait_for(self.ping(), timeout)
-        except asyncio.TimeoutError:
-            return Health(False, f"the database did not answer within {timeout:g} s")
-        except (psycopg.Error, AxaQueueError) as error:
-            return Health(False, f"cannot reach the database: {first_line(error)}")
-        worker = self.worker
-        why = None if worker is None else worker.trouble(stuck_after)
-        if why is not None:
-            return Health(False, why)
-        return Health(True, "ok")
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Run jobs, schedules and housekeeping until `stop` is set; jobs in progress then

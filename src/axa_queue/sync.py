@@ -2,7 +2,8 @@
 
 Workers are asynchronous, but a synchronous web request often needs to queue a job
 or show one. `SyncQueue` does that on a synchronous psycopg pool, sending the very
-same `Call`s the async `Queue` sends (see `statements`), so the two cannot drift.
+same work (`Call`s, and the `Steps` of an operation of several) the async `Queue`
+does, run by the sync driver (`calls.run_sync`), so the two cannot drift.
 For a job in the caller's own transaction, use `enqueue_on(conn, job)` with the
 caller's sync connection instead.
 
@@ -15,7 +16,6 @@ caller's sync connection instead.
 from __future__ import annotations
 
 import threading
-import typing
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
@@ -28,28 +28,13 @@ from typing_extensions import Unpack
 
 from . import sql
 from .acts import Act, acts_call
-from .db.calls import Call, run_sync
+from .db.calls import Work, run_sync
 from .db.connector import Connected, Connector
 from .handlers.registry import Registry
 from .jobs import modes
-from .jobs.model import (
-    Counts,
-    JobInfo,
-    JobOptions,
-    JobState,
-    NewJob,
-    as_new_job,
-    counts_by_name_call,
-    counts_call,
-    enqueue_call,
-    enqueue_many_call,
-    enqueue_unique_on,
-    enqueue_unique_one_on,
-    job_call,
-    job_id_of,
-    jobs_call,
-    result_call,
-)
+from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.model import Counts, JobInfo, JobOptions, JobState, NewJob, as_new_job, job_id_of
+from .jobs.reads import counts_by_name_call, counts_call, job_call, jobs_call, result_call
 from .jobs.waits import wait_sync
 from .options import Duration, Mode, QueueOptions
 from .worker.drain import DrainResult, drain_blocking
@@ -133,9 +118,10 @@ class SyncQueue(Connected):
             finally:
                 conn.cursor_factory = factory
 
-    def _run(self, call: Call[T]) -> T:
+    def _run(self, work: Work[T]) -> T:
+        """Do `work` on a pooled connection (autocommit: each statement commits)."""
         with self.pool.connection() as conn:
-            return run_sync(conn, call)
+            return run_sync(conn, work)
 
     def enqueue(
         self,
@@ -150,10 +136,7 @@ class SyncQueue(Connected):
         job = self.registry.filled(as_new_job(job, args, **options))
         mode = self.options.resolved_mode()
         if mode == "queue":
-            if job.unique_key is not None:
-                with self.pool.connection() as conn:
-                    return typing.cast("UUID", enqueue_unique_one_on(conn, job))
-            return self._run(enqueue_call(job))
+            return self._run(enqueue_work(job))
         return self._perform(job, mode)
 
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
@@ -162,15 +145,8 @@ class SyncQueue(Connected):
         batch = [self.registry.filled(job) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
-            if any(job.unique_key is not None for job in batch):
-                return self._unique(batch)
-            return self._run(enqueue_many_call(batch, copy=True))
+            return self._run(enqueue_all_work(batch))
         return [self._perform(job, mode) for job in batch]
-
-    def _unique(self, batch: list[NewJob]) -> list[UUID]:
-        """Queue `batch`, some of it with unique keys (`jobs.UniqueEnqueue`)."""
-        with self.pool.connection() as conn:
-            return typing.cast("list[UUID]", enqueue_unique_on(conn, batch))
 
     def _perform(self, job: NewJob, mode: Mode) -> UUID:
         """Run `job` here as `mode` says, instead of storing it (`modes`)."""

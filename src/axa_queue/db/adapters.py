@@ -29,19 +29,18 @@ modules) and its sender cached, so the adapter costs a dictionary lookup per cal
 from __future__ import annotations
 
 import functools
-import inspect
 import json
 import re
 import weakref
 from collections import namedtuple
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, Union, overload
 
 import psycopg
 from psycopg.types.json import Json, Jsonb
 
-from .calls import Call, Row, run_async, run_sync
+from .calls import Call, Row, Work, drive, drive_async, run_async, run_sync, send_async, send_sync
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -109,56 +108,80 @@ ACCEPTED = (
 )
 """What the functions taking the caller's connection accept, as errors name it."""
 
-Sender = Callable[[Any, Call[Any]], Any]
-"""How a call is sent on one kind of connection: its value, or an awaitable of it."""
+
+class Sender(NamedTuple):
+    """How a call is sent on one kind of connection."""
+
+    send: Callable[[Any, Call[Any]], Any]
+    """Sends a call on a connection of that kind: its value, or (`waits`) an awaitable."""
+    waits: bool
+    """Whether the connection is an async one: `send` returns an awaitable."""
+
 
 _senders: dict[type, Sender] = {}
 """The sender found for each type of connection given so far."""
 
 
-def run(conn: AnyConnection, call: Call[T]) -> T | Awaitable[T]:
-    """Send `call` on `conn`: the value for a sync connection, an awaitable for an async
-    one. Raises `TypeError` naming what is accepted for anything else."""
+@overload
+def run(conn: SomeSyncConnection, work: Work[T]) -> T: ...
+@overload
+def run(conn: SomeAsyncConnection, work: Work[T]) -> Awaitable[T]: ...
+@overload
+def run(conn: AnyConnection, work: Work[T]) -> T | Awaitable[T]: ...
+def run(conn: AnyConnection, work: Work[T]) -> T | Awaitable[T]:
+    """Do `work` (a `Call`, or the `Steps` of an operation) on `conn`: the value for a
+    sync connection, an awaitable of it for an async one, each call sent as `conn`'s
+    kind takes it. Raises `TypeError` naming what is accepted for anything else."""
     if isinstance(conn, psycopg.Connection):
-        return run_sync(conn, call)
+        return run_sync(conn, work)
     if isinstance(conn, psycopg.AsyncConnection):
-        return run_async(conn, call)
+        return run_async(conn, work)
     kind = type(conn)
     sender = _senders.get(kind)
-    told = call.finished
     if sender is None:
         try:
             sender = _senders[kind] = _sender_for(kind)
         except TypeError as refused:
-            if told is not None:
-                told(refused)  # nothing was sent: a span around it ends all the same
+            _tell_refused(work, refused)
             raise
+    send = sender.send
+    if sender.waits:
+        return drive_async(lambda call: _told_async(send, conn, call), work)
+    return drive(lambda call: _told_sync(send, conn, call), work)
+
+
+def _tell_refused(work: Work[Any], refused: TypeError) -> None:
+    """Tell the first call of `work` (`Call.finished`) that nothing was sent: a span
+    around it ends all the same."""
+    first = work if isinstance(work, Call) else next(work, None)
+    if first is not None and first.finished is not None:
+        first.finished(refused)
+    if not isinstance(work, Call):
+        work.close()
+
+
+def _told_sync(send: Callable[[Any, Call[T]], T], conn: Any, call: Call[T]) -> T:
+    """`send` the call; then tell its `finished` (how a tracing hook ends its span
+    around an enqueue), if any, how it ended."""
+    told = call.finished
     if told is None:
-        result: T | Awaitable[T] = sender(conn, call)
-        return result
-    return _told(sender, conn, replace(call, finished=None), told)
-
-
-def _told(
-    sender: Sender, conn: Any, call: Call[T], told: Callable[[BaseException | None], None]
-) -> T | Awaitable[T]:
-    """Send `call` with `sender`, then tell `told` how it ended (`Call.finished`: how a
-    tracing hook ends its span around an enqueue), once the value or the awaitable's
-    value is there."""
+        return send(conn, call)
     try:
-        result = sender(conn, call)
+        value = send(conn, replace(call, finished=None))
     except BaseException as error:
         told(error)
         raise
-    if inspect.isawaitable(result):
-        return _told_later(result, told)
     told(None)
-    return cast("T", result)
+    return value
 
 
-async def _told_later(result: Awaitable[T], told: Callable[[BaseException | None], None]) -> T:
+async def _told_async(send: Callable[[Any, Call[T]], Awaitable[T]], conn: Any, call: Call[T]) -> T:
+    """`_told_sync`, the call awaited."""
+    told = call.finished
+    if told is None:
+        return await send(conn, call)
     try:
-        value = await result
+        value = await send(conn, replace(call, finished=None))
     except BaseException as error:
         told(error)
         raise
@@ -179,9 +202,9 @@ def _sender_for(kind: type) -> Sender:
         from django.utils.connection import ConnectionProxy
 
         if issubclass(kind, ConnectionProxy):
-            return _on_django_proxy
+            return Sender(_on_django_proxy, waits=False)
         if issubclass(kind, BaseDatabaseWrapper):
-            return _on_django
+            return Sender(_on_django, waits=False)
     if "sqlalchemy" in roots:
         found = _sqlalchemy_sender(kind)
         if found is not None:
@@ -191,7 +214,7 @@ def _sender_for(kind: type) -> Sender:
         from asyncpg.pool import PoolConnectionProxy
 
         if issubclass(kind, (AsyncpgConnectionClass, PoolConnectionProxy)):
-            return _on_asyncpg
+            return Sender(_on_asyncpg, waits=True)
     raise TypeError(refusal(kind, roots))
 
 
@@ -243,7 +266,7 @@ def _on_django(conn: Any, call: Call[T]) -> T:
         # statements bind them on the server, which is cheaper. Whether a statement is
         # prepared stays the connection's choice (`prepare_threshold`: Django's default,
         # None, prepares none, so its connections keep working behind a pooler).
-        return run_sync(raw, call, server_binding=True)
+        return send_sync(raw, call, server_binding=True)
 
 
 # --- SQLAlchemy --------------------------------------------------------------------------
@@ -255,21 +278,21 @@ def _sqlalchemy_sender(kind: type) -> Sender | None:
     from sqlalchemy.orm import Session, scoped_session
 
     if issubclass(kind, scoped_session):
-        return lambda scoped, call: _on_session(scoped(), call)
+        return Sender(lambda scoped, call: _on_session(scoped(), call), waits=False)
     if issubclass(kind, Session):
-        return _on_session
+        return Sender(_on_session, waits=False)
     if issubclass(kind, SAConnection):
-        return _on_sqlalchemy
+        return Sender(_on_sqlalchemy, waits=False)
     try:
         from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
     except ImportError:  # pragma: no cover - SQLAlchemy without its asyncio extension
         return None
     if issubclass(kind, async_scoped_session):
-        return lambda scoped, call: _on_async_session(scoped(), call)
+        return Sender(lambda scoped, call: _on_async_session(scoped(), call), waits=True)
     if issubclass(kind, AsyncSession):
-        return _on_async_session
+        return Sender(_on_async_session, waits=True)
     if issubclass(kind, AsyncConnection):
-        return _on_async_sqlalchemy
+        return Sender(_on_async_sqlalchemy, waits=True)
     return None
 
 
@@ -311,7 +334,7 @@ def _on_sqlalchemy(conn: Any, call: Call[T]) -> T:
     raw = conn.connection.driver_connection
     if not isinstance(raw, psycopg.Connection):
         raise _dialect_refusal(conn, "postgresql+psycopg for a sync connection")
-    return run_sync(raw, call)
+    return send_sync(raw, call)
 
 
 async def _on_async_session(session: Any, call: Call[T]) -> T:
@@ -339,7 +362,7 @@ async def _on_async_sqlalchemy(conn: Any, call: Call[T]) -> T:
         await conn.begin()
     raw = conn.sync_connection.connection.driver_connection
     if isinstance(raw, psycopg.AsyncConnection):
-        return await run_async(raw, call)
+        return await send_async(raw, call)
     if type(raw).__module__.partition(".")[0] == "asyncpg":
         if raw.is_in_transaction():  # SQLAlchemy's transaction has started on asyncpg
             return await _on_asyncpg(raw, call)

@@ -14,6 +14,7 @@ statement take the database's own time; a datetime is passed as the statements'
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
@@ -26,11 +27,22 @@ from typing_extensions import Self
 from .. import sql
 from ..context import running_or_none as _running
 from ..errors import OptionsError
+from ..handlers.retries import first_line, kind
 from ..options import QueueOptions, dsn_from_environment
 from . import dsns, pooler
 from .lending import Lent
 
-__all__ = ["RECONNECT_DELAYS", "Connected", "Connector", "QuickPool", "reconnect_delays"]
+__all__ = [
+    "RECONNECT_DELAYS",
+    "TRANSIENT_REFUSALS",
+    "Connected",
+    "Connector",
+    "QuickPool",
+    "reconnect_delays",
+    "refused",
+]
+
+log = logging.getLogger("axa_queue")
 
 RECONNECT_DELAYS = (0.05, 0.5)
 """The pool's first wait between tries to connect again, and the longest: psycopg_pool's
@@ -108,6 +120,24 @@ def _reconnecting(pool: QuickPool) -> type[psycopg.AsyncConnection[Any]]:
     return Reconnecting
 
 
+TRANSIENT_REFUSALS = (
+    "starting up",
+    "shutting down",
+    "in recovery",
+    "too many clients",
+    "connection slots are reserved",
+)
+"""What a server that is there but not ready says when it refuses a connection."""
+
+
+def refused(error: psycopg.OperationalError) -> bool:
+    """Whether the server answered and refused this login for good (a wrong role,
+    password or database name), so waiting for it would not help. psycopg gives no
+    SQLSTATE for a failed connection: the server's answer is a `FATAL:` in its text."""
+    text = str(error)
+    return "FATAL:" in text and not any(word in text for word in TRANSIENT_REFUSALS)
+
+
 async def _configure(conn: psycopg.AsyncConnection[Any]) -> None:
     await conn.execute(sql.SESSION_SETTINGS)
 
@@ -173,6 +203,39 @@ class Connector:
         if session and self.keeps_session_state():
             await conn.execute(sql.SESSION_SETTINGS)
         return conn
+
+    async def first_connection(self) -> psycopg.AsyncConnection[Any]:
+        """The DSN resolved, and one connection to it with no session settings (what
+        `Queue.open` checks the tables on): tried again with backoff while the
+        database cannot be reached, for up to `wait_for_database` (a worker started
+        during an outage or a restart); a login refused for good is raised at once."""
+        self.resolve()
+        waited = time.monotonic()
+        deadline = waited + self.options.wait_for_database.total_seconds()
+        pause = 0.25
+        first = True
+        while True:
+            try:
+                return await self.connect(session=False)
+            except psycopg.OperationalError as error:
+                left = deadline - time.monotonic()
+                if left <= 0 or refused(error):
+                    raise
+                if first and self.on_wait is not None:
+                    self.on_wait(error)
+                first = False
+                log.warning(
+                    "cannot reach the database (%s); trying again in %g s",
+                    kind(error),
+                    round(min(pause, left), 2),
+                    extra={
+                        "error": first_line(error),
+                        "retry_in": round(min(pause, left), 2),
+                        "waited": round(time.monotonic() - waited, 1),
+                    },
+                )
+                await asyncio.sleep(min(pause, left))
+                pause = min(pause * 2, 5.0)
 
     def connect_sync(self) -> psycopg.Connection[Any]:
         """One sync autocommit connection of the caller's own, with the queue's connect

@@ -6,7 +6,7 @@ A handler is registered under a job name with `@queue.handler("Report")` or
 one, is the run's `JobContext`: decided once, from its signature, when it is made): the JSON value as stored,
 or, when the parameter is annotated with a dataclass or a pydantic model (a typed
 handler), an instance of it built from the stored fields, each converted and checked
-by its declared type (`arguments.from_json`; a model by its `model_validate_json`):
+by its declared type (`typed.from_json`; a model by its `model_validate_json`):
 unknown keys, missing fields and wrong types fail the attempt with a `TypeError`
 naming the fields, never a value or an unknown key.
 
@@ -38,8 +38,9 @@ from typing_extensions import Unpack
 
 from .. import context, logs
 from ..context import JobContext
-from ..jobs.arguments import from_json, is_typed
+from ..jobs.arguments import is_typed
 from ..jobs.model import JobOptions, NewJob
+from ..jobs.typed import from_json
 from ..limits import AttemptLimits
 from ..options import QueueOptions
 from .policies import NO_POLICY, Policy

@@ -4,7 +4,8 @@ The handlers by job name, the limits (`limits.Limits`: per-name, global and rate
 schedules, the run observers and the middleware and the calls made in the threads
 sync handlers run in (`ThreadHooks`). `Queue` owns one and registers into it (`Queue.handler`, `limit`,
 `schedule`, `observe`, `middleware`); the worker's services read it, and never the
-`Queue`.
+`Queue`. `Registrations` are the queue's methods that register, kept here with what
+they fill.
 """
 
 from __future__ import annotations
@@ -12,16 +13,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar, overload
 
-from ..jobs.model import NewJob
+from typing_extensions import Unpack
+
+from ..errors import OptionsError, ScheduleError
+from ..jobs.model import NewJob, check_name
 from ..limits import AttemptLimits, Limits
 from ..middleware import Middleware
+from ..middleware import check as check_middleware
 from ..schedules.schedule import Schedule
-from .handler import JobHandler
+from .handler import HandlerFunction, JobHandler, Performer
+from .policies import PolicyOptions, policy_of
 from .retries import describe, kind
 
-__all__ = ["Registry", "RunObserver", "ThreadHooks"]
+__all__ = ["Registrations", "Registry", "RunObserver", "ThreadHooks"]
+
+A = TypeVar("A")
 
 log = logging.getLogger("axa_queue.worker")
 
@@ -90,3 +98,127 @@ class Registry:
                     fields.get("attempt"),
                     extra={**fields, "error": describe(error)},
                 )
+
+
+class Registrant(Performer, Protocol):
+    """What `Registrations` needs of the queue it is part of: its `Registry`, and what
+    a `JobHandler` needs of its queue (`Performer`)."""
+
+    registry: Registry
+
+
+class Registrations:
+    """The registering methods of `Queue` (no I/O): handlers, schedules, observers and
+    middleware, each put into the queue's `Registry`."""
+
+    @property
+    def handlers(self: Registrant) -> dict[str, JobHandler[Any]]:
+        """The handlers by job name (see `Registry`)."""
+        return self.registry.handlers
+
+    @property
+    def schedule_list(self: Registrant) -> list[Schedule]:
+        """The schedules in code (see `Registry`)."""
+        return self.registry.schedules
+
+    @property
+    def observers(self: Registrant) -> list[RunObserver]:
+        """The run observers (see `Registry`)."""
+        return self.registry.observers
+
+    @overload
+    def handler(
+        self: Registrant, name: str, *, replace: bool = False, **policy: Unpack[PolicyOptions]
+    ) -> Callable[[HandlerFunction[A]], JobHandler[A]]: ...
+    @overload
+    def handler(
+        self: Registrant,
+        name: HandlerFunction[A],
+        *,
+        replace: bool = False,
+        **policy: Unpack[PolicyOptions],
+    ) -> JobHandler[A]: ...
+    def handler(
+        self: Registrant,
+        name: str | HandlerFunction[A],
+        *,
+        replace: bool = False,
+        **policy: Unpack[PolicyOptions],
+    ) -> Callable[[HandlerFunction[A]], JobHandler[A]] | JobHandler[A]:
+        """Register the decorated function for jobs named `name` (or, used bare, for
+        jobs named after the function). Returns a `JobHandler`, callable as before.
+        A name already registered is refused unless `replace=True`. The keyword
+        arguments are its retry policy and defaults (see `handle`)."""
+        if callable(name):
+            return _register(self, getattr(name, "__name__", repr(name)), name, replace, policy)
+
+        def register(fn: HandlerFunction[A]) -> JobHandler[A]:
+            return _register(self, name, fn, replace, policy)
+
+        return register
+
+    def handle(
+        self: Registrant,
+        name: str,
+        fn: HandlerFunction[A],
+        *,
+        replace: bool = False,
+        **policy: Unpack[PolicyOptions],
+    ) -> JobHandler[A]:
+        """Run `fn` for jobs named `name` (1 to `MAX_NAME_CHARS` characters, no NUL or
+        lone surrogate). A name already registered raises `OptionsError`, so two modules
+        cannot take the same name by mistake; pass `replace=True` to replace its handler.
+
+        Its retry policy (docs/jobs.md): `max_attempts`, `timeout` and `priority` fill
+        what a job leaves unset (when this queue queues it, and in the worker for a job
+        stored without them); `backoff` (a length, or a function of the attempt such as
+        `Exponential()`) replaces `QueueOptions.retry_backoff` for its jobs; `retry_on`
+        retries only those exceptions, `discard_on` fails the job at once on those."""
+        return _register(self, name, fn, replace, policy)
+
+    def schedule(self: Registrant, schedule: Schedule) -> Schedule:
+        """Queue `schedule.job` on every due time of `schedule`. Refuses a name twice."""
+        schedules = self.registry.schedules
+        if any(s.name == schedule.name for s in schedules):
+            raise ScheduleError(f"the schedule {schedule.name!r} was added twice")
+        schedules.append(schedule)
+        return schedule
+
+    def observe(self: Registrant, observer: RunObserver) -> RunObserver:
+        """Call `observer(job name, outcome, seconds)` as each run in this process ends:
+        `outcome` is `completed`, `retried`, `failed`, `lost` or `cancelled` (its job
+        cancelled by a person while it ran), told once the ending is recorded, and `seconds` is how long the handler ran. It runs on the event loop,
+        so it must be quick; what it raises is logged. It is never given the arguments.
+        Returns `observer`, so it can be used as a decorator. For metrics."""
+        self.registry.observers.append(observer)
+        return observer
+
+    def middleware(self: Registrant, fn: Middleware) -> Middleware:
+        """Wrap every run of this process's worker in `fn`, an `async def fn(job,
+        call_next)`: `job` is the run's `JobContext`, and `await call_next()` runs the
+        rest (later middleware, then the handler, async or in its thread) and returns
+        the handler's value. The first registered is the outermost; what `fn` raises is
+        the run's outcome (a failure, retried as the job's attempts allow). The run's
+        timeout and fencing apply to the whole chain. Returns `fn`, so it can be used
+        as a decorator. Not given the arguments."""
+        check_middleware(fn)
+        self.registry.middleware.append(fn)
+        return fn
+
+
+def _register(
+    queue: Registrant, name: str, fn: HandlerFunction[A], replace: bool, policy: PolicyOptions
+) -> JobHandler[A]:
+    """`Registrations.handle`: check, then register."""
+    check_name(name)
+    if not callable(fn):
+        raise OptionsError(f"expected the handler of job {name!r} to be callable, got: {fn!r}")
+    handlers = queue.registry.handlers
+    if name in handlers and not replace:
+        raise OptionsError(
+            f"a handler for job {name!r} is already registered "
+            f"({handlers[name].fn!r}): pass replace=True to replace it"
+        )
+    registered = JobHandler(queue, name, fn, policy_of(name, policy))
+    handlers[name] = registered
+    return registered

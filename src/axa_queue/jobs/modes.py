@@ -30,11 +30,11 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 from ..context import JobContext, running_job
 from ..errors import OptionsError
@@ -43,7 +43,15 @@ from ..handlers.retries import describe, kind
 from ..options import Mode, QueueOptions
 from .model import NewJob
 
-__all__ = ["InContext", "context_of", "handler_for", "run_blocking", "run_here", "start_thread"]
+__all__ = [
+    "InContext",
+    "context_of",
+    "handler_for",
+    "run_blocking",
+    "run_here",
+    "start_task",
+    "start_thread",
+]
 
 log = logging.getLogger("axa_queue")
 
@@ -169,3 +177,33 @@ def start_thread(
     thread = threading.Thread(target=work, name=f"axa-queue-bg-{job.name}")
     threads.add(thread)
     thread.start()
+
+
+def start_task(
+    name: str,
+    work: Coroutine[Any, Any, Any],
+    job_id: UUID | None,
+    tasks: set[asyncio.Task[Any]],
+) -> None:
+    """Run `work`, the run of job `name`, as a task of this event loop (`Queue`'s
+    background mode); a failure is logged with the job's id when given, never its
+    arguments. The task is in `tasks` until it ends."""
+
+    async def guarded() -> None:
+        try:
+            await work
+        except Exception as error:
+            log.error(
+                "background job failed: %s (%s)",
+                name if job_id is None else f"{name} {job_id}",
+                kind(error),
+                extra={
+                    "job": name,
+                    **({} if job_id is None else {"job_id": str(job_id)}),
+                    "error": describe(error),
+                },
+            )
+
+    task = asyncio.get_running_loop().create_task(guarded(), name=f"axa-queue-bg-{name}")
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)

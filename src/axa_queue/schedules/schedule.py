@@ -36,7 +36,7 @@ from zoneinfo import ZoneInfo
 import psycopg
 
 from .. import sql
-from ..db.calls import by_name
+from ..db.calls import Call, by_name
 from ..errors import OptionsError, ScheduleError
 from ..jobs.model import (
     EARLIEST_RUN_AT,
@@ -49,7 +49,15 @@ from ..jobs.model import (
 )
 from ..options import Duration, to_timedelta
 
-__all__ = ["MAX_SCHEDULE_NAME", "SEEN_EVERY", "Schedule", "ScheduleInfo", "Ticker", "next_due"]
+__all__ = [
+    "MAX_SCHEDULE_NAME",
+    "SEEN_EVERY",
+    "Schedule",
+    "ScheduleInfo",
+    "Ticker",
+    "next_due",
+    "schedules_call",
+]
 
 CRON_HINT = "pip install 'axa-queue[cron]'"
 """How to get what `Schedule.cron` needs (cronsim)."""
@@ -224,6 +232,12 @@ def schedule_info(row: Any) -> ScheduleInfo:
         expression=row.cron,
         timezone=row.timezone,
     )
+
+
+def schedules_call() -> Call[list[ScheduleInfo]]:
+    """The call that reads every schedule in the table, archived or not, with its last
+    job's state (`sql.SCHEDULES`)."""
+    return Call(sql.SCHEDULES, (), lambda rows, _n: [schedule_info(row) for row in rows])
 
 
 def next_time(schedule: Schedule, after: datetime) -> datetime:

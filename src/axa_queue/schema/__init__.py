@@ -23,6 +23,8 @@ from typing import Any
 import psycopg
 from psycopg import sql as pgsql
 
+from .. import sql
+from ..db.calls import Call, Steps, ask, run_async
 from ..errors import SchemaError
 from ..sql import naming
 from .migrations import (
@@ -46,9 +48,13 @@ __all__ = [
     "check",
     "expected",
     "missing",
+    "missing_call",
+    "needs",
+    "recorded",
     "recorded_version",
     "setup",
     "statements_of",
+    "where",
 ]
 
 SETUP_LOCK = 0x0061_7861_5F71
@@ -59,11 +65,13 @@ ACTS_TRIGGERS = ("axa_job_acts_refuse", "axa_job_acts_refuse_truncate", "axa_job
 each set to fire always."""
 
 VERSION_READABLE = naming.statement("""SELECT to_regclass({'axa_schema_version'}) IS NOT NULL
-    AND has_table_privilege(to_regclass({'axa_schema_version'}), 'SELECT')""")
+    AND has_table_privilege(to_regclass({'axa_schema_version'}), 'SELECT') AS readable""")
 """Whether versions are recorded (a database set up before they were has no table) and
 this role may read them (setup grants that to everyone; a DBA may have revoked it)."""
 
-RECORDED_VERSION = naming.statement("SELECT coalesce(max(version), 0) FROM {axa_schema_version}")
+RECORDED_VERSION = naming.statement(
+    "SELECT coalesce(max(version), 0) AS version FROM {axa_schema_version}"
+)
 """The newest migration applied; a plain read, which waits for no application's lock."""
 
 TAKE_SETUP_LOCK = "SELECT pg_advisory_xact_lock(%s)"
@@ -74,7 +82,7 @@ SETUP_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true)"
 waits behind an application's open transaction no longer than this, rather than holding
 every claim and enqueue queued behind its own ACCESS EXCLUSIVE request."""
 
-SETUP_MISSING = """SELECT 'table ' || t FROM unnest(%(tables)s::text[]) AS t
+SETUP_MISSING = """SELECT 'table ' || t AS missing FROM unnest(%(tables)s::text[]) AS t
         WHERE to_regclass(%(prefix)s || t) IS NULL
     UNION ALL
     SELECT 'column ' || c.t || '.' || c.c
@@ -152,7 +160,7 @@ MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS wa
 
 HAS_NOTIFY_TRIGGER = naming.statement("""SELECT EXISTS (SELECT 1 FROM pg_trigger
     WHERE tgrelid = to_regclass({'axa_queue'}) AND tgname = 'axa_queue_notify'
-      AND tgenabled::text <> 'D')""")
+      AND tgenabled::text <> 'D') AS notifies""")
 """Whether inserts notify; without it workers fall back to polling."""
 
 
@@ -178,15 +186,52 @@ def statements_of(version: int | None = None) -> tuple[str, ...]:
     return SETUP_STATEMENTS
 
 
-async def recorded_version(conn: psycopg.AsyncConnection[Any]) -> int | None:
+def recorded() -> Steps[int | None]:
     """The newest migration the database records, or `None` when it records none (set
     up before versions were recorded, by the crate, or not at all) or this role may not
     read them."""
-    row = await (await conn.execute(VERSION_READABLE)).fetchone()
-    if not (row and row[0]):
+    readable = yield from ask(Call(VERSION_READABLE, (), lambda rows, _n: rows[0].readable))
+    if not readable:
         return None
-    row = await (await conn.execute(RECORDED_VERSION)).fetchone()
-    return int(row[0]) if row else 0
+    return (yield from ask(Call(RECORDED_VERSION, (), lambda rows, _n: int(rows[0].version))))
+
+
+def missing_call(
+    expectations: Expectations | None = None, schema: str | None = None
+) -> Call[list[str]]:
+    """The call that says what the migrations make that the schema lacks (`schema`, or
+    else the one the connection's `search_path` reaches), one line each ("column
+    axa_queue.priority"); empty when all is there. Reads only the catalogs."""
+    wanted = expected() if expectations is None else expectations
+    prefix = "" if schema is None else pgsql.Identifier(schema).as_string() + "."
+    return Call(
+        SETUP_MISSING,
+        {**wanted.params(), "prefix": prefix},
+        lambda rows, _n: [row.missing for row in rows],
+    )
+
+
+def needs(version: int, schema: str | None = None) -> Steps[bool]:
+    """Whether schema version `version` is not recorded, or something it makes is
+    missing (in `schema`, or else where the `search_path` reaches): whether a
+    migration to it has work to do."""
+    found = yield from recorded()
+    if found is None or found < version:
+        return True
+    return bool((yield from ask(missing_call(expected(version), schema))))
+
+
+def where() -> Steps[tuple[str, bool]]:
+    """The schema the tables resolve to (`current_schema()`, which notifications name)
+    and whether inserts notify (`HAS_NOTIFY_TRIGGER`): what `Queue.open` learns."""
+    current = yield from ask(Call(sql.CURRENT_SCHEMA, (), lambda rows, _n: rows[0].current_schema))
+    notifies = yield from ask(Call(HAS_NOTIFY_TRIGGER, (), lambda rows, _n: rows[0].notifies))
+    return current or "public", bool(notifies)
+
+
+async def recorded_version(conn: psycopg.AsyncConnection[Any]) -> int | None:
+    """`recorded`, on `conn`."""
+    return await run_async(conn, recorded())
 
 
 async def missing(
@@ -195,13 +240,8 @@ async def missing(
     *,
     schema: str | None = None,
 ) -> list[str]:
-    """What the migrations make that the schema lacks (`schema`, or else the one
-    `conn`'s `search_path` reaches), one line each ("column axa_queue.priority"); empty
-    when all is there. Reads only the catalogs."""
-    wanted = expected() if expectations is None else expectations
-    prefix = "" if schema is None else pgsql.Identifier(schema).as_string() + "."
-    cursor = await conn.execute(SETUP_MISSING, {**wanted.params(), "prefix": prefix})
-    return [row[0] for row in await cursor.fetchall()]
+    """`missing_call`, on `conn`."""
+    return await run_async(conn, missing_call(expectations, schema))
 
 
 def _to_apply(recorded: int | None, lacking: list[str]) -> list[Migration]:
@@ -292,8 +332,10 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
                 f"the job queue's table {table} is missing or out of date ({error.diag.message_primary}): "
                 "run the setup statements (`axa-queue setup`, or `axa-queue sql` in a migration)"
             ) from None
-    cursor = await conn.execute(MISSING_TRIGGERS, (list(ACTS_TRIGGERS),))
-    absent = [row[0] for row in await cursor.fetchall()]
+    absent = await run_async(
+        conn,
+        Call(MISSING_TRIGGERS, (list(ACTS_TRIGGERS),), lambda rows, _n: [r.want for r in rows]),
+    )
     if absent:
         raise SchemaError(
             f"the job queue is missing, or has turned off, the trigger(s) {', '.join(absent)} "

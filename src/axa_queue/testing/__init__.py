@@ -35,7 +35,7 @@ import os
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field, fields
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 from uuid import UUID, uuid4
 
 import psycopg
@@ -45,7 +45,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from .. import sql
 from ..db import dsns
 from ..db.adapters import run
-from ..db.calls import Call, Row, run_async, run_sync
+from ..db.calls import Call, Row, Steps, Work, ask, run_async, run_sync
 from ..errors import AxaQueueError, OptionsError
 from ..jobs.arguments import to_json
 from ..jobs.model import JobState, moment
@@ -136,13 +136,25 @@ def _enqueued_call(name: str | None) -> Call[list[EnqueuedJob]]:
     return Call(sql.ENQUEUED, {"name": name}, lambda rows, _count: [_job(r) for r in rows])
 
 
-async def _on_queue(queue: Queue, call: Call[list[EnqueuedJob]]) -> list[EnqueuedJob]:
-    async with queue.pool.connection() as conn:
-        return await run_async(conn, call)
-
-
 Source = Queue | SyncQueue | psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
 """What the helpers read from: a queue, or a psycopg connection (sync or async)."""
+
+T = TypeVar("T")
+
+
+def _on(source: Source, work: Work[T]) -> T | Awaitable[T]:
+    """Do `work` on `source`: its value, or an awaitable of it from an async source."""
+    if isinstance(source, Queue):
+        return _on_queue(source, work)
+    if isinstance(source, SyncQueue):
+        with source.pool.connection() as conn:
+            return run_sync(conn, work)
+    return run(source, work)
+
+
+async def _on_queue(queue: Queue, work: Work[T]) -> T:
+    async with queue.pool.connection() as conn:
+        return await run_async(conn, work)
 
 
 @overload
@@ -159,13 +171,7 @@ def enqueued(
     """Every stored job (of `name`, if given), oldest first, with its arguments: for
     tests only. From a `Queue` or an async connection, an awaitable of them. On a
     connection, the tables its `search_path` finds (or the queue's `schema`)."""
-    call = _enqueued_call(name)
-    if isinstance(source, Queue):
-        return _on_queue(source, call)
-    if isinstance(source, SyncQueue):
-        with source.pool.connection() as conn:
-            return run_sync(conn, call)
-    return run(source, call)
+    return _on(source, _enqueued_call(name))
 
 
 def _expected(name: str | None, args: Any, wanted: dict[str, Any]) -> dict[str, Any]:
@@ -252,15 +258,12 @@ def assert_enqueued(
     """The first stored job named `name` whose arguments (if `args` is given) and
     `fields` match; else an `AssertionError` that lists the jobs stored instead (with
     their arguments: for tests only). An awaitable from an async source."""
-    expected = _expected(name, args, fields)
-    listed = enqueued(source)  # every job: the message shows what was queued instead
-    if isinstance(listed, list):
-        return _found(listed, name, expected)
+    return _on(source, _asserted(name, _expected(name, args, fields)))
 
-    async def later() -> EnqueuedJob:
-        return _found(await listed, name, expected)
 
-    return later()
+def _asserted(name: str, expected: dict[str, Any]) -> Steps[EnqueuedJob]:
+    # Every job is read: the message shows what was queued instead.
+    return _found((yield from ask(_enqueued_call(None))), name, expected)
 
 
 @overload
@@ -283,16 +286,11 @@ def refute_enqueued(
     """Nothing when no stored job (named `name`, if given) has these arguments and
     `fields`; else an `AssertionError` listing those that do. An awaitable from an
     async source."""
-    expected = _expected(name, args, fields)
-    listed = enqueued(source, name)
-    if isinstance(listed, list):
-        _none_found(listed, name, expected)
-        return None
+    return _on(source, _refuted(name, _expected(name, args, fields)))
 
-    async def later() -> None:
-        _none_found(await listed, name, expected)
 
-    return later()
+def _refuted(name: str | None, expected: dict[str, Any]) -> Steps[None]:
+    _none_found((yield from ask(_enqueued_call(name))), name, expected)
 
 
 # --- a database to test on ---------------------------------------------------------------

@@ -49,7 +49,7 @@ from .access import (
     same_origin,
     security_headers,
 )
-from .history import DAY, HOUR, History
+from .history import DAY, HOUR, History, Tally
 from .params import BadParameter
 from .reads import (
     COUNT_CAP,
@@ -429,7 +429,7 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for name in by_name.keys() | recent.keys():
         counts = by_name.get(name)
-        done = recent.get(name, [0, 0, 0])
+        done = recent.get(name, Tally())
         rows.append(
             {
                 "name": name,
@@ -437,15 +437,15 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
                 "waiting": counts.waiting if counts else 0,
                 "running": counts.running if counts else 0,
                 "needs_review": counts.needs_review if counts else 0,
-                "completed": done[0],
-                "failed": done[1],
-                "cancelled": done[2],
+                "completed": done.completed,
+                "failed": done.failed,
+                "cancelled": done.cancelled,
                 "oldest": counts.oldest_ready_seconds if counts else 0.0,
             }
         )
     rows.sort(key=_by_backlog)
-    for key, index in (("completed", 0), ("failed", 1), ("cancelled", 2)):
-        totals[key] = sum(done[index] for done in recent.values())
+    for key in Tally._fields:
+        totals[key] = sum(getattr(done, key) for done in recent.values())
     totals["oldest"] = max([row["oldest"] for row in rows], default=0.0)
     return {
         "rows": rows,

@@ -24,10 +24,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from .reads import Finished
 
-__all__ = ["BACKFILL", "DAY", "HOUR", "History", "Series"]
+__all__ = ["BACKFILL", "DAY", "HOUR", "History", "Series", "Tally"]
 
 MINUTE = 60
 HOUR = 60
@@ -40,6 +41,14 @@ BACKFILL = 10
 
 REFRESH_EVERY = 2.0
 """Seconds between refreshes, whoever asks (several open pages share one)."""
+
+
+class Tally(NamedTuple):
+    """Jobs finished, by how they ended."""
+
+    completed: int = 0
+    failed: int = 0
+    cancelled: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,8 +64,8 @@ class Series:
 class History:
     """What the overview's charts show; refreshed by `refresh`, shared by every page."""
 
-    finished: dict[int, dict[str, tuple[int, int, int]]] = field(default_factory=dict)
-    """Minute start (epoch s) -> name -> (completed, failed, cancelled)."""
+    finished: dict[int, dict[str, Tally]] = field(default_factory=dict)
+    """Minute start (epoch s) -> name -> what finished in that minute."""
     backlog: dict[int, int] = field(default_factory=dict)
     """Minute start -> ready jobs at the last sample in that minute."""
     back_to: int | None = None
@@ -96,28 +105,28 @@ class History:
                 for row in rows:
                     if row.minute > current:
                         continue  # finished in the future: a time another client wrote
-                    self.finished.setdefault(row.minute, {})[row.name] = (
-                        row.completed,
-                        row.failed,
-                        row.cancelled,
+                    self.finished.setdefault(row.minute, {})[row.name] = Tally(
+                        row.completed, row.failed, row.cancelled
                     )
             oldest = current - DAY * MINUTE
             for kept in (self.finished, self.backlog):
                 for minute in [m for m in kept if m < oldest]:
                     del kept[minute]
 
-    def recent_by_name(self, minutes: int = HOUR, now: float | None = None) -> dict[str, list[int]]:
-        """Jobs finished in the last `minutes` minutes, per name: [completed, failed,
-        cancelled]."""
+    def recent_by_name(self, minutes: int = HOUR, now: float | None = None) -> dict[str, Tally]:
+        """Jobs finished in the last `minutes` minutes, per name."""
         wall = time.time() if now is None else now
         since = int(wall // MINUTE * MINUTE) - (minutes - 1) * MINUTE
-        found: dict[str, list[int]] = {}
+        found: dict[str, Tally] = {}
         for minute, names in self.finished.items():
             if minute >= since:
                 for name, counts in names.items():
-                    total = found.setdefault(name, [0, 0, 0])
-                    for i, n in enumerate(counts):
-                        total[i] += n
+                    total = found.get(name, Tally())
+                    found[name] = Tally(
+                        total.completed + counts.completed,
+                        total.failed + counts.failed,
+                        total.cancelled + counts.cancelled,
+                    )
         return found
 
     def series(self, what: str, minutes: int, per: int, now: float | None = None) -> Series:
@@ -135,8 +144,11 @@ class History:
                 samples = [self.backlog[m] for m in bucket if m in self.backlog]
                 values.append(samples[-1] if samples else 0)
             else:
-                index = 0 if what == "completed" else 1
                 values.append(
-                    sum(c[index] for m in bucket for c in self.finished.get(m, {}).values())
+                    sum(
+                        c.completed if what == "completed" else c.failed
+                        for m in bucket
+                        for c in self.finished.get(m, {}).values()
+                    )
                 )
         return Series(starts, values)

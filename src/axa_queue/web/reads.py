@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from .. import sql
 from ..acts import Act, ActKind, act_of
 from ..db.calls import Call, Row
-from ..jobs.model import JobInfo, JobState, job_info
+from ..jobs.model import JobInfo, JobState
+from ..jobs.reads import job_info
 
 __all__ = [
     "COUNT_CAP",

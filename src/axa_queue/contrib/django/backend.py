@@ -30,8 +30,8 @@ import importlib
 import re
 from collections.abc import Callable
 from inspect import iscoroutinefunction
-from typing import Any, cast
-from uuid import UUID
+from typing import Any
+from uuid import UUID, uuid4
 
 from django.db import transaction
 from django.utils import timezone
@@ -40,7 +40,8 @@ from django.utils.module_loading import import_string
 from ... import NewJob, SyncQueue, sql
 from ...db.calls import Call, run_sync
 from ...errors import OptionsError
-from ...jobs.model import check_name, enqueue_call, job_id_of, moment, optional_moment
+from ...jobs.enqueue import enqueue_call
+from ...jobs.model import check_name, job_id_of, moment, optional_moment
 from . import conf
 
 __all__ = [
@@ -229,8 +230,8 @@ class AxaQueueBackend(_backends.BaseTaskBackend):
         if run_after is not None and timezone.is_naive(run_after):
             run_after = timezone.make_aware(run_after)
         job = NewJob(task.module_path, arguments, priority=task.priority, run_at=run_after)
-        call = enqueue_call(job)
-        job_id = cast("dict[str, Any]", call.params)["id"]
+        job_id = uuid4()
+        call = enqueue_call(job, job_id=job_id)
         result = AxaTaskResult(
             task=task,
             id=str(job_id),

@@ -16,28 +16,17 @@ from typing import Any
 
 import psycopg
 from django.db import DatabaseError, migrations
-from psycopg import sql as pgsql
 
 from ... import SchemaError, sql
 from ... import schema as queue_schema
+from ...db.adapters import run
+from ...db.calls import Call
 from . import conf
 
 __all__ = ["apply", "operation"]
 
-
-def _needed(cursor: Any, version: int, schema: str | None) -> bool:
-    """Whether version `version` is not recorded, or something it makes is missing."""
-    cursor.execute(queue_schema.VERSION_READABLE)
-    readable = cursor.fetchone()[0]
-    if readable:
-        cursor.execute(queue_schema.RECORDED_VERSION)
-        recorded = int(cursor.fetchone()[0])
-        if recorded >= version:
-            wanted = queue_schema.expected(version)
-            prefix = "" if schema is None else pgsql.Identifier(schema).as_string() + "."
-            cursor.execute(queue_schema.SETUP_MISSING, {**wanted.params(), "prefix": prefix})
-            return bool(cursor.fetchall())
-    return True
+_SEARCH_PATH = Call(sql.SEARCH_PATH, (), lambda rows, _n: rows[0].search_path)
+"""The transaction's `search_path`, to set it back after the migration's statements."""
 
 
 def apply(version: int) -> Any:
@@ -56,11 +45,10 @@ def apply(version: int) -> Any:
             try:
                 cursor.execute(queue_schema.TAKE_SETUP_LOCK, [queue_schema.SETUP_LOCK])
                 held = "a lock on them"
-                cursor.execute(sql.SEARCH_PATH)
-                search_path = cursor.fetchone()[0]
+                search_path = run(connection, _SEARCH_PATH)
                 if schema is not None:
                     cursor.execute(sql.LOCAL_SEARCH_PATH, [schema])
-                if _needed(cursor, version, schema):
+                if run(connection, queue_schema.needs(version, schema)):
                     for statement in queue_schema.statements_of(version):
                         cursor.execute(statement)  # no parameters: a `%` stays as written
             except DatabaseError as error:
