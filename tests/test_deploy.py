@@ -373,7 +373,7 @@ def test_a_worker_process_gets_the_settings_its_supervisor_resolved_on_its_comma
     assert parsed.params["log_tracebacks"] is True
     assert parsed.params["setup"] is False  # the supervisor has set up, once
     assert parsed.params["processes"] is None  # a child works in its own process
-    assert (parsed.meta["axa_queue.db.pooler"], parsed.meta["axa_queue.schema"]) == (
+    assert (parsed.meta["axa_queue.pooler"], parsed.meta["axa_queue.schema"]) == (
         "transaction",
         "jobs",
     )
