@@ -25,7 +25,7 @@ prints what it found as JSON or as tables; `text`: what is printed), and one mod
 per group of commands: `tables` (setup, sql, check), `run` (worker), `jobs` (enqueue,
 jobs, show, counts, schedules, workers), `acts` (acts, cancel, retry), `housekeeping`
 (recover, purge), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
-runs is in `supervisor` (one process, or several
+runs is in `process` (one process) and `supervisor` (several
 under a supervisor) and what `demo` runs is in `axa_queue.demo`.
 """
 

@@ -1,5 +1,5 @@
 """`worker`: run the jobs of a queue, in this process or in several under a supervisor
-(`supervisor` runs them; this parses the command line and reports errors)."""
+(`process` and `supervisor` run them; this parses the command line and reports errors)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import psycopg
 from .. import logs
 from ..queue import Queue
 from ..worker import STUCK_AFTER
-from . import supervisor
+from . import process, supervisor
 from .conventions import (
     BadInput,
     Failed,
@@ -241,7 +241,7 @@ def worker(
         if processes is None:
             queue.connector.on_wait = on_wait
             code = asyncio.run(
-                supervisor.work(queue, target_dsn, setup, metrics_port, metrics_host, stuck_after)
+                process.work(queue, target_dsn, setup, metrics_port, metrics_host, stuck_after)
             )
         else:
             settings = supervisor.Settings(
