@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from datetime import timedelta
 
+from axa_queue import Discard, Retry, Snooze
+from axa_queue.handlers.policies import NO_POLICY, Policy
+from axa_queue.handlers.retries import MAX_ERROR_BYTES
 from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from axa_queue.worker.decisions import HOLD_ENDINGS
-from axa_queue.worker.state import Run, State
+from axa_queue.worker.run import CANCELLED, LOST, TIMEOUT, Run, RunPhase, Stop
+from axa_queue.worker.state import State
 
 BUSY = {"stopping": False, "active": 4, "slots": 4, "waiting": 10, "low_water": 4, "room": 24}
 
@@ -86,7 +92,7 @@ def test_the_fate_of_a_lost_run_says_what_became_of_its_job() -> None:
 
 
 def test_a_run_that_lost_its_claim_holds_its_place_until_its_fate_is_written() -> None:
-    from axa_queue.worker.state import Phase, Run, State
+    from axa_queue.worker.state import Phase
 
     state = State(2, 0)
     one = Run("3f2c0f4e-0000-0000-0000-000000000001", "Report", 1, 3, None, "{}", 0.0)
@@ -126,7 +132,7 @@ def test_auto_prefetch_claims_ahead_what_the_loops_not_held_by_long_runs_start_i
     state = State(10, "auto")
     assert state.pace() == {}
     assert state.free() == 10  # nothing ahead before a run has ended
-    runs = [Run(str(n), "Short", 1, 1, None, "{}", 0.0, started=True) for n in range(10)]
+    runs = [Run(str(n), "Short", 1, 1, None, "{}", 0.0, phase=RunPhase.RUNNING) for n in range(10)]
     state.runs = {one.key: one for one in runs}
     state.ran("Short", 0.001)  # ten loops, a millisecond a run: 500 within 50 ms
     assert state.pace() == {"Short": decisions.AUTO_PREFETCH}
@@ -170,3 +176,170 @@ def test_a_fixed_prefetch_claims_that_many_ahead_whatever_runs_take() -> None:
     state.ran("Slow", 60.0)
     assert state.pace() is None
     assert state.free() == 30
+
+
+# --- how a run that is over is taken -----------------------------------------------------
+
+TRIES = {"attempts": 1, "limit": 3, "policy": NO_POLICY, "backoff": timedelta(seconds=2)}
+
+
+def test_a_run_whose_handler_returned_is_recorded_completed() -> None:
+    taken = decisions.outcome(stopped=None, error=None, raised=None, **TRIES)
+    assert (taken.taken, taken.status, taken.error, taken.delay) == (
+        "completed",
+        "completed",
+        None,
+        0.0,
+    )
+
+
+def test_a_failure_with_attempts_left_is_queued_after_the_backoff_and_logged_by_its_class() -> None:
+    raised = ValueError("no such customer")
+    taken = decisions.outcome(
+        stopped=None, error="ValueError: no such customer", raised=raised, **TRIES
+    )
+    assert (taken.taken, taken.status, taken.delay) == ("retried", "queued", 2.0)
+    assert taken.error == "ValueError: no such customer"
+    assert taken.cause == "raised ValueError", "the log names the class, not the text"
+    assert taken.traceback
+
+
+def test_a_failure_of_the_last_attempt_fails_the_job() -> None:
+    taken = decisions.outcome(
+        stopped=None, error="ValueError", raised=ValueError(), **{**TRIES, "attempts": 3}
+    )
+    assert (taken.taken, taken.status, taken.delay) == ("failed", "failed", 0.0)
+
+
+def test_a_timeout_is_a_failure_that_raised_nothing_whatever_the_handler_raised() -> None:
+    taken = decisions.outcome(
+        stopped=Stop(TIMEOUT, "timed out after 5 s"),
+        error="CancelledError raised by the handler",
+        raised=asyncio.CancelledError(),
+        **TRIES,
+    )
+    assert (taken.taken, taken.error, taken.cause) == (
+        "retried",
+        "timed out after 5 s",
+        "timed out after 5 s",
+    )
+    assert not taken.traceback
+
+
+def test_a_run_whose_claim_is_gone_is_lost_and_one_whose_job_was_cancelled_writes_nothing() -> None:
+    lost = decisions.outcome(
+        stopped=Stop(LOST, "another worker or recovery took its claim"),
+        error=None,
+        raised=None,
+        **TRIES,
+    )
+    assert (lost.taken, lost.error) == (
+        "lost",
+        "stopped: another worker or recovery took its claim",
+    )
+    cancelled = decisions.outcome(
+        stopped=Stop(CANCELLED, "cancelled by a person"), error="boom", raised=None, **TRIES
+    )
+    assert (cancelled.taken, cancelled.status) == ("cancelled", "running")
+
+
+def test_what_a_handler_asks_for_is_taken_without_a_traceback() -> None:
+    snoozed = decisions.outcome(
+        stopped=None, error="Snooze", raised=Snooze(timedelta(minutes=1)), **TRIES
+    )
+    assert (snoozed.taken, snoozed.status, snoozed.delay, snoozed.max_attempts) == (
+        "snoozed",
+        "queued",
+        60.0,
+        4,
+    )
+    retried = decisions.outcome(stopped=None, error="Retry", raised=Retry("later", in_=5), **TRIES)
+    assert (retried.taken, retried.delay) == ("retried", 5.0)
+    discarded = decisions.outcome(stopped=None, error="Discard", raised=Discard("bad"), **TRIES)
+    assert (discarded.taken, discarded.error) == ("failed", "discarded: bad")
+    assert not (snoozed.traceback or retried.traceback or discarded.traceback)
+
+
+def test_a_backoff_that_raises_is_told_and_the_queues_backoff_is_used() -> None:
+    told: list[Exception] = []
+
+    def broken(attempt: int) -> timedelta:
+        raise ZeroDivisionError
+
+    taken = decisions.outcome(
+        stopped=None,
+        error="ValueError",
+        raised=ValueError(),
+        **{**TRIES, "policy": Policy(backoff=broken)},
+        backoff_failed=told.append,
+    )
+    assert (taken.taken, taken.delay) == ("retried", 2.0)
+    assert [type(one) for one in told] == [ZeroDivisionError]
+
+
+def test_an_error_too_long_for_a_row_is_cut() -> None:
+    taken = decisions.outcome(stopped=None, error="x" * 5000, raised=None, **TRIES)
+    assert taken.error is not None and len(taken.error.encode()) <= MAX_ERROR_BYTES
+    assert taken.cause == "x" * 5000, "the log line's cause is the error as it was"
+
+
+# --- a run's phases ----------------------------------------------------------------------
+
+
+class Task:
+    """Stands for a loop's task: records its cancellations."""
+
+    def __init__(self) -> None:
+        self.cancels = 0
+
+    def cancel(self) -> None:
+        self.cancels += 1
+
+
+def a_run() -> Run:
+    return Run("3f2c0f4e-0000-0000-0000-000000000001", "Report", 1, 3, None, "{}", 0.0)
+
+
+def test_a_run_is_started_once_its_handler_is_called_and_done_once_over() -> None:
+    one = a_run()
+    assert (one.phase, one.started, one.done) == (RunPhase.WAITING, False, False)
+    one.phase = RunPhase.STARTING
+    assert (one.started, one.done) == (False, False)
+    one.phase = RunPhase.RUNNING
+    assert (one.started, one.done) == (True, False)
+    one.over()
+    assert (one.phase, one.started, one.done) == (RunPhase.ENDED, True, True)
+    skipped = a_run()
+    skipped.phase = RunPhase.STARTING
+    skipped.over()
+    assert (skipped.phase, skipped.started, skipped.done) == (RunPhase.SKIPPED, False, True)
+
+
+def test_a_stop_cancels_the_loop_only_while_the_loop_has_the_run() -> None:
+    waiting, task = a_run(), Task()
+    waiting.task = task  # type: ignore[assignment]
+    waiting.stop(TIMEOUT, "timed out after 1 s")
+    assert task.cancels == 0 and not waiting.cancelled, "its loop will skip it"
+    assert waiting.stopped == Stop(TIMEOUT, "timed out after 1 s")
+    running_one, task = a_run(), Task()
+    running_one.task = task  # type: ignore[assignment]
+    running_one.phase = RunPhase.RUNNING
+    running_one.lose("another worker or recovery took its claim")
+    running_one.stop(CANCELLED, "cancelled by a person")  # the first stop stays
+    assert task.cancels == 1 and running_one.cancelled
+    assert running_one.stopped is not None and running_one.stopped.kind == LOST
+    running_one.over()
+    assert not running_one.cancelled
+
+
+def test_a_run_that_is_over_cannot_be_stopped_and_one_found_gone_by_its_loop_is_skipped() -> None:
+    over, task = a_run(), Task()
+    over.task = task  # type: ignore[assignment]
+    over.phase = RunPhase.RUNNING
+    over.over()
+    over.stop(TIMEOUT, "timed out after 1 s")
+    assert over.stopped is None and task.cancels == 0
+    proved = a_run()
+    proved.phase = RunPhase.STARTING
+    proved.skip(LOST, "its claim was gone before its handler started")
+    assert (proved.phase, proved.started, proved.cancelled) == (RunPhase.SKIPPED, False, False)

@@ -21,6 +21,7 @@ from axa_queue.limits import MAX_RATE
 from axa_queue.options import MAX_DURATION, MAX_INTEGER
 from axa_queue.worker import Worker, decisions
 from axa_queue.worker.exchange import Exchange
+from axa_queue.worker.run import RunPhase
 from conftest import eventually, running, status_of
 
 SECRET = "943 476 5919"
@@ -493,7 +494,7 @@ async def test_the_run_at_fault_among_many_endings_is_found_in_halves_and_a_run_
     at_fault, replaced = claimed[5], claimed[11]
     refuse(admin, uuid.UUID(at_fault.id), "completed")
     for one in claimed:
-        one.started = True  # as if their handlers ran
+        one.phase = RunPhase.ENDED  # as if their handlers ran
     batch = [one.end("completed") for one in claimed]
     with pytest.raises(psycopg.DataError):
         await exchange.send(batch, 0, [])

@@ -41,9 +41,10 @@ from .exchange import OUTCOMES, Exchange
 from .housekeeping import Housekeeping
 from .listener import listen
 from .presence import Presence
+from .run import Run
 from .runs import Runner
 from .schedules import LOG_AGAIN, Tick, tick_loop
-from .state import Phase, Run, State
+from .state import Phase, State
 from .tasks import CANCEL_AGAIN, CANCEL_GIVE_UP, Troubles, cancel_all, summary
 from .threads import JobThreads
 

@@ -28,7 +28,8 @@ from ..handlers.retries import cut_error, first_line, kind
 from ..options import QueueOptions
 from . import decisions
 from .connections import Connections
-from .state import CANCELLED, Run, State
+from .run import CANCELLED, LOST, Run
+from .state import State
 
 __all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims"]
 
@@ -94,7 +95,8 @@ class Claims:
     async def prove(self, one: Run) -> bool:
         """Whether `one`'s handler may start, once a heartbeat for it proves its claim
         (tried until the database answers). A claim found gone stops the run
-        (`one.stopped`) and this returns False: its handler never starts."""
+        (`one.stopped`; it is over, skipped) and this returns False: its handler never
+        starts."""
         while True:
             sent = time.monotonic()
             try:
@@ -113,9 +115,9 @@ class Claims:
                 one.last_heard = sent
                 return True
             if one.key in cancelled:
-                one.stopped = (CANCELLED, "cancelled by a person before its handler started")
+                one.skip(CANCELLED, "cancelled by a person before its handler started")
             else:
-                one.stopped = ("lost", "its claim was gone before its handler started")
+                one.skip(LOST, "its claim was gone before its handler started")
             return False
 
     async def heartbeat_loop(self) -> None:
@@ -184,7 +186,7 @@ class Claims:
             "id": one.id,
             "attempts": one.attempts,
             "started": one.started,
-            "gave_up": one.stopped is not None and one.stopped[1].startswith(GAVE_UP),
+            "gave_up": one.stopped is not None and one.stopped.reason.startswith(GAVE_UP),
             "ending": None if one.status == "running" else one.status,
             "ending_error": one.error,
             "error": cut_error(text),

@@ -1,4 +1,5 @@
-"""The worker's decisions, as plain functions: what to send now, how long to wait.
+"""The worker's decisions, as plain functions: what to send now, how long to wait, how
+a run that is over is taken (`outcome`).
 
 Nothing here does I/O or reads a clock: each takes what it decides from as arguments,
 so `tests/test_decisions.py` tests them without a database or an event loop.
@@ -7,10 +8,15 @@ so `tests/test_decisions.py` tests them without a database or an event loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Literal
 
+from ..handlers.policies import Discard, Policy, Retry, Snooze, judge
+from ..handlers.retries import cut_error, kind
 from ..limits import Limits
+from .run import CANCELLED, LOST, Stop
 
 __all__ = [
     "AUTO_PREFETCH",
@@ -21,6 +27,7 @@ __all__ = [
     "SERVICE_RETRY_MAX",
     "SKIP_NAME",
     "VALUE_ERRORS",
+    "Outcome",
     "ahead",
     "blames_values",
     "due",
@@ -31,6 +38,7 @@ __all__ = [
     "low_water",
     "needs_proof",
     "next_retry",
+    "outcome",
     "room",
     "wanted",
 ]
@@ -234,3 +242,76 @@ def fate(
     if status == "needs_review":
         return logging.WARNING, f"{head}: its claim was gone; the job already waits for review"
     return logging.WARNING, f"{head}: its claim was gone; the job is now {status}"
+
+
+Taken = Literal["completed", "snoozed", "retried", "failed", "lost", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How a run that is over is taken (`outcome`): what its ending writes, if
+    anything, and what the log says of it."""
+
+    taken: Taken
+    """`completed`, `snoozed`, `retried` or `failed`: an ending to write (`status`,
+    `error`, `delay`, `max_attempts`); `lost`: its claim is gone, and `Claims.lose`
+    writes its fate (`error`: why); `cancelled`: a person cancelled its job under this
+    attempt, and nothing is written."""
+    status: str = "running"
+    """What its ending writes: `completed`, `queued` again after `delay`, or `failed`."""
+    error: str | None = None
+    delay: float = 0.0
+    max_attempts: int | None = None
+    """The job's new `max_attempts` (a snooze), else `None`."""
+    cause: str | None = None
+    """What the log message says of a failure: the class of what the handler raised
+    (`raised ValueError`), or the error itself when nothing was raised (a timeout, a
+    result that cannot be stored, no handler)."""
+    traceback: bool = False
+    """Whether what the handler raised is worth its traceback in the log: not a
+    `Retry`, `Snooze` or `Discard` it asked for."""
+
+
+def outcome(
+    *,
+    stopped: Stop | None,
+    error: str | None,
+    raised: BaseException | None,
+    attempts: int,
+    limit: int,
+    policy: Policy,
+    backoff: timedelta,
+    backoff_failed: Callable[[Exception], None] | None = None,
+) -> Outcome:
+    """How a run that is over is taken: one `stopped` from outside (a person cancelled
+    its job, its claim is gone, or its time is up), else one that ended with `error`
+    (`None`: it completed) and, if its handler raised, what it `raised`, as `attempts`
+    of `limit`. A failure is judged by the handler's `policy` (`policies.judge`, with
+    the queue's `backoff` for handlers without one; `backoff_failed` is told what a
+    backoff function raised) and its error cut to what a row keeps. A timeout is a
+    failure that raised nothing, even when the handler swallowed its cancellation."""
+    if stopped is not None and stopped.kind == CANCELLED:
+        return Outcome("cancelled")
+    if stopped is not None and stopped.kind == LOST:
+        return Outcome("lost", error=f"stopped: {stopped.reason}")
+    if stopped is not None:  # its time is up
+        error, raised = stopped.reason, None
+    if error is None:
+        return Outcome("completed", "completed")
+    verdict = judge(raised, error, attempts, limit, policy, backoff, backoff_failed)
+    taken: Taken = (
+        "snoozed"
+        if verdict.max_attempts is not None
+        else "retried"
+        if verdict.status == "queued"
+        else "failed"
+    )
+    return Outcome(
+        taken,
+        verdict.status,
+        cut_error(verdict.error),
+        verdict.delay,
+        verdict.max_attempts,
+        cause=error if raised is None else f"raised {kind(raised)}",
+        traceback=raised is not None and not isinstance(raised, (Retry, Snooze, Discard)),
+    )

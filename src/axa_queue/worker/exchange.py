@@ -43,8 +43,9 @@ from ..options import QueueOptions, to_seconds
 from . import decisions
 from .claims import RETRY_DATABASE, Claims
 from .connections import Connections
+from .run import Run, order_of
 from .runs import Runner
-from .state import Phase, Run, State, order_of
+from .state import Phase, State
 
 __all__ = ["OUTCOMES", "Exchange"]
 

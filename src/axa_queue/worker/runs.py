@@ -27,15 +27,17 @@ from .. import logs, sql
 from ..context import JobContext, enter, leave
 from ..db.lending import LEND_IDLE, Lender, Lending
 from ..handlers.handler import JobHandler
-from ..handlers.policies import NO_POLICY, Discard, Retry, Snooze, judge
+from ..handlers.policies import NO_POLICY
 from ..handlers.registry import Registry
-from ..handlers.retries import cut_error, describe, first_line, kind
+from ..handlers.retries import describe, first_line, kind
 from ..jobs.arguments import result_json
 from ..middleware import through
 from ..options import QueueOptions
 from ..tracing import carrier_of
+from . import decisions
 from .claims import Claims
-from .state import CANCELLED, Run, State, order_of
+from .run import CANCELLED, Run, RunPhase, order_of
+from .state import State
 from .tasks import cancel_all, uncancel
 from .threads import JobThreads
 
@@ -213,117 +215,123 @@ class Runner:
             state.wake()  # a place under its limit came free: its jobs may be waiting
 
     async def _execute(self, one: Run, lender: Lender | None = None) -> None:
-        """Run the handler to its end, its time limit, or the loss of its claim, then
-        record the ending. Cancelled from outside (not by `Run.stop`), it aborts: the
-        job stays `running` for stale recovery. A `CancelledError` the handler raises of
-        its own is a failure of the attempt like any other."""
+        """Run the handler to its end, its time limit, or the loss of its claim
+        (`_invoke`), then take its outcome (`decisions.outcome`): record the ending, or
+        the loss, or nothing for a cancelled job. Cancelled from outside (not by
+        `Run.stop`), it aborts: the job stays `running` for stale recovery. A
+        `CancelledError` the handler raises of its own is a failure of the attempt like
+        any other."""
         handler = self.registry.handlers.get(one.name)
         error: str | None = None
         raised: BaseException | None = None
-        result: Any = None  # what the handler returned (through the middleware)
         started = time.monotonic()
-        try:
-            if handler is None:  # only handled names are claimed; kept for safety
-                error = f"no handler for job {one.name}"
-            elif one.stopped is not None or (
-                self.claims.doubtful(one) and not await self.claims.prove(one)
-            ):
-                pass  # lost while it waited for a loop: its handler never starts
-            else:
-                one.started = True
-                if lender is not None and handler.is_async:
-                    lender.run = one  # inside this run, the pool hands out the lent connection
-                else:
-                    lender = None
-                job = self._job(one, lender)
-                token = enter(job)
-                try:
-                    if self.registry.middleware:
-                        result = await through(
-                            self.registry.middleware,
-                            job,
-                            functools.partial(self._call, handler, one.args_text, job),
-                        )
-                    elif handler.coroutine_function is not None:  # awaited here: a coroutine less
-                        args = handler.decode(json.loads(one.args_text))
-                        if handler.takes_job:
-                            result = await handler.coroutine_function(args, job)  # type: ignore[call-arg]
-                        else:
-                            result = await handler.coroutine_function(args)
-                    else:
-                        result = await self._call(handler, one.args_text, job)
-                finally:
-                    leave(token)
-                    if lender is not None:
-                        lender.run = None
+        if handler is None:  # only handled names are claimed; kept for safety
+            error = f"no handler for job {one.name}"
+        elif one.stopped is None:  # else stopped while it waited: its handler never starts
+            one.phase = RunPhase.STARTING
+            try:
+                result = await self._invoke(one, handler, lender)
                 if result is not None:
                     one.result, error = result_json(result, one.name)
-        except asyncio.CancelledError as failure:
-            if one.stopped is None:
-                if self._aborted():
-                    one.done = True
-                    self._release(one)
-                    raise
-                # The handler's own CancelledError, not a stop: a failure like any other.
-                error = f"{describe(failure)} raised by the handler"
+                del result  # kept, as JSON, in one.result
+            except asyncio.CancelledError as failure:
+                if one.stopped is None:
+                    if self._aborted():
+                        one.over()
+                        self._release(one)
+                        raise
+                    # The handler's own CancelledError, not a stop: a failure like any other.
+                    error = f"{describe(failure)} raised by the handler"
+                    raised = failure
+            except BaseException as failure:  # a job's failure, whatever it is
+                error = describe(failure)
                 raised = failure
-        except BaseException as failure:  # a job's failure, whatever it is
-            error = describe(failure)
-            raised = failure
-        if one.cancelled:  # stopped by us (also when the handler swallowed it): forget it
-            uncancel()
-        one.done = True
+            if one.cancelled:  # stopped by us (also when the handler swallowed it): forget it
+                uncancel()
+        one.over()
         one.seconds = time.monotonic() - started
         if one.started:
             self.state.ran(one.name, one.seconds)
-        if one.stopped is not None and one.stopped[0] == CANCELLED:
-            # The row says cancelled under this attempt (the heartbeat read it), a state
-            # no one moves a job out of: nothing to write, no fate to decide.
-            self._release(one)
-            if one.started:
-                self.state.stats[CANCELLED] += 1
-                self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
-            log.info(
-                "job stopped: %s %s (attempt %d) was cancelled by a person while it ran; "
-                "nothing of the run is recorded"
-                if one.started
-                else "job not started: %s %s (attempt %d) was cancelled by a person",
-                *one.named(),
-                extra=one.fields(),
-            )
-            return
-        if one.stopped is not None and one.stopped[0] == "lost":
+        taken = decisions.outcome(
+            stopped=one.stopped,
+            error=error,
+            raised=raised,
+            attempts=one.attempts,
+            limit=one.limit,
+            policy=NO_POLICY if handler is None else handler.policy,
+            backoff=self.backoff,
+            backoff_failed=functools.partial(self._backoff_failed, one),
+        )
+        if taken.taken == "lost":
             try:
-                await asyncio.shield(self.claims.lose(one, f"stopped: {one.stopped[1]}"))
+                await asyncio.shield(self.claims.lose(one, taken.error or ""))
             finally:
                 self._release(one)
             return
         self._release(one)
-        if one.stopped is not None:  # timed out (also when a handler swallowed the cancellation)
-            error = one.stopped[1]
-            raised = None
-        # What the log message says of a failure: the error's class, or our own text.
-        cause = error if raised is None else f"raised {kind(raised)}"
-        raises: int | None = None  # a snooze: the job's new max_attempts
-        if error is None:
-            status, delay = "completed", 0.0
-        else:
+        if taken.taken == "cancelled":
+            self._cancelled(one)
+            return
+        if taken.status != "completed":
             one.result = None
-            verdict = judge(
-                raised,
-                error,
-                one.attempts,
-                one.limit,
-                NO_POLICY if handler is None else handler.policy,
-                self.backoff,
-                functools.partial(self._backoff_failed, one),
-            )
-            status, delay, raises = verdict.status, verdict.delay, verdict.max_attempts
-            error = cut_error(verdict.error)
-            if isinstance(raised, (Retry, Snooze, Discard)):
-                raised = None  # asked for by the handler: no traceback to log
-        if status == "completed":
-            del result  # kept, as JSON, in one.result
+        self._log_ending(one, taken, raised if self.tracebacks and taken.traceback else None)
+        del raised  # its traceback holds the handler's frames
+        self.state.end(one.end(taken.status, taken.error, taken.delay, taken.max_attempts))
+        if taken.status == "queued":
+            self.state.wake_in(taken.delay)
+
+    async def _invoke(self, one: Run, handler: JobHandler[Any], lender: Lender | None) -> Any:
+        """Prove `one`'s claim if it may have expired, then call its handler (inside
+        its middleware, if any, with its `JobContext` current, and the loop's lent
+        connection handed out to an async one); returns what the handler returned, and
+        raises what it raised. A claim found gone (`Claims.prove`) leaves the handler
+        uncalled: `one` is then over, stopped, and this returns `None`."""
+        if self.claims.doubtful(one) and not await self.claims.prove(one):
+            return None
+        one.phase = RunPhase.RUNNING
+        if lender is not None and handler.is_async:
+            lender.run = one  # inside this run, the pool hands out the lent connection
+        else:
+            lender = None
+        job = self._job(one, lender)
+        token = enter(job)
+        try:
+            if self.registry.middleware:
+                return await through(
+                    self.registry.middleware,
+                    job,
+                    functools.partial(self._call, handler, one.args_text, job),
+                )
+            if handler.coroutine_function is not None:  # awaited here: a coroutine less
+                args = handler.decode(json.loads(one.args_text))
+                if handler.takes_job:
+                    return await handler.coroutine_function(args, job)  # type: ignore[call-arg]
+                return await handler.coroutine_function(args)
+            return await self._call(handler, one.args_text, job)
+        finally:
+            leave(token)
+            if lender is not None:
+                lender.run = None
+
+    def _cancelled(self, one: Run) -> None:
+        """`one`'s job was cancelled by a person under its attempt: the row says so (the
+        heartbeat read it), a state no one moves a job out of, so nothing is written."""
+        if one.started:
+            self.state.stats[CANCELLED] += 1
+            self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
+        log.info(
+            "job stopped: %s %s (attempt %d) was cancelled by a person while it ran; "
+            "nothing of the run is recorded"
+            if one.started
+            else "job not started: %s %s (attempt %d) was cancelled by a person",
+            *one.named(),
+            extra=one.fields(),
+        )
+
+    def _log_ending(self, one: Run, taken: decisions.Outcome, trace: BaseException | None) -> None:
+        """Log how `one` ended (a completion only at debug level), with the traceback of
+        what its handler raised if `trace` is given."""
+        if taken.taken == "completed":
             if log.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "job completed: %s %s (attempt %d) in %g s",
@@ -331,36 +339,30 @@ class Runner:
                     round(one.seconds, 6),
                     extra={**one.fields(), "duration": round(one.seconds, 6)},
                 )
+        elif taken.taken == "snoozed":
+            log.info(
+                "job snoozed: %s %s (attempt %d) for %g s",
+                *one.named(),
+                taken.delay,
+                extra={**one.fields(), "error": taken.error, "retry_in": taken.delay},
+            )
+        elif taken.taken == "retried":
+            log.warning(
+                "job failed, will retry: %s %s (attempt %d): %s; next try in %g s",
+                *one.named(),
+                taken.cause,
+                taken.delay,
+                extra={**one.fields(), "error": taken.error, "retry_in": taken.delay},
+                exc_info=trace,
+            )
         else:
-            trace = raised if self.tracebacks else None
-            if raises is not None:
-                log.info(
-                    "job snoozed: %s %s (attempt %d) for %g s",
-                    *one.named(),
-                    delay,
-                    extra={**one.fields(), "error": error, "retry_in": delay},
-                )
-            elif status == "queued":
-                log.warning(
-                    "job failed, will retry: %s %s (attempt %d): %s; next try in %g s",
-                    *one.named(),
-                    cause,
-                    delay,
-                    extra={**one.fields(), "error": error, "retry_in": delay},
-                    exc_info=trace,
-                )
-            else:
-                log.error(
-                    "job failed: %s %s (attempt %d): %s",
-                    *one.named(),
-                    cause,
-                    extra={**one.fields(), "error": error},
-                    exc_info=trace,
-                )
-            del raised, trace  # its traceback holds the handler's frames
-        self.state.end(one.end(status, error, delay, raises))
-        if status == "queued":
-            self.state.wake_in(delay)
+            log.error(
+                "job failed: %s %s (attempt %d): %s",
+                *one.named(),
+                taken.cause,
+                extra={**one.fields(), "error": taken.error},
+                exc_info=trace,
+            )
 
     def _backoff_failed(self, one: Run, failure: Exception) -> None:
         """The backoff function of `one`'s handler raised: its job waits the queue's
@@ -389,13 +391,12 @@ class Runner:
         if one.timer is not None:
             one.timer.cancel()
         if one.key in state.runs:
-            if not one.done:
-                one.done = True
+            one.over()
             self._release(one)
         ended = (
             one.status != "running"
             or one.id in state.losing
-            or (one.stopped is not None and one.stopped[0] == CANCELLED)
+            or (one.stopped is not None and one.stopped.kind == CANCELLED)
         )
         log.error(
             "a job loop failed running %s %s (attempt %d): %s; it goes on with the next run%s",
@@ -406,13 +407,20 @@ class Runner:
         )
         if ended:
             return
-        one.done = True
+        one.over()
         one.result = None
-        error = f"the worker failed while running it: {why}"
-        verdict = judge(None, error, one.attempts, one.limit, NO_POLICY, self.backoff)
-        self.state.end(one.end(verdict.status, cut_error(verdict.error), verdict.delay))
-        if verdict.status == "queued":
-            self.state.wake_in(verdict.delay)
+        taken = decisions.outcome(
+            stopped=None,
+            error=f"the worker failed while running it: {why}",
+            raised=None,
+            attempts=one.attempts,
+            limit=one.limit,
+            policy=NO_POLICY,
+            backoff=self.backoff,
+        )
+        self.state.end(one.end(taken.status, taken.error, taken.delay))
+        if taken.status == "queued":
+            self.state.wake_in(taken.delay)
 
     def _job(self, one: Run, lender: Lender | None = None) -> JobContext:
         """The `JobContext` of `one`, about to run (its deadline from its timer; none

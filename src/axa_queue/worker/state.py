@@ -1,6 +1,8 @@
-"""What the worker's services share: its phase, and the runs it holds.
+"""What the worker's services share: its phase (`Phase`), and the runs it holds (each
+a `run.Run`, which goes through its own `RunPhase`s).
 
-A run goes through these states (docs/design.md draws them):
+From its claim, a run is held here until its ending is recorded, or its fate written
+once it lost its claim (docs/design.md draws it)::
 
     claimed, waiting -> running -> ended -> recorded
            \\               \\         \\
@@ -18,17 +20,12 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import Counter
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
 
 from . import decisions
+from .run import Run, RunPhase
 
-__all__ = ["CANCELLED", "Phase", "Run", "State"]
-
-CANCELLED = "cancelled"
-"""The kind of stop of a run whose job a person cancelled (`Run.stopped`), and the
-outcome observers are told: nothing of the run is written, the job stays cancelled."""
+__all__ = ["Phase", "State"]
 
 
 class Phase(enum.IntEnum):
@@ -44,101 +41,6 @@ class Phase(enum.IntEnum):
     """Every run has ended: the exchange loop returns once every ending is recorded."""
     STOPPED = 4
     """Its tasks are ended and its connections closed."""
-
-
-@dataclass(eq=False, slots=True)
-class Run:
-    """One claimed run of a job, identified by its id (as text) and attempt; once it
-    has ended, also how, waiting to be written (`status`, `error`, `delay`)."""
-
-    id: str
-    name: str
-    attempts: int
-    limit: int
-    timeout: float | None
-    args_text: str = field(repr=False)
-    last_heard: float
-    """When (monotonic) the last statement that proved its claim was sent."""
-    done: bool = False
-    stopped: tuple[str, str] | None = None
-    """Why the run was stopped from outside: ("lost", reason), ("timeout", text) or
-    (`CANCELLED`, reason). `JobContext.cancelled` reads it from the handler's thread."""
-    order: tuple[int, float] = (0, 0.0)
-    """Claim order: (minus priority, run_at in epoch seconds)."""
-    task: asyncio.Task[None] | None = None
-    """The loop running it, once it runs; the same loop goes on to later runs."""
-    started: bool = False
-    """Whether its handler was called (a run stopped before that did no work)."""
-    timer: asyncio.TimerHandle | None = None
-    seconds: float = 0.0
-    """How long the handler ran, once it has ended."""
-    cancelled: bool = False
-    """Whether `stop` cancelled its loop's task (a cancellation to forget when handled)."""
-    status: str = "running"
-    """How it ended: `completed`, `failed`, or `queued` again after `delay` seconds."""
-    error: str | None = None
-    delay: float = 0.0
-    raises: int | None = None
-    """The job's new `max_attempts` written with its ending (a snooze), else `None`."""
-    ahead: bool = False
-    """Whether it was claimed ahead of the loops (its row's `ahead` set): when its loop
-    starts it, its start is marked by the next exchange (`State.starts`)."""
-    trace_context: str | None = None
-    """The trace context stored when the job was queued (JSON text), or `None`: what
-    `JobContext.trace_context` is read from (see `tracing`)."""
-    result: str | None = field(default=None, repr=False)
-    """What its handler returned, as JSON text, once it has completed; `None` when it
-    returned `None` (the row's result stays NULL). Private like the arguments."""
-
-    def stop(self, kind: str, reason: str) -> None:
-        """Stop this run's handler: its claim is gone, its time is up, or its job was
-        cancelled."""
-        if self.done or self.stopped is not None:
-            return
-        self.stopped = (kind, reason)
-        if self.task is not None:
-            # Its loop is waiting inside this run's handler (nothing else of the run
-            # awaits before it is done), so the cancellation lands in this handler.
-            self.cancelled = True
-            self.task.cancel()
-
-    def lose(self, reason: str) -> None:
-        """Stop this run: its claim is gone."""
-        self.stop("lost", reason)
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.id, self.attempts)
-
-    def fields(self) -> dict[str, Any]:
-        """The log fields that name this run (never its arguments)."""
-        return {"job_id": self.id, "job": self.name, "attempt": self.attempts}
-
-    def named(self) -> tuple[str, str, int]:
-        """What names this run in a log message (`"%s %s (attempt %d)"`): its job's
-        name, id and attempt, the values of `fields`, so a message stands alone where
-        no formatter prints the fields (a script's stderr, without logging set up)."""
-        return self.name, self.id, self.attempts
-
-    def end(
-        self,
-        status: str,
-        error: str | None = None,
-        delay: float = 0.0,
-        max_attempts: int | None = None,
-    ) -> Run:
-        """Say how the run ended (and, for a snooze, the job's new `max_attempts`); it
-        is then written with the next exchange."""
-        self.status = status
-        self.error = error
-        self.delay = delay
-        self.raises = max_attempts
-        return self
-
-
-def order_of(one: Run) -> tuple[int, float]:
-    """The sort key of runs waiting for a loop: best first."""
-    return one.order
 
 
 class State:
@@ -221,7 +123,7 @@ class State:
         paces, horizon = self.paces, decisions.PREFETCH_HORIZON
         held = 0
         for one in self.runs.values():
-            if one.started and not one.done:
+            if one.phase is RunPhase.RUNNING:
                 seconds = paces.get(one.name)
                 if seconds is None or seconds > horizon:
                     held += 1
