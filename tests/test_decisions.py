@@ -185,7 +185,7 @@ TRIES = {"attempts": 1, "limit": 3, "policy": NO_POLICY, "backoff": timedelta(se
 
 def test_a_run_whose_handler_returned_is_recorded_completed() -> None:
     taken = decisions.outcome(stopped=None, error=None, raised=None, **TRIES)
-    assert (taken.taken, taken.status, taken.error, taken.delay) == (
+    assert (taken.kind, taken.status, taken.error, taken.delay) == (
         "completed",
         "completed",
         None,
@@ -198,7 +198,7 @@ def test_a_failure_with_attempts_left_is_queued_after_the_backoff_and_logged_by_
     taken = decisions.outcome(
         stopped=None, error="ValueError: no such customer", raised=raised, **TRIES
     )
-    assert (taken.taken, taken.status, taken.delay) == ("retried", "queued", 2.0)
+    assert (taken.kind, taken.status, taken.delay) == ("retried", "queued", 2.0)
     assert taken.error == "ValueError: no such customer"
     assert taken.cause == "raised ValueError", "the log names the class, not the text"
     assert taken.traceback
@@ -208,7 +208,7 @@ def test_a_failure_of_the_last_attempt_fails_the_job() -> None:
     taken = decisions.outcome(
         stopped=None, error="ValueError", raised=ValueError(), **{**TRIES, "attempts": 3}
     )
-    assert (taken.taken, taken.status, taken.delay) == ("failed", "failed", 0.0)
+    assert (taken.kind, taken.status, taken.delay) == ("failed", "failed", 0.0)
 
 
 def test_a_timeout_is_a_failure_that_raised_nothing_whatever_the_handler_raised() -> None:
@@ -218,7 +218,7 @@ def test_a_timeout_is_a_failure_that_raised_nothing_whatever_the_handler_raised(
         raised=asyncio.CancelledError(),
         **TRIES,
     )
-    assert (taken.taken, taken.error, taken.cause) == (
+    assert (taken.kind, taken.error, taken.cause) == (
         "retried",
         "timed out after 5 s",
         "timed out after 5 s",
@@ -233,30 +233,30 @@ def test_a_run_whose_claim_is_gone_is_lost_and_one_whose_job_was_cancelled_write
         raised=None,
         **TRIES,
     )
-    assert (lost.taken, lost.error) == (
+    assert (lost.kind, lost.error) == (
         "lost",
         "stopped: another worker or recovery took its claim",
     )
     cancelled = decisions.outcome(
         stopped=Stop(CANCELLED, "cancelled by a person"), error="boom", raised=None, **TRIES
     )
-    assert (cancelled.taken, cancelled.status) == ("cancelled", "running")
+    assert (cancelled.kind, cancelled.status) == ("cancelled", "running")
 
 
 def test_what_a_handler_asks_for_is_taken_without_a_traceback() -> None:
     snoozed = decisions.outcome(
         stopped=None, error="Snooze", raised=Snooze(timedelta(minutes=1)), **TRIES
     )
-    assert (snoozed.taken, snoozed.status, snoozed.delay, snoozed.max_attempts) == (
+    assert (snoozed.kind, snoozed.status, snoozed.delay, snoozed.max_attempts) == (
         "snoozed",
         "queued",
         60.0,
         4,
     )
     retried = decisions.outcome(stopped=None, error="Retry", raised=Retry("later", in_=5), **TRIES)
-    assert (retried.taken, retried.delay) == ("retried", 5.0)
+    assert (retried.kind, retried.delay) == ("retried", 5.0)
     discarded = decisions.outcome(stopped=None, error="Discard", raised=Discard("bad"), **TRIES)
-    assert (discarded.taken, discarded.error) == ("failed", "discarded: bad")
+    assert (discarded.kind, discarded.error) == ("failed", "discarded: bad")
     assert not (snoozed.traceback or retried.traceback or discarded.traceback)
 
 
@@ -273,7 +273,7 @@ def test_a_backoff_that_raises_is_told_and_the_queues_backoff_is_used() -> None:
         **{**TRIES, "policy": Policy(backoff=broken)},
         backoff_failed=told.append,
     )
-    assert (taken.taken, taken.delay) == ("retried", 2.0)
+    assert (taken.kind, taken.delay) == ("retried", 2.0)
     assert [type(one) for one in told] == [ZeroDivisionError]
 
 

@@ -231,7 +231,7 @@ async def test_a_limit_the_claim_cannot_read_skips_its_name_once_logged_while_th
         else:
             queue.registry.limits.rate["Bad"] = (1, 1000)
         assert queue.worker is not None
-        queue.worker.exchange.skipped["Bad"] = (0.0, 0.0, "")  # its time is up now
+        queue.worker.exchange.skips.skipped["Bad"] = (0.0, 0.0, "")  # its time is up now
         queue.worker.state.wake()
         await eventually(completed(admin, skipped))
         assert await queue.health(stuck_after=0) == (True, "ok")

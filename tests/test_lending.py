@@ -14,7 +14,7 @@ from psycopg.pq import TransactionStatus
 
 from axa_queue import cancel, current_job
 from axa_queue.db.lending import LEND_SPARE, Lender
-from axa_queue.worker import runs
+from axa_queue.worker import shelf
 from conftest import eventually, running, status_of
 
 
@@ -30,7 +30,7 @@ def requests(queue: Any) -> int:
 @pytest.fixture
 def kept(monkeypatch: pytest.MonkeyPatch) -> None:
     """Lent connections stay with the worker while the test runs (no idle timer fires)."""
-    monkeypatch.setattr(runs, "LEND_IDLE", 3600.0)
+    monkeypatch.setattr(shelf, "LEND_IDLE", 3600.0)
 
 
 async def test_blocks_of_one_run_get_the_same_lent_connection_with_no_checkout(
@@ -77,7 +77,7 @@ async def test_runs_one_after_another_reuse_the_loops_lent_connection(
 async def test_an_idle_worker_gives_its_lent_connections_back(
     make_queue, admin, monkeypatch
 ) -> None:
-    monkeypatch.setattr(runs, "LEND_IDLE", 0.05)
+    monkeypatch.setattr(shelf, "LEND_IDLE", 0.05)
     queue = await make_queue(workers=2)
     lenders: list[Lender] = []
 

@@ -144,18 +144,18 @@ class Worker:
 
     def stuck_for(self) -> float:
         """Seconds this worker has been failing at something: its exchanges, a run's
-        ending or a name's claims (`Exchange.failing_since`), or one of its background
+        ending or a name's claims (`Isolation.failing_since`), or one of its background
         services (see `trouble`); 0 while all go through. Safe from any thread."""
         now = time.monotonic()
         since = [since for since, _ in list(self.troubles.since.values())]
-        since += self.exchange.failing_since()
+        since += self.exchange.isolation.failing_since()
         return max([self.failing_for(), *(now - s for s in since)])
 
     def trouble(self, after: float) -> str | None:
         """Why this worker cannot do its work, once every exchange for `after` seconds
         has failed (the database answers, but not to the worker's statements: a table
         gone, a privilege revoked, a disk full), a run's ending or a name's claims
-        have failed for that long while the others went through (`Exchange.trouble`),
+        have failed for that long while the others went through (`Isolation.trouble`),
         or a background service has failed for that long ("schedules failing for 42
         s: schedule 'nightly': TypeError: ..."); and for `after` seconds after a job
         loop failed unexpectedly (`Runner._failed`: a bug, which the loop survives);
@@ -173,7 +173,7 @@ class Worker:
                 f"a job loop failed {now - crashed[0]:.0f} s ago (it went on with the next "
                 f"run): {crashed[1]}"
             )
-        apart = self.exchange.trouble(after)
+        apart = self.exchange.isolation.trouble(after)
         if apart is not None:
             return apart
         for name, (since, why) in sorted(dict(self.troubles.since).items()):
@@ -303,7 +303,7 @@ class Worker:
             if one.timer is not None:
                 one.timer.cancel()
         self.runner.executor.shutdown(wait=False, cancel_futures=True)
-        await self.runner.close()
+        await self.runner.shelf.close()  # every lent connection back to the pool
         await self.connections.close()
         state.phase = Phase.STOPPED
 

@@ -28,6 +28,7 @@ __all__ = [
     "SKIP_NAME",
     "VALUE_ERRORS",
     "Outcome",
+    "OutcomeKind",
     "ahead",
     "blames_values",
     "due",
@@ -244,7 +245,7 @@ def fate(
     return logging.WARNING, f"{head}: its claim was gone; the job is now {status}"
 
 
-Taken = Literal["completed", "snoozed", "retried", "failed", "lost", "cancelled"]
+OutcomeKind = Literal["completed", "snoozed", "retried", "failed", "lost", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +253,7 @@ class Outcome:
     """How a run that is over is taken (`outcome`): what its ending writes, if
     anything, and what the log says of it."""
 
-    taken: Taken
+    kind: OutcomeKind
     """`completed`, `snoozed`, `retried` or `failed`: an ending to write (`status`,
     `error`, `delay`, `max_attempts`); `lost`: its claim is gone, and `Claims.lose`
     writes its fate (`error`: why); `cancelled`: a person cancelled its job under this
@@ -299,7 +300,7 @@ def outcome(
     if error is None:
         return Outcome("completed", "completed")
     verdict = judge(raised, error, attempts, limit, policy, backoff, backoff_failed)
-    taken: Taken = (
+    taken: OutcomeKind = (
         "snoozed"
         if verdict.max_attempts is not None
         else "retried"

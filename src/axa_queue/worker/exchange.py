@@ -11,17 +11,9 @@ loop is busy, endings also wait up to `HOLD_ENDINGS` for others: `decisions.hold
 An ending is durable once its statement commits: a process killed in between leaves
 its job `running`, and stale recovery runs it again.
 
-One statement carries many runs and names, so one bad value must not stop them all.
-A statement that fails for a value it carried or read (`decisions.blames_values`) is
-sent again in parts, only then (no extra round trip while statements go through):
-the endings apart from the claim, then halves of each, down to the run or the name at
-fault (`isolate`). A run whose ending cannot be recorded is recorded as failed, its
-error saying why; one that cannot even be failed is kept apart, claimed (heartbeats
-go on), and tried on its own every `decisions.RETRY_APART`. A name whose claim fails
-on its own is left out of the claims for `decisions.SKIP_NAME` (its queued jobs whose
-attempts are at the most an `integer` holds, which no claim can take, are failed
-first: `sql.FAIL_UNCLAIMABLE`). Each is logged once; the health check says so once it
-has lasted `stuck_after` (`trouble`).
+One statement carries many runs and names, so one bad value must not stop them all:
+a statement that fails for a value it carried or read is sent again in parts, down to
+the run or the name at fault (`isolation`).
 """
 
 from __future__ import annotations
@@ -33,19 +25,20 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg.rows import RowMaker
 
 from .. import sql
 from ..handlers.registry import Registry
-from ..handlers.retries import cut_error, first_line, kind
-from ..limits import AttemptLimits
+from ..handlers.retries import first_line, kind
 from ..options import QueueOptions, to_seconds
 from . import decisions
 from .claims import RETRY_DATABASE, Claims
 from .connections import Connections
+from .isolation import Isolation
 from .run import Run, order_of
 from .runs import Runner
+from .skips import Skips
 from .state import Phase, State
+from .wire import endings, exchange_rows
 
 __all__ = ["OUTCOMES", "Exchange"]
 
@@ -87,15 +80,12 @@ class Exchange:
         self.failing: tuple[float, str] | None = None
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since (see `Worker.trouble`)."""
-        self.skipped: dict[str, tuple[float, float, str]] = {}
-        """Names whose claim failed on its own: since when (monotonic, the first such
-        failure), until when they are left out of claims, and why."""
-        self.told: set[str] = set()
-        """Names skipped whose failure was logged (once, until their claims go through)."""
-        self.apart_since: tuple[float, str] | None = None
-        """Since when (monotonic) and why endings have been kept apart (`State.apart`)."""
-        self.apart_at = 0.0
-        """When (monotonic) the endings kept apart are tried again."""
+        self.skips = Skips(state)
+        """The names left out of claims, their claim failing on its own."""
+        self.isolation = Isolation(
+            state, connections, self, runner.take, self._recorded, self.skips
+        )
+        """Sends a statement's parts apart when a value fails it; keeps what it found."""
 
     def statement(self, recording: bool) -> str:
         """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
@@ -133,8 +123,8 @@ class Exchange:
         loop = asyncio.get_running_loop()
         state = self.state
         while True:
-            if state.apart and (time.monotonic() >= self.apart_at or state.phase >= Phase.CLOSING):
-                await self._retry_apart()
+            if self.isolation.apart_due():
+                await self.isolation.retry_apart()
             free = state.free()
             claim = free > 0 and state.look
             if not state.endings and not state.starts and not claim:
@@ -182,8 +172,8 @@ class Exchange:
                 if claim
                 else []
             )
-            if self.skipped and wanted:
-                wanted = self._unskipped(wanted)
+            if self.skips.skipped and wanted:
+                wanted = self.skips.unskipped(wanted)
             if not wanted and not batch and not starts:
                 # No name may take a job now (its limit, or as many of its jobs as
                 # its pace allows wait already), and nothing to record: wait for a
@@ -234,8 +224,8 @@ class Exchange:
             if claimed is not None:
                 got = len(claimed)
                 self.runner.take(claimed)
-            if self.skipped and wanted:
-                self._cleared(wanted)
+            if self.skips.skipped and wanted:
+                self.skips.cleared(wanted)
             asked = min(free, sum(one["cap"] for one in wanted))
             if wanted and got < asked and state.wakes == wakes:
                 # Fewer than it could take, and nothing new since it asked: there is
@@ -260,39 +250,16 @@ class Exchange:
         them were."""
         starts = starts or []
         conn = await self.connections.for_exchange()
-        ids: list[str] = []
-        attempts: list[str] = []
-        others: list[str] = []
-        for one in batch:
-            if one.status == "completed" and one.result is None:
-                ids.append(one.id)
-                attempts.append(str(one.attempts))
-            elif one.status == "completed":  # its result is JSON text already: put together
-                others.append(
-                    f'{{"id":"{one.id}","attempts":{one.attempts},"status":"completed",'
-                    f'"result":{one.result}}}'
-                )
-            else:
-                ending = {
-                    "id": one.id,
-                    "attempts": one.attempts,
-                    "status": one.status,
-                    "error": one.error,
-                    "delay": one.delay,
-                }
-                if one.raises is not None:
-                    ending["max_attempts"] = one.raises
-                others.append(json.dumps(ending, ensure_ascii=False))
+        completed, completed_attempts, others = endings(batch)
         sent = time.monotonic()
         try:
-            cursor = conn.cursor(row_factory=_rows(self.attempts, sent, self.timeouts))
+            cursor = conn.cursor(row_factory=exchange_rows(self.attempts, sent, self.timeouts))
             await cursor.execute(
                 self.statement(bool(batch or starts)),
                 {
-                    # Array literals: ids are uuid text and attempts digits, nothing to quote.
-                    "completed": "{" + ",".join(ids) + "}",
-                    "completed_attempts": "{" + ",".join(attempts) + "}",
-                    "endings": "[" + ",".join(others) + "]",
+                    "completed": completed,
+                    "completed_attempts": completed_attempts,
+                    "endings": others,
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
                     "losing": "{" + ",".join(self.state.losing) + "}",
@@ -329,270 +296,9 @@ class Exchange:
         error: psycopg.Error,
     ) -> int:
         """After `error`, a failure of a value the statement carried or read, send its
-        parts apart: the endings (and start marks) without the claim, halving a part
-        that fails down to the run at fault, which is recorded as failed instead
-        (`_fail_instead`); then the claim, halving the names down to the name at fault,
-        which is skipped for a while (`_claim_alone`). What is recorded is told, and
-        what is claimed taken, as each part goes through, and taken out of `batch` and
-        `starts`: a failure of another kind raises, and the caller sends the rest
-        again. Returns how many runs were claimed."""
-        log.debug(
-            "a statement failed because of a value it carried or read; sending its parts "
-            "apart to find the run or name at fault",
-            extra={"error": first_line(error), "endings": len(batch), "names": len(wanted)},
-        )
-        await self._record_apart(batch, starts)
-        got = 0
-        parts = [wanted] if wanted else []
-        while parts and free > 0:
-            part = parts.pop()
-            try:
-                claimed, _ = await self.send([], free, part, [], idle)
-            except psycopg.Error as failure:
-                if not decisions.blames_values(failure.sqlstate):
-                    raise
-                if len(part) > 1:
-                    half = len(part) // 2
-                    parts += [part[half:], part[:half]]  # the first half next
-                    continue
-                claimed = await self._claim_alone(part[0], free, idle, failure)
-            self.runner.take(claimed)
-            got += len(claimed)
-            free -= len(claimed)
-            idle = max(idle - len(claimed), 0)
-        return got
-
-    async def _record_apart(self, batch: list[Run], starts: list[Run]) -> None:
-        """Record the endings of `batch`, and the start marks of `starts`, without a
-        claim: all at once, else in halves, down to each ending that fails on its own.
-        Each part recorded is taken out of `batch` (`starts` is emptied once sent)."""
-        if not batch and not starts:
-            return
-        parts = [list(batch)]
-        while parts:
-            part = parts.pop()
-            marks = list(starts)
-            try:
-                _, kept = await self.send(part, 0, [], marks)
-            except psycopg.Error as error:
-                if not decisions.blames_values(error.sqlstate):
-                    raise
-                if marks:
-                    await self._mark_apart(marks)
-                    starts.clear()
-                if len(part) > 1:
-                    half = len(part) // 2
-                    parts += [part[half:], part[:half]]  # the first half next
-                    continue
-                if part:
-                    await self._fail_instead(part[0], error)
-            else:
-                starts.clear()
-                self._recorded(part, kept)
-            gone = {id(one) for one in part}
-            batch[:] = [one for one in batch if id(one) not in gone]
-
-    async def _mark_apart(self, marks: list[Run]) -> None:
-        """Mark runs claimed ahead started on their own; marks refused for a value are
-        let go (a mark only says the handler started: without it, stale recovery of a
-        dead process gives the attempt back, `GIVE_BACK_LIMIT` times at most)."""
-        try:
-            await self.send([], 0, [], marks)
-        except psycopg.Error as error:
-            if not decisions.blames_values(error.sqlstate):
-                raise
-            log.warning(
-                "could not mark %d runs claimed ahead as started (%s); left unmarked",
-                len(marks),
-                kind(error),
-                extra={"jobs": len(marks), "error": first_line(error)},
-            )
-
-    async def _fail_instead(self, one: Run, error: psycopg.Error) -> None:
-        """`one`'s ending fails its statement even alone: record the run as failed, its
-        error saying why, fenced as every ending; if even that fails for a value, keep
-        it apart (claimed, tried again on its own)."""
-        was = one.status
-        one.result = None
-        one.end(
-            "failed",
-            cut_error(
-                f"the worker could not record how this run ended ({first_line(error)}), so "
-                f"it failed the job instead (the run ended as {was})"
-            ),
-        )
-        try:
-            _, kept = await self.send([one], 0, [])
-        except psycopg.Error as again:
-            if not decisions.blames_values(again.sqlstate):
-                raise
-            log.error(
-                "could not record how a run ended, nor fail its job: %s %s (attempt %d): "
-                "%s; trying again on its own, while its claim is kept (stale recovery "
-                "queues the job again if the worker stops first)",
-                *one.named(),
-                kind(again),
-                extra={**one.fields(), "error": first_line(again), "ended": was},
-            )
-            self._set_apart(one, again)
-            return
-        log.error(
-            "could not record how a run ended; its job is failed instead: %s %s (attempt %d): %s",
-            *one.named(),
-            kind(error),
-            extra={**one.fields(), "error": first_line(error), "ended": was},
-        )
-        self._recorded([one], kept)
-
-    def _set_apart(self, one: Run, error: psycopg.Error) -> None:
-        state = self.state
-        state.apart.append(one)
-        now = time.monotonic()
-        if self.apart_since is None:
-            self.apart_since = (now, first_line(error))
-        self.apart_at = now + decisions.RETRY_APART
-        asyncio.get_running_loop().call_later(decisions.RETRY_APART, state.nudge.set)
-
-    async def _retry_apart(self) -> None:
-        """Try again, each on its own, the endings kept apart; once closing, those that
-        still fail are let go (their jobs stay `running`, for stale recovery)."""
-        state = self.state
-        runs, state.apart = state.apart, []
-        for i, one in enumerate(runs):
-            try:
-                _, kept = await self.send([one], 0, [])
-            except psycopg.Error as error:
-                if not decisions.blames_values(error.sqlstate):
-                    state.apart.extend(runs[i:])
-                    break
-                state.apart.append(one)
-                continue
-            self._recorded([one], kept)
-        if not state.apart:
-            self.apart_since = None
-        elif state.phase >= Phase.CLOSING:
-            log.warning(
-                "stopping: could not record how %d runs ended; stale recovery will "
-                "queue their jobs again",
-                len(state.apart),
-                extra={"endings": len(state.apart)},
-            )
-            state.apart = []
-            self.apart_since = None
-        else:
-            self.apart_at = time.monotonic() + decisions.RETRY_APART
-            asyncio.get_running_loop().call_later(decisions.RETRY_APART, state.nudge.set)
-
-    async def _claim_alone(
-        self, one: dict[str, Any], free: int, idle: int, error: psycopg.Error
-    ) -> list[Run]:
-        """The claim of one name failed on its own: fail its queued jobs no claim can
-        take (`sql.FAIL_UNCLAIMABLE`), each logged, and claim it again if there were
-        any; else (or if it fails again) skip the name for `SKIP_NAME`."""
-        name = str(one["name"])
-        try:
-            rows = await self.connections.on_side(
-                sql.FAIL_UNCLAIMABLE,
-                {
-                    "name": name,
-                    "error": "its attempts are at the most a job can count (2147483647): "
-                    "no claim can take it again",
-                    "now": self.connections.now(),
-                },
-            )
-        except psycopg.Error:
-            rows = []
-        for row in rows:
-            log.error(
-                "job failed: %s %s (attempt %d): its attempts are at the most a job can "
-                "count (2147483647), so no claim can take it again",
-                name,
-                row.id,
-                row.attempts,
-                extra={"job_id": row.id, "job": name, "attempt": row.attempts},
-            )
-        if rows:
-            try:
-                claimed, _ = await self.send([], free, [one], [], idle)
-                return claimed
-            except psycopg.Error as again:
-                if not decisions.blames_values(again.sqlstate):
-                    raise
-                error = again
-        self._skip(name, error)
-        return []
-
-    def _skip(self, name: str, error: psycopg.Error) -> None:
-        """Leave `name` out of claims for `SKIP_NAME` (logged once, until its claims go
-        through again), and look again then."""
-        now = time.monotonic()
-        since = self.skipped[name][0] if name in self.skipped else now
-        self.skipped[name] = (since, now + decisions.SKIP_NAME, first_line(error))
-        if name in self.told:
-            log.debug("the claim of jobs of %s failed again", name, extra={"job": name})
-        else:
-            self.told.add(name)
-            log.error(
-                "could not claim jobs of %s: a value of its limits or of one of its jobs "
-                "fails the claim (%s); left out of claims for %g s, the other names are "
-                "claimed as usual",
-                name,
-                kind(error),
-                decisions.SKIP_NAME,
-                extra={"job": name, "error": first_line(error)},
-            )
-        self.state.wake_in(decisions.SKIP_NAME)
-
-    def _unskipped(self, wanted: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """`wanted` without the names skipped now (those whose time is up are tried)."""
-        now = time.monotonic()
-        skipped = self.skipped
-        return [
-            one for one in wanted if one["name"] not in skipped or skipped[one["name"]][1] <= now
-        ]
-
-    def _cleared(self, wanted: list[dict[str, Any]]) -> None:
-        """The claim of `wanted` went through: its names whose time out was up (tried
-        again, and gone through) are no longer skipped."""
-        now = time.monotonic()
-        for one in wanted:
-            name = one["name"]
-            if name in self.skipped and self.skipped[name][1] <= now:
-                del self.skipped[name]
-                if name in self.told:
-                    self.told.discard(name)
-                    log.info("jobs of %s are claimed again", name, extra={"job": name})
-
-    def failing_since(self) -> list[float]:
-        """Since when (monotonic) endings have been kept apart, and each name skipped
-        now has failed (a name whose time out is up is not, until tried again). Safe
-        from any thread."""
-        apart, now = self.apart_since, time.monotonic()
-        skipped = [since for since, until, _ in list(self.skipped.values()) if until > now]
-        return skipped + ([] if apart is None else [apart[0]])
-
-    def trouble(self, after: float) -> str | None:
-        """Why some runs or names have not gone through for `after` seconds or more:
-        endings kept apart, or names skipped; else None. Safe from any thread."""
-        now = time.monotonic()
-        if self.apart_since is not None and now - self.apart_since[0] >= after:
-            count = len(self.state.apart)
-            return (
-                f"the worker has failed to record how {count} run{'' if count == 1 else 's'} "
-                f"ended for {now - self.apart_since[0]:.0f} s: {self.apart_since[1]}"
-            )
-        late = sorted(
-            (since, name, why)
-            for name, (since, until, why) in dict(self.skipped).items()
-            if now - since >= after and until > now
-        )
-        if late:
-            since, _, why = late[0]
-            names = ", ".join(repr(name) for _, name, _ in late)
-            return (
-                f"the worker has failed to claim jobs named {names} for {now - since:.0f} s: {why}"
-            )
-        return None
+        parts apart to find the run or the name at fault (`Isolation.isolate`); returns
+        how many runs were claimed."""
+        return await self.isolation.isolate(batch, starts, wanted, free, idle, error)
 
     def _recorded(self, batch: list[Run], kept: set[tuple[str, int]] | None) -> None:
         """Count the endings recorded (all of them when `kept` is None) and tell the
@@ -609,62 +315,3 @@ class Exchange:
                 self.claims.lose(
                     one, "stopped: it finished after another worker or recovery took its claim"
                 )
-
-
-COLUMNS = (
-    "id",
-    "attempts",
-    "name",
-    "args",
-    "max_attempts",
-    "timeout_ms",
-    "priority",
-    "run_at",
-    "trace_context",
-    "ahead",
-)
-"""The columns `sql.EXCHANGE` returns, read by name."""
-
-
-def _rows(attempts: AttemptLimits, sent: float, timeouts: dict[str, float]) -> Any:
-    """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
-    becomes a `Run`, each ending recorded its (id, attempt), and each row of
-    `sql.EXCHANGE_RATED` saying when a rate-limited name's next slot frees its seconds
-    (a float). It finds every column
-    by its name once, then reads each row's values by those places: as cheap as reading
-    tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
-    the statement cannot shift the others. A job stored without `max_attempts` or a
-    timeout gets its handler's (`attempts.of`, `timeouts`), else the worker's limit and
-    none."""
-
-    limit_of = attempts.of
-
-    def factory(cursor: Any) -> RowMaker[Any]:
-        at = {column.name: i for i, column in enumerate(cursor.description or ())}
-        id_, attempts, name, args, limit, timeout, priority, run_at, trace, ahead = (
-            at[c] for c in COLUMNS
-        )
-
-        def make(values: Any) -> Run | tuple[str, int] | float:
-            if values[name] is None:
-                return (values[id_], values[attempts])
-            if values[id_] is None:  # `sql.EXCHANGE_RATED`: when a name's next slot frees
-                return float(values[run_at])
-            ms = values[timeout]
-            job = values[name]
-            return Run(
-                values[id_],
-                job,
-                values[attempts],
-                limit_of(job, values[limit]),
-                timeouts.get(job) if ms is None else ms / 1000,
-                values[args],
-                sent,
-                order=(-values[priority], values[run_at]),
-                ahead=values[ahead],
-                trace_context=values[trace],
-            )
-
-        return make
-
-    return factory

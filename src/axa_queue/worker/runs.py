@@ -1,44 +1,37 @@
 """Runs: starting claimed runs on the worker's loops, executing their handlers under
-their timeouts, and saying how each ended.
+their timeouts, and taking how each ended.
 
 At most `workers` loops run at once; a loop whose run ends goes on to the best run
-waiting (claimed ahead, `prefetch`) in the same step, with no new task. Async handlers
-are awaited on the event loop; sync ones run in `JobThreads`, with a copy of the run's
-context. Each run is the current job (`current_job()`, its log records' job fields) for
-its middleware and handler; with no middleware the handler is called directly. Each
-loop running async handlers is lent a connection of the queue's pool (`lending`),
-taken on first use and given back once no loop has used it for `LEND_IDLE`.
+waiting (claimed ahead, `prefetch`) in the same step, with no new task. A run's handler
+is called by `invoke` (its context, its middleware, its thread or lent connection:
+`shelf`); how a run that is over is taken is `decisions.outcome`'s to say, and the
+runner does it: an ending to record, a loss for `Claims.lose`, or nothing for a job a
+person cancelled. Finishing at a stop is `stopping`'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
-from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
-import psycopg
-
-from .. import logs, sql
-from ..context import JobContext, enter, leave
-from ..db.lending import LEND_IDLE, Lender, Lending
-from ..handlers.handler import JobHandler
+from .. import logs
+from ..db.lending import Lender, Lending
 from ..handlers.policies import NO_POLICY
 from ..handlers.registry import Registry
-from ..handlers.retries import describe, first_line, kind
+from ..handlers.retries import describe, kind
 from ..jobs.arguments import result_json
-from ..middleware import through
 from ..options import QueueOptions
-from ..tracing import carrier_of
-from . import decisions
+from . import decisions, endings
 from .claims import Claims
-from .run import CANCELLED, Run, RunPhase, order_of
+from .invoke import Invoke
+from .run import CANCELLED, TIMEOUT, Run, RunPhase, order_of
+from .shelf import Shelf
 from .state import State
-from .tasks import cancel_all, uncancel
+from .stopping import finish_runs
+from .tasks import uncancel
 from .threads import JobThreads
 
 if TYPE_CHECKING:
@@ -74,14 +67,9 @@ class Runner:
         self.aborting = False
         """Whether this worker cancelled its runs' loops (an abort, or the grace period
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
-        self.lending = None if pool is None else Lending(pool)
+        self.shelf = Shelf(None if pool is None else Lending(pool))
         """The connections of the queue's pool lent to the loops; none for a drain's."""
-        self.shelf: list[Lender] = []
-        """Lenders no loop uses now, some with a connection still checked out."""
-        self.shelf_timer: asyncio.TimerHandle | None = None
-        """Gives the connections on the shelf back to the pool (`LEND_IDLE`)."""
-        self.giving: set[asyncio.Task[None]] = set()
-        """Connections being given back by the timer."""
+        self.invoke = Invoke(registry, claims, self.executor)
         self.crashed: tuple[float, str] | None = None
         """When (monotonic) a loop last failed unexpectedly, and why (`_failed`)."""
 
@@ -122,7 +110,7 @@ class Runner:
         event loop."""
         task = asyncio.current_task()
         state = self.state
-        lender = self._lender()
+        lender = self.shelf.take()
         try:
             while True:
                 try:
@@ -138,56 +126,7 @@ class Runner:
                 state.poke()
         finally:
             if lender is not None:
-                self._shelve(lender)
-
-    def _lender(self) -> Lender | None:
-        """A lender for a loop starting: one from the shelf (its connection, if any,
-        still checked out), else a new one; none without a pool."""
-        if self.shelf:
-            return self.shelf.pop()
-        return None if self.lending is None else Lender(self.lending)
-
-    def _shelve(self, lender: Lender) -> None:
-        """Keep the lender of a loop that ended for the next loop; its connection goes
-        back to the pool if no loop takes it within `LEND_IDLE`."""
-        lender.run = None
-        self.shelf.append(lender)
-        if lender.conn is not None and self.shelf_timer is None:
-            self.shelf_timer = asyncio.get_running_loop().call_later(LEND_IDLE, self._unshelve)
-
-    def _unshelve(self) -> None:
-        """Give back the connections of the lenders on the shelf: no loop took them
-        since they were shelved (a loop that did has it, not the shelf)."""
-        self.shelf_timer = None
-        idle = [one for one in self.shelf if one.conn is not None]
-        if not idle:
-            return
-        self.shelf = [one for one in self.shelf if one.conn is None]
-        task = asyncio.get_running_loop().create_task(self._return_connections(idle))
-        self.giving.add(task)
-        task.add_done_callback(self.giving.discard)
-
-    async def _return_connections(self, lenders: list[Lender]) -> None:
-        for lender in lenders:
-            try:
-                await lender.give_back()
-            except Exception as error:  # the pool closed: nothing to give back to
-                log.debug(
-                    "could not give a lent connection back (%s)",
-                    kind(error),
-                    extra={"error": describe(error)},
-                )
-
-    async def close(self) -> None:
-        """Give every lent connection back to the pool (the worker stops; its loops are
-        done)."""
-        if self.shelf_timer is not None:
-            self.shelf_timer.cancel()
-            self.shelf_timer = None
-        lenders, self.shelf = self.shelf, []
-        await self._return_connections(lenders)
-        if self.giving:
-            await asyncio.wait(list(self.giving))
+                self.shelf.put(lender)
 
     def _begin(self, one: Run) -> None:
         self.state.active += 1
@@ -195,7 +134,7 @@ class Runner:
             self.state.started(one)
         if one.timeout is not None:
             one.timer = asyncio.get_running_loop().call_later(
-                one.timeout, one.stop, "timeout", f"timed out after {one.timeout:g} s"
+                one.timeout, one.stop, TIMEOUT, f"timed out after {one.timeout:g} s"
             )
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
@@ -216,7 +155,7 @@ class Runner:
 
     async def _execute(self, one: Run, lender: Lender | None = None) -> None:
         """Run the handler to its end, its time limit, or the loss of its claim
-        (`_invoke`), then take its outcome (`decisions.outcome`): record the ending, or
+        (`Invoke`), then take its outcome (`decisions.outcome`): record the ending, or
         the loss, or nothing for a cancelled job. Cancelled from outside (not by
         `Run.stop`), it aborts: the job stays `running` for stale recovery. A
         `CancelledError` the handler raises of its own is a failure of the attempt like
@@ -230,7 +169,7 @@ class Runner:
         elif one.stopped is None:  # else stopped while it waited: its handler never starts
             one.phase = RunPhase.STARTING
             try:
-                result = await self._invoke(one, handler, lender)
+                result = await self.invoke(one, handler, lender)
                 if result is not None:
                     one.result, error = result_json(result, one.name)
                 del result  # kept, as JSON, in one.result
@@ -252,7 +191,7 @@ class Runner:
         one.seconds = time.monotonic() - started
         if one.started:
             self.state.ran(one.name, one.seconds)
-        taken = decisions.outcome(
+        outcome = decisions.outcome(
             stopped=one.stopped,
             error=error,
             raised=raised,
@@ -260,120 +199,34 @@ class Runner:
             limit=one.limit,
             policy=NO_POLICY if handler is None else handler.policy,
             backoff=self.backoff,
-            backoff_failed=functools.partial(self._backoff_failed, one),
+            backoff_failed=functools.partial(endings.backoff_failed, one),
         )
-        if taken.taken == "lost":
+        if outcome.kind == "lost":
             try:
-                await asyncio.shield(self.claims.lose(one, taken.error or ""))
+                await asyncio.shield(self.claims.lose(one, outcome.error or ""))
             finally:
                 self._release(one)
             return
         self._release(one)
-        if taken.taken == "cancelled":
-            self._cancelled(one)
+        if outcome.kind == "cancelled":
+            # The row says cancelled under this attempt (the heartbeat read it), a state
+            # no one moves a job out of: nothing to write.
+            if one.started:
+                self.state.stats[CANCELLED] += 1
+                self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
+            endings.cancelled(one)
             return
-        if taken.status != "completed":
+        if outcome.status != "completed":
             one.result = None
-        self._log_ending(one, taken, raised if self.tracebacks and taken.traceback else None)
+        endings.ended(one, outcome, raised if self.tracebacks and outcome.traceback else None)
         del raised  # its traceback holds the handler's frames
-        self.state.end(one.end(taken.status, taken.error, taken.delay, taken.max_attempts))
-        if taken.status == "queued":
-            self.state.wake_in(taken.delay)
+        self._record(one, outcome)
 
-    async def _invoke(self, one: Run, handler: JobHandler[Any], lender: Lender | None) -> Any:
-        """Prove `one`'s claim if it may have expired, then call its handler (inside
-        its middleware, if any, with its `JobContext` current, and the loop's lent
-        connection handed out to an async one); returns what the handler returned, and
-        raises what it raised. A claim found gone (`Claims.prove`) leaves the handler
-        uncalled: `one` is then over, stopped, and this returns `None`."""
-        if self.claims.doubtful(one) and not await self.claims.prove(one):
-            return None
-        one.phase = RunPhase.RUNNING
-        if lender is not None and handler.is_async:
-            lender.run = one  # inside this run, the pool hands out the lent connection
-        else:
-            lender = None
-        job = self._job(one, lender)
-        token = enter(job)
-        try:
-            if self.registry.middleware:
-                return await through(
-                    self.registry.middleware,
-                    job,
-                    functools.partial(self._call, handler, one.args_text, job),
-                )
-            if handler.coroutine_function is not None:  # awaited here: a coroutine less
-                args = handler.decode(json.loads(one.args_text))
-                if handler.takes_job:
-                    return await handler.coroutine_function(args, job)  # type: ignore[call-arg]
-                return await handler.coroutine_function(args)
-            return await self._call(handler, one.args_text, job)
-        finally:
-            leave(token)
-            if lender is not None:
-                lender.run = None
-
-    def _cancelled(self, one: Run) -> None:
-        """`one`'s job was cancelled by a person under its attempt: the row says so (the
-        heartbeat read it), a state no one moves a job out of, so nothing is written."""
-        if one.started:
-            self.state.stats[CANCELLED] += 1
-            self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
-        log.info(
-            "job stopped: %s %s (attempt %d) was cancelled by a person while it ran; "
-            "nothing of the run is recorded"
-            if one.started
-            else "job not started: %s %s (attempt %d) was cancelled by a person",
-            *one.named(),
-            extra=one.fields(),
-        )
-
-    def _log_ending(self, one: Run, taken: decisions.Outcome, trace: BaseException | None) -> None:
-        """Log how `one` ended (a completion only at debug level), with the traceback of
-        what its handler raised if `trace` is given."""
-        if taken.taken == "completed":
-            if log.isEnabledFor(logging.DEBUG):
-                log.debug(
-                    "job completed: %s %s (attempt %d) in %g s",
-                    *one.named(),
-                    round(one.seconds, 6),
-                    extra={**one.fields(), "duration": round(one.seconds, 6)},
-                )
-        elif taken.taken == "snoozed":
-            log.info(
-                "job snoozed: %s %s (attempt %d) for %g s",
-                *one.named(),
-                taken.delay,
-                extra={**one.fields(), "error": taken.error, "retry_in": taken.delay},
-            )
-        elif taken.taken == "retried":
-            log.warning(
-                "job failed, will retry: %s %s (attempt %d): %s; next try in %g s",
-                *one.named(),
-                taken.cause,
-                taken.delay,
-                extra={**one.fields(), "error": taken.error, "retry_in": taken.delay},
-                exc_info=trace,
-            )
-        else:
-            log.error(
-                "job failed: %s %s (attempt %d): %s",
-                *one.named(),
-                taken.cause,
-                extra={**one.fields(), "error": taken.error},
-                exc_info=trace,
-            )
-
-    def _backoff_failed(self, one: Run, failure: Exception) -> None:
-        """The backoff function of `one`'s handler raised: its job waits the queue's
-        `retry_backoff` instead (`Policy.wait`), and this says so."""
-        log.error(
-            "the handler's backoff failed: %s %s (attempt %d): %s; the job waits the "
-            "queue's retry_backoff instead",
-            *one.named(),
-            kind(failure),
-            extra={**one.fields(), "error": describe(failure)},
-        )
+    def _record(self, one: Run, outcome: decisions.Outcome) -> None:
+        """Add `one`'s ending, as `outcome` says, for the next exchange to write."""
+        self.state.end(one.end(outcome.status, outcome.error, outcome.delay, outcome.max_attempts))
+        if outcome.status == "queued":
+            self.state.wake_in(outcome.delay)
 
     def _failed(self, one: Run, failure: Exception) -> None:
         """What a loop does when running `one` raised, which nothing on the way of a run
@@ -409,7 +262,7 @@ class Runner:
             return
         one.over()
         one.result = None
-        taken = decisions.outcome(
+        outcome = decisions.outcome(
             stopped=None,
             error=f"the worker failed while running it: {why}",
             raised=None,
@@ -418,36 +271,7 @@ class Runner:
             policy=NO_POLICY,
             backoff=self.backoff,
         )
-        self.state.end(one.end(taken.status, taken.error, taken.delay))
-        if taken.status == "queued":
-            self.state.wake_in(taken.delay)
-
-    def _job(self, one: Run, lender: Lender | None = None) -> JobContext:
-        """The `JobContext` of `one`, about to run (its deadline from its timer; none
-        past what a `datetime` holds, for a time limit stored in years)."""
-        deadline = None
-        if one.timer is not None:
-            left = one.timer.when() - asyncio.get_running_loop().time()
-            try:
-                deadline = datetime.now(timezone.utc) + timedelta(seconds=left)
-            except OverflowError:
-                deadline = None
-        return JobContext(
-            UUID(one.id),
-            one.name,
-            one.attempts,
-            one.limit,
-            deadline,
-            None if one.trace_context is None else carrier_of(one.trace_context),
-            one,
-            lender,
-        )
-
-    async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:
-        """The innermost step of a run: decode the arguments and call the handler (in a
-        thread of this worker if it is sync), inside the middleware when there is any,
-        so a middleware sees a decoding failure as the run's failure too."""
-        return await handler.call(handler.decode(json.loads(args_text)), job, self.executor)
+        self._record(one, outcome)
 
     def _aborted(self) -> bool:
         """Whether the `CancelledError` a run's handler just ended with is this worker
@@ -461,77 +285,10 @@ class Runner:
         return cancelling is not None and cancelling() > 0
 
     async def finish(self, deadline: float | None) -> None:
-        """Wait for jobs in progress (also those a claim in flight brings), aborting any
-        still running at `deadline` (monotonic; the end of `shutdown_grace`)."""
-        state = self.state
-        told = False
-        while state.runs or state.claiming:
-            tasks = [r.task for r in state.runs.values() if r.task is not None]
-            if not tasks:
-                if deadline is not None and time.monotonic() >= deadline:
-                    # A claim still in flight: its runs stay `running`, for stale recovery.
-                    await self._give_back(self._forget_waiting())
-                    return
-                await asyncio.sleep(0.001)  # a claim in flight: its runs start when answered
-                continue
-            if not told:
-                log.info(
-                    "stopping: waiting for jobs in progress (%d running)",
-                    len(tasks),
-                    extra={"running": len(tasks)},
-                )
-                told = True
-            timeout = None if deadline is None else max(deadline - time.monotonic(), 0)
-            _, pending = await asyncio.wait(tasks, timeout=timeout)
-            if pending and deadline is not None and time.monotonic() >= deadline:
-                log.warning(
-                    "stopping: aborting jobs still running after the grace period (%d); "
-                    "stale recovery will queue them again",
-                    len(pending),
-                    extra={"aborted": len(pending)},
-                )
-                self.aborting = True
-                await cancel_all(pending)
-                await self._give_back(self._forget_waiting())
+        """Wait for jobs in progress, aborting any still running at `deadline`
+        (monotonic; the end of `shutdown_grace`): `stopping.finish_runs`."""
+        await finish_runs(self.state, self.claims.connections, deadline, self._abort)
 
-    def _forget_waiting(self) -> list[Run]:
-        """Let go of runs claimed ahead that never started, and return them."""
-        state = self.state
-        forgotten, state.waiting = state.waiting, []
-        for one in forgotten:
-            state.runs.pop(one.key, None)
-            state.in_use[one.name] -= 1
-        return forgotten
-
-    async def _give_back(self, runs: list[Run]) -> None:
-        """Queue again at once, with their attempts given back, the runs claimed ahead
-        that a stop let go of before their handler started (`sql.GIVE_BACK`, fenced by
-        their attempts); if the database does not answer, stale recovery gives them
-        back later (`sql.RECOVER_STALE`)."""
-        runs = [one for one in runs if one.ahead]
-        if not runs:
-            return
-        try:
-            await self.claims.connections.on_side(
-                sql.GIVE_BACK,
-                {
-                    "ids": "{" + ",".join(one.id for one in runs) + "}",
-                    "attempts": "{" + ",".join(str(one.attempts) for one in runs) + "}",
-                    "limits": "{" + ",".join(str(one.limit) for one in runs) + "}",
-                    "now": self.claims.connections.now(),
-                },
-            )
-        except psycopg.Error as error:
-            log.warning(
-                "stopping: could not queue again the jobs claimed ahead that never started "
-                "(%d; %s); stale recovery will",
-                len(runs),
-                kind(error),
-                extra={"jobs": len(runs), "error": first_line(error)},
-            )
-            return
-        log.info(
-            "stopping: queued again the jobs claimed ahead that never started (%d)",
-            len(runs),
-            extra={"jobs": len(runs)},
-        )
+    def _abort(self) -> None:
+        """The grace period is over: what is cancelled from here on is ours."""
+        self.aborting = True
