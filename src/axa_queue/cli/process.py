@@ -41,7 +41,7 @@ __all__ = [
     "work",
 ]
 
-log = logging.getLogger("axa_queue.cli.supervisor")  # the name its log lines always had
+log = logging.getLogger("axa_queue.supervisor")  # the name its log lines always had
 
 SUPERVISOR_VARIABLE = "AXA_QUEUE_SUPERVISOR"
 """Set by `worker --processes` in each child: the supervisor's pid, watched by the child."""
