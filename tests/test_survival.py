@@ -211,7 +211,8 @@ WORKER_MODULE = """
 import asyncio
 import time
 
-from axa_queue import NewJob, Queue, QueueOptions, Schedule, schedules
+from axa_queue import NewJob, Queue, QueueOptions, Schedule
+from axa_queue.schedules import schedule as schedules
 
 queue = Queue(options=QueueOptions(
     poll_interval=0.05, heartbeat_interval=0.2, stale_after=5, shutdown_grace=2,
