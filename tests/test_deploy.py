@@ -22,7 +22,7 @@ import pytest
 from psycopg.conninfo import make_conninfo
 
 from axa_queue import SETUP_STATEMENTS, NewJob, Queue, QueueOptions, SchemaError, enqueue_on
-from conftest import status_of
+from conftest import eventually, status_of
 
 WAITING_FOR_A_LOCK = """SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)
     WHERE NOT l.granted AND a.application_name = %s"""
@@ -419,6 +419,41 @@ async def test_the_supervisor_asks_the_policy_how_long_each_dead_process_ran(
     assert code == 1  # the child's last exit was not 0
     assert [previous for previous, _ in asked[:3]] == [None, 0.0, 0.01]
     assert all(ran_for >= 0 for _, ran_for in asked)
+
+
+async def test_a_supervisor_signalled_twice_aborts_kills_the_processes_still_running_and_exits_1(
+    dsn: str, make_queue, monkeypatch, tmp_path: Path
+) -> None:
+    from axa_queue.cli import supervisor
+    from axa_queue.cli.supervisor import SupervisorState
+
+    await make_queue()  # the tables, for the supervisor's check
+    ready = tmp_path / "ready"
+    # A worker process that will not stop: it ignores SIGTERM, then says it is ready.
+    child = (
+        "import pathlib, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "pathlib.Path(sys.argv[1]).write_text('ready'); time.sleep(600)"
+    )
+    monkeypatch.setattr(
+        supervisor, "child_command", lambda _: [sys.executable, "-c", child, str(ready)]
+    )
+    monkeypatch.setattr(supervisor, "ABORT_KILL_AFTER", 0.0)
+    settings = supervisor.Settings(target="unused:queue", workers=1, wait_for_database=0.0)
+    boss = supervisor.Supervisor(settings, 1, dsn, False, None, "127.0.0.1")
+    assert boss.state is SupervisorState.STARTING
+    running = asyncio.ensure_future(boss.run())
+    try:
+        await eventually(ready.exists)
+        assert boss.state is SupervisorState.RUNNING
+        os.kill(os.getpid(), signal.SIGTERM)  # the first: a graceful stop, ignored
+        await eventually(lambda: boss.state is SupervisorState.STOPPING)
+        assert boss.children[0].returncode is None
+        os.kill(os.getpid(), signal.SIGTERM)  # the second: abort, then SIGKILL
+        assert await asyncio.wait_for(running, 60) == 1
+    finally:
+        running.cancel()
+    assert boss.state is SupervisorState.STOPPED
+    assert boss.children[0].returncode == -signal.SIGKILL
 
 
 async def test_the_supervisor_sets_the_tables_up_with_the_queues_own_options(

@@ -2,15 +2,22 @@
 
 One `Worker` serves one `Queue.run()`, composed of services with one owner each:
 
-- `exchange`: one statement records endings and claims jobs (`sql.EXCHANGE`);
-- `runs`: the loops that run handlers, under their timeouts (`threads`: sync ones);
+- `exchange`: one statement records endings and claims jobs (`sql.EXCHANGE`), what
+  it carries and returns (`wire`), and one bad value isolated to its job or its name
+  (`isolation`, `skips`);
+- `runs`: the loops that run handlers, under their timeouts (`invoke`: calling a
+  handler; `threads`: sync ones; `shelf`: lent connections; `endings`: their log;
+  `stopping`: finishing at a stop);
 - `claims`: heartbeats, proofs before a run starts, and every lost claim (one path);
 - `listener`: LISTEN/NOTIFY wake-ups; `schedules`: the schedule loop;
 - `housekeeping`: maintenance rounds and the worker's own stale recovery;
 - `presence`: this process's row in `axa_workers` (who is running, for people);
 - `connections`: the worker's own exchange and side connections;
-- `decisions`: what to send now and how long to wait, as plain functions;
-- `state`: the worker's phase (`Phase`) and the runs it holds, shared by the others.
+- `decisions`: what to send now, how long to wait, how a run that is over is taken, as
+  plain functions;
+- `state`: the worker's phase (`Phase`) and the runs it holds, shared by the others;
+  `run`: one run (`Run`) and its phases (`RunPhase`);
+- `drain`: a worker narrowed to some names that stops once none is ready (for tests).
 
 Services get the `Registry` (handlers, limits, schedules, observers) and the
 `Connector` (how to connect), never the `Queue`. docs/design.md draws the worker's
