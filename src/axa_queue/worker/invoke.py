@@ -24,14 +24,14 @@ from ..handlers.registry import Registry
 from ..middleware import through
 from ..tracing import carrier_of
 from .claims import Claims
-from .run import Run, RunPhase
+from .run import RUNNING, Run
 from .threads import JobThreads
 
 __all__ = ["Invoke"]
 
 
 class Invoke:
-    """Calls the handlers of one worker's runs (`invoke(one, handler, lender)`)."""
+    """Calls the handlers of one worker's runs (`call`)."""
 
     def __init__(self, registry: Registry, claims: Claims, executor: JobThreads) -> None:
         self.registry = registry
@@ -39,7 +39,7 @@ class Invoke:
         self.executor = executor
         """The threads of sync handlers."""
 
-    async def __call__(self, one: Run, handler: JobHandler[Any], lender: Lender | None) -> Any:
+    async def call(self, one: Run, handler: JobHandler[Any], lender: Lender | None) -> Any:
         """Prove `one`'s claim if it may have expired, then call its handler (inside
         its middleware, if any, with its `JobContext` current, and the loop's lent
         connection handed out to an async one); returns what the handler returned, and
@@ -47,7 +47,7 @@ class Invoke:
         uncalled: `one` is then over, stopped, and this returns `None`."""
         if self.claims.doubtful(one) and not await self.claims.prove(one):
             return None
-        one.phase = RunPhase.RUNNING
+        one.phase = RUNNING
         if lender is not None and handler.is_async:
             lender.run = one  # inside this run, the pool hands out the lent connection
         else:

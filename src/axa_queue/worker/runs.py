@@ -26,8 +26,9 @@ from ..jobs.arguments import result_json
 from ..options import QueueOptions
 from . import decisions, endings
 from .claims import Claims
+from .decisions import COMPLETED
 from .invoke import Invoke
-from .run import CANCELLED, TIMEOUT, Run, RunPhase, order_of
+from .run import CANCELLED, STARTING, TIMEOUT, Run, order_of
 from .shelf import Shelf
 from .state import State
 from .stopping import finish_runs
@@ -69,7 +70,8 @@ class Runner:
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
         self.shelf = Shelf(None if pool is None else Lending(pool))
         """The connections of the queue's pool lent to the loops; none for a drain's."""
-        self.invoke = Invoke(registry, claims, self.executor)
+        self.invoke = Invoke(registry, claims, self.executor).call
+        """Calls a run's handler (`Invoke.call`)."""
         self.crashed: tuple[float, str] | None = None
         """When (monotonic) a loop last failed unexpectedly, and why (`_failed`)."""
 
@@ -167,7 +169,7 @@ class Runner:
         if handler is None:  # only handled names are claimed; kept for safety
             error = f"no handler for job {one.name}"
         elif one.stopped is None:  # else stopped while it waited: its handler never starts
-            one.phase = RunPhase.STARTING
+            one.phase = STARTING
             try:
                 result = await self.invoke(one, handler, lender)
                 if result is not None:
@@ -191,15 +193,19 @@ class Runner:
         one.seconds = time.monotonic() - started
         if one.started:
             self.state.ran(one.name, one.seconds)
-        outcome = decisions.outcome(
-            stopped=one.stopped,
-            error=error,
-            raised=raised,
-            attempts=one.attempts,
-            limit=one.limit,
-            policy=NO_POLICY if handler is None else handler.policy,
-            backoff=self.backoff,
-            backoff_failed=functools.partial(endings.backoff_failed, one),
+        outcome = (
+            COMPLETED  # what `decisions.outcome` says of it, without a call on the path of every run
+            if error is None and one.stopped is None
+            else decisions.outcome(
+                stopped=one.stopped,
+                error=error,
+                raised=raised,
+                attempts=one.attempts,
+                limit=one.limit,
+                policy=NO_POLICY if handler is None else handler.policy,
+                backoff=self.backoff,
+                backoff_failed=functools.partial(endings.backoff_failed, one),
+            )
         )
         if outcome.kind == "lost":
             try:
@@ -216,14 +222,12 @@ class Runner:
                 self.registry.tell(one.name, CANCELLED, one.seconds, one.fields())
             endings.cancelled(one)
             return
-        if outcome.status != "completed":
+        if outcome is not COMPLETED:
             one.result = None
-        endings.ended(one, outcome, raised if self.tracebacks and outcome.traceback else None)
+            endings.ended(one, outcome, raised if self.tracebacks and outcome.traceback else None)
+        elif log.isEnabledFor(logging.DEBUG):
+            endings.ended(one, outcome, None)
         del raised  # its traceback holds the handler's frames
-        self._record(one, outcome)
-
-    def _record(self, one: Run, outcome: decisions.Outcome) -> None:
-        """Add `one`'s ending, as `outcome` says, for the next exchange to write."""
         self.state.end(one.end(outcome.status, outcome.error, outcome.delay, outcome.max_attempts))
         if outcome.status == "queued":
             self.state.wake_in(outcome.delay)
@@ -271,7 +275,9 @@ class Runner:
             policy=NO_POLICY,
             backoff=self.backoff,
         )
-        self._record(one, outcome)
+        self.state.end(one.end(outcome.status, outcome.error, outcome.delay))
+        if outcome.status == "queued":
+            self.state.wake_in(outcome.delay)
 
     def _aborted(self) -> bool:
         """Whether the `CancelledError` a run's handler just ended with is this worker

@@ -23,7 +23,7 @@ from collections import Counter
 from datetime import timedelta
 
 from . import decisions
-from .run import Run, RunPhase
+from .run import RUNNING, Run
 
 __all__ = ["Phase", "State"]
 
@@ -123,7 +123,7 @@ class State:
         paces, horizon = self.paces, decisions.PREFETCH_HORIZON
         held = 0
         for one in self.runs.values():
-            if one.phase is RunPhase.RUNNING:
+            if one.phase is RUNNING:
                 seconds = paces.get(one.name)
                 if seconds is None or seconds > horizon:
                     held += 1
