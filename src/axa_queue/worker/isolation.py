@@ -228,16 +228,16 @@ class Isolation:
         """Try again, each on its own, the endings kept apart; once closing, those that
         still fail are let go (their jobs stay `running`, for stale recovery)."""
         state = self.state
-        runs, state.apart = state.apart, []
-        for i, one in enumerate(runs):
+        # Each stays in `state.apart` until recorded: while a try is on its way, the
+        # heartbeat still keeps its claim and the health check still counts it.
+        for one in list(state.apart):
             try:
                 _, kept = await self.sender.send([one], 0, [])
             except psycopg.Error as error:
                 if not decisions.blames_values(error.sqlstate):
-                    state.apart.extend(runs[i:])
                     break
-                state.apart.append(one)
                 continue
+            state.apart.remove(one)
             self.recorded([one], kept)
         if not state.apart:
             self.apart_since = None
