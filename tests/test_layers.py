@@ -1,9 +1,11 @@
 """The import graph of the package has no cycle: no module imports a module above it,
-not even for types (imports under `TYPE_CHECKING` count)."""
+not even for types (imports under `TYPE_CHECKING` count); and docs/design.md's map of the
+code names every module, so a module added without its line there fails here."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import axa_queue
@@ -101,3 +103,41 @@ def test_the_worker_and_housekeeping_never_import_the_queue() -> None:
 def test_the_cycle_finder_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+DESIGN = PACKAGE.parent.parent / "docs" / "design.md"
+MAPPED = re.compile(r"`((?:[a-z_0-9]+/)*(?:[a-z_0-9]+\.py|[a-z_0-9]+/))`")
+
+
+def _map_of_the_code() -> set[str]:
+    """The paths docs/design.md's maps of the code name (`queue.py`, `db/calls.py`,
+    `web/`), from its tables whose first column is `module`."""
+    named: set[str] = set()
+    in_map = False
+    for line in DESIGN.read_text(encoding="utf-8").splitlines():
+        if line.startswith("| module |"):
+            in_map = True
+        elif in_map and line.startswith("|"):
+            for path in MAPPED.findall(line.split("|")[1]):
+                named.add(path.removesuffix("__init__.py") or "__init__.py")
+        else:
+            in_map = False
+    return named
+
+
+def _modules_to_map() -> set[str]:
+    """Every module of the package, as a path from `src/axa_queue/` (a package's
+    `__init__.py` as its folder), but Django's numbered migrations and `__main__`."""
+    found: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if "/migrations/0" in relative or path.name == "__main__.py":
+            continue
+        found.add(relative.removesuffix("__init__.py") or "__init__.py")
+    return found
+
+
+def test_the_design_notes_map_of_the_code_names_every_module_and_only_those_that_exist() -> None:
+    named, modules = _map_of_the_code(), _modules_to_map()
+    assert sorted(modules - named) == [], "modules docs/design.md's map of the code leaves out"
+    assert sorted(named - modules) == [], "paths docs/design.md's map names that do not exist"
