@@ -23,8 +23,10 @@ from types import ModuleType
 import psycopg
 import pytest
 
+import axa_queue
 import axa_queue.embedded as embedded
 from axa_queue.embedded import EmbeddedPostgres, EmbeddedPostgresError
+from axa_queue.embedded.processes import pdeathsig_wrapper
 
 
 @pytest.fixture
@@ -197,7 +199,7 @@ def test_a_port_taken_by_another_program_fails_with_the_server_log(extra: Module
     assert server.workdir is None and not server.running
 
 
-@pytest.mark.skipif(not embedded._pdeathsig_wrapper(), reason="needs setpriv --pdeathsig")
+@pytest.mark.skipif(not pdeathsig_wrapper(), reason="needs setpriv --pdeathsig")
 def test_a_killed_parent_process_takes_its_server_down(extra: ModuleType) -> None:
     script = (
         "import sys, time\n"
@@ -207,7 +209,7 @@ def test_a_killed_parent_process_takes_its_server_down(extra: ModuleType) -> Non
         "print(server.pid, server.workdir, flush=True)\n"
         "time.sleep(120)\n"
     )
-    src = Path(embedded.__file__).resolve().parents[1]
+    src = Path(axa_queue.__file__).resolve().parents[1]
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]),
