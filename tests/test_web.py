@@ -289,7 +289,7 @@ def test_pages_of_jobs_follow_each_other_without_gaps_or_repeats(board: TestClie
 def test_past_the_count_cap_the_overview_shows_estimates_and_lower_bounds(
     board: TestClient, admin, monkeypatch
 ) -> None:
-    monkeypatch.setattr("axa_queue.web.app.COUNT_CAP", 5)
+    monkeypatch.setattr("axa_queue.web.overview.COUNT_CAP", 5)
     seed(admin, "Mail", "queued", 8)
     admin.execute("ANALYZE axa_queue")
     html = board.get("/live").text

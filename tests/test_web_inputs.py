@@ -152,7 +152,7 @@ def test_an_answer_that_fails_is_a_500_page_with_the_security_headers(
     def broken(*_args: Any) -> Any:
         raise RuntimeError("a private detail of the failure")
 
-    monkeypatch.setattr("axa_queue.web.app.workers_call", broken)
+    monkeypatch.setattr("axa_queue.web.system.workers_call", broken)
     answer = board.get("/workers")
     assert answer.status_code == 500
     assert "script-src 'self'" in answer.headers["content-security-policy"]
@@ -366,7 +366,7 @@ def test_a_sign_on_header_sent_twice_or_holding_a_comma_is_refused(tables: str, 
 def test_with_ten_thousand_names_the_overview_shows_the_top_fifty_and_stays_small(
     board: TestClient, admin, monkeypatch
 ) -> None:
-    monkeypatch.setattr("axa_queue.web.app.COUNT_CAP", 20_000)  # every name counted exactly
+    monkeypatch.setattr("axa_queue.web.overview.COUNT_CAP", 20_000)  # every name counted exactly
     admin.execute(
         "INSERT INTO axa_queue (id, name, args) SELECT gen_random_uuid(), "
         "'report.customer.' || i, '{}' FROM generate_series(1, 10000) AS i"

@@ -1,0 +1,61 @@
+"""The pages of what runs the jobs and what was done to them: the schedules (and whether
+code still declares each), the workers (and which are stale) and the acts log, a page
+at a time, by person and kind of act."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ..acts import ActKind
+from ..presence import WorkerInfo, workers_call
+from . import params
+from .board import Dashboard
+from .reads import PAGE_SIZE, acts_log_call
+
+__all__ = ["acts", "schedules", "workers"]
+
+
+async def schedules(board: Dashboard, request: Request) -> Response:
+    """Every schedule, each marked whether a live process declared it lately."""
+    queue = await board.opened()
+    found = await queue.schedules()
+    now = datetime.now(timezone.utc)
+    # A live process marks its schedules seen at most once a minute (`sql.SCHEDULES_SEEN`).
+    within = queue.options.stale_after.total_seconds() + 120
+    rows = [
+        {
+            "info": one,
+            "in_code": one.archived_at is None and (now - one.seen_at).total_seconds() < within,
+        }
+        for one in found
+    ]
+    return board.page(request, "schedules.html", rows=rows)
+
+
+async def workers(board: Dashboard, request: Request) -> Response:
+    """The workers that said they are present, and after how long one is stale."""
+    found: list[WorkerInfo] = await board.read(workers_call())
+    stale = board.queue.options.stale_after.total_seconds()
+    return board.page(request, "workers.html", workers=found, stale=stale)
+
+
+async def acts(board: Dashboard, request: Request) -> Response:
+    """One page of the acts log, newest first, optionally of one `by` and one kind."""
+    query = request.query_params
+    by = params.code(query, "by")
+    act = params.choice(query, "act", [one.value for one in ActKind])
+    kind = None if act is None else ActKind(act)
+    before = params.integer(query, "before")
+    found = await board.read(acts_log_call(by, kind, before))
+    return board.page(
+        request,
+        "acts.html",
+        acts=found,
+        by=by,
+        act=None if kind is None else kind.value,
+        kinds=[k.value for k in ActKind],
+        next_before=found[-1].id if len(found) == PAGE_SIZE else None,
+    )
