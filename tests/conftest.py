@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
+from queue import SimpleQueue
 from typing import Any
 
 import psycopg
@@ -89,6 +91,14 @@ def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
+END_SESSIONS = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
+    "AND application_name = %s"
+)
+"""End the sessions a test left on its schema (they are named after it)."""
+
+
 @contextlib.contextmanager
 def fresh_schema(database_url: str) -> Iterator[str]:
     """A fresh, empty schema, dropped on exit (its sessions, named after it, ended)."""
@@ -99,13 +109,86 @@ def fresh_schema(database_url: str) -> Iterator[str]:
         yield name
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
-                "AND application_name = %s",
-                (name,),
-            )
+            conn.execute(END_SESSIONS, (name,))
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+class Schemas:
+    """Each test's schema: made, and its sessions ended afterwards, on one connection
+    kept for the session; dropped on a thread of its own while the next tests run.
+
+    Dropping a schema with the queue's tables takes tens of milliseconds, most of it
+    the server waiting for its disk (file unlinks, the commit); a test need not wait
+    for it. A drop that fails is raised when the session ends (`close`)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self.conn: psycopg.Connection[Any] | None = None
+        self.pending: SimpleQueue[str | None] = SimpleQueue()
+        self.failed: list[str] = []
+        self.dropper = threading.Thread(target=self._drop_all, name="drop-schemas", daemon=True)
+        self.dropper.start()
+
+    def _execute(self, statement: Any, params: tuple[Any, ...] = ()) -> None:
+        """Run `statement` on the kept connection, connecting again when it was lost
+        (a test may end every session but its own)."""
+        for tried in (False, True):
+            if self.conn is None or self.conn.broken or self.conn.closed:
+                self.conn = psycopg.connect(self.database_url, autocommit=True)
+            try:
+                self.conn.execute(statement, params)
+                return
+            except psycopg.OperationalError:
+                if tried or not self.conn.broken:
+                    raise
+
+    def make(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        return name
+
+    def drop(self, name: str) -> None:
+        """End the sessions left on `name` now, and drop it soon."""
+        self._execute(END_SESSIONS, (name,))
+        self.pending.put(name)
+
+    def _drop_all(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while (name := self.pending.get()) is not None:
+            for tried in (False, True):
+                try:
+                    if conn is None or conn.broken:
+                        conn = psycopg.connect(self.database_url, autocommit=True)
+                    conn.execute(END_SESSIONS, (name,))  # any opened since
+                    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+                    break
+                except psycopg.Error as error:
+                    if tried or conn is None or not conn.broken:
+                        self.failed.append(f"{name}: {error}")
+                        break
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Wait for the drops still to do; raise if any failed."""
+        self.pending.put(None)
+        self.dropper.join()
+        if self.conn is not None:
+            self.conn.close()
+        if self.failed:
+            raise AssertionError(
+                "schemas the tests made could not be dropped: " + "; ".join(self.failed)
+            )
+
+
+@pytest.fixture(scope="session")
+def schemas(database_url: str) -> Iterator[Schemas]:
+    """Where the tests' schemas are made and dropped (`Schemas`)."""
+    kept = Schemas(database_url)
+    try:
+        yield kept
+    finally:
+        kept.close()
 
 
 def schema_dsn(database_url: str, schema: str) -> str:
@@ -114,10 +197,13 @@ def schema_dsn(database_url: str, schema: str) -> str:
 
 
 @pytest.fixture
-def schema(database_url: str) -> Iterator[str]:
-    """A fresh, empty schema for one test, dropped afterwards."""
-    with fresh_schema(database_url) as name:
+def schema(schemas: Schemas) -> Iterator[str]:
+    """A fresh, empty schema for one test, dropped afterwards (its sessions ended)."""
+    name = schemas.make()
+    try:
         yield name
+    finally:
+        schemas.drop(name)
 
 
 @pytest.fixture
