@@ -74,21 +74,78 @@ def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
     """Under pytest-xdist (`-n 2`), a test marked `alone` runs while no other does: it
     waits on something the whole server shares (the setup's advisory lock) with a short
     timeout. Every other test holds a shared lock on one file, the `alone` one an
-    exclusive lock. Without xdist this does nothing."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    exclusive lock. A gate in front of it makes an `alone` test waiting for its turn
+    hold the others back (else they would take their shared lock again and again, one
+    test after another, while it waits). Without xdist this does nothing, and so in a
+    pytest a test starts (which inherits the worker's environment, not its role)."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
         yield
         return
+    run = workerinput["testrunuid"]
     import fcntl  # xdist runs are on Linux or macOS (CI: Linux)
 
     exclusive = request.node.get_closest_marker("alone") is not None
-    path = os.path.join(tempfile.gettempdir(), f"axa-queue-tests-{run}.lock")
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    path = os.path.join(tempfile.gettempdir(), f"axa-queue-tests-{run}")
+    with open(f"{path}.gate", "a") as gate, open(f"{path}.lock", "a") as lock:
+        if exclusive:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # no other test starts from now on...
+            fcntl.flock(lock, fcntl.LOCK_EX)  # ...and those running end
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an `alone` test waits or runs
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+SLOW = (
+    "tests/test_chaos.py::",
+    "tests/test_fallback.py::",
+    "tests/test_outage.py::test_a_server_down_longer_than_stale_after_",
+    "tests/test_bench.py::test_every_workload_runs_once",
+    "tests/test_outage.py::test_after_a_restart_no_process_takes_a_job_for_stale_",
+    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_worker_processes",
+    "tests/test_global_limits.py::test_a_global_limit_is_never_exceeded_by_several_processes",
+    "tests/test_docs.py::test_the_python_block_runs_as_written[docs/handlers.md:484]",
+    "tests/test_cli.py::test_the_demo_runs_on_an_embedded_server",
+    "tests/test_django.py::test_manage_py_axa_queue_lists_shows_and_cancels_jobs",
+    "tests/test_web_inputs.py::test_every_route_answers_every_bad_parameter",
+    "tests/test_cli.py::test_the_demo_on_a_given_database",
+    "tests/test_dsns.py::test_the_demo_on_a_given_sqlalchemy_url",
+    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_queues",
+    "tests/test_rate_limit.py::test_several_processes_claiming_one_name",
+    "tests/test_cli.py::test_a_supervisors_health_says_when_a_worker_process_cannot",
+    "tests/test_schedules.py::test_each_cron_due_time_is_queued_once_by_two_running_workers",
+    "tests/test_cli.py::test_worker_processes_are_supervised_restarted_when_killed",
+    "tests/test_survival.py::test_one_sigterm_stops_a_worker_within_its_grace",
+    "tests/test_crash.py::test_three_worker_processes_run_each_of_600_jobs_exactly_once",
+)
+"""The tests that take seconds (worker processes, an embedded server, the chaos run),
+longest first: run first (`pytest_collection_modifyitems`). A name not found here only
+runs in its usual place."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the `alone` tests run first, while the other worker is on
+    short tests (an `alone` test waits for the test running there), then the `SLOW`
+    ones, longest first, so that no worker is left with a long test at the end while
+    the other has nothing to do; the rest keep their order. Every worker sorts alike."""
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        return
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("alone") is not None:
+            return 0
+        for place, prefix in enumerate(SLOW, 1):
+            if item.nodeid.startswith(prefix):
+                return place
+        return len(SLOW) + 1
+
+    items.sort(key=rank)  # stable: the rest keep pytest's order
 
 
 END_SESSIONS = (
