@@ -36,6 +36,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
@@ -307,12 +308,21 @@ def _busy_since(before: float | None) -> float | None:
     return None if before is None or after is None else after - before
 
 
+CHECKPOINTS: ContextVar[bool] = ContextVar("checkpoints", default=True)
+"""Whether `checkpoint` runs CHECKPOINT: a smoke run of the benchmark (tests/test_bench.py)
+sets it off, as its figures measure nothing and a CHECKPOINT flushes the whole server,
+which every other session then waits on."""
+
+
 def checkpoint(conn: psycopg.Connection) -> bool:
-    """Run CHECKPOINT if allowed (superuser or pg_checkpoint); return whether it ran.
+    """Run CHECKPOINT if allowed (superuser or pg_checkpoint) and `CHECKPOINTS` is on;
+    return whether it ran.
 
     Done before each timed run so that a checkpoint requested by earlier runs'
     WAL (max_wal_size) does not land in the middle of the measurement.
     """
+    if not CHECKPOINTS.get():
+        return False
     try:
         conn.execute("CHECKPOINT")
     except psycopg.errors.InsufficientPrivilege:

@@ -1415,6 +1415,11 @@ class Config:
     )
     vacuum_catalogs: bool = True
     """VACUUM the system catalogs the schemas churn before each round (untimed)."""
+    checkpoints: bool = True
+    """CHECKPOINT before each timed part (`floor.CHECKPOINTS`); a smoke run skips them."""
+    idle_sample: float = 0.25
+    """Seconds the machine's CPU use is sampled between cases, to see what else runs
+    (`Report.others`); 0: not sampled (a smoke run, whose figures measure nothing)."""
 
 
 QUICK = {
@@ -1464,7 +1469,9 @@ class Report:
     def check(self, dsn: str) -> None:
         """Note what else runs now (this benchmark is idle between cases)."""
         self.foreign.append(foreign_activity(dsn))
-        busy = machine_busy()
+        if not self.config.idle_sample:
+            return
+        busy = machine_busy(self.config.idle_sample)
         if busy is not None:
             self.others.append(busy)
 
@@ -1687,7 +1694,14 @@ def cases(config: Config) -> list[tuple[str, Case]]:
 def run_benchmark(config: Config, progress: Callable[[str], None] | None = None) -> Report:
     """Run every case of `config` in `config.repeats` interleaved rounds, then the
     big-table claim once; collect every sample."""
-    say = progress or (lambda _message: None)
+    checkpoints = floor.CHECKPOINTS.set(config.checkpoints)
+    try:
+        return _run_benchmark(config, progress or (lambda _message: None))
+    finally:
+        floor.CHECKPOINTS.reset(checkpoints)
+
+
+def _run_benchmark(config: Config, say: Callable[[str], None]) -> Report:
     report = Report(config, load_before=os.getloadavg())
     t0 = time.perf_counter()
     todo = cases(config)

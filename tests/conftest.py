@@ -11,10 +11,12 @@ import asyncio
 import contextlib
 import os
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
+from queue import SimpleQueue
 from typing import Any
 
 import psycopg
@@ -72,21 +74,86 @@ def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
     """Under pytest-xdist (`-n 2`), a test marked `alone` runs while no other does: it
     waits on something the whole server shares (the setup's advisory lock) with a short
     timeout. Every other test holds a shared lock on one file, the `alone` one an
-    exclusive lock. Without xdist this does nothing."""
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    exclusive lock. A gate in front of it makes an `alone` test waiting for its turn
+    hold the others back (else they would take their shared lock again and again, one
+    test after another, while it waits). Without xdist this does nothing, and so in a
+    pytest a test starts (which inherits the worker's environment, not its role)."""
+    workerinput = getattr(request.config, "workerinput", None)
+    if workerinput is None:
         yield
         return
+    run = workerinput["testrunuid"]
     import fcntl  # xdist runs are on Linux or macOS (CI: Linux)
 
     exclusive = request.node.get_closest_marker("alone") is not None
-    path = os.path.join(tempfile.gettempdir(), f"axa-queue-tests-{run}.lock")
-    with open(path, "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+    path = os.path.join(tempfile.gettempdir(), f"axa-queue-tests-{run}")
+    with open(f"{path}.gate", "a") as gate, open(f"{path}.lock", "a") as lock:
+        if exclusive:
+            fcntl.flock(gate, fcntl.LOCK_EX)  # no other test starts from now on...
+            fcntl.flock(lock, fcntl.LOCK_EX)  # ...and those running end
+        else:
+            fcntl.flock(gate, fcntl.LOCK_SH)  # waits while an `alone` test waits or runs
+            fcntl.flock(lock, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+
+
+SLOW = (
+    "tests/test_chaos.py::",
+    "tests/test_fallback.py::",
+    "tests/test_outage.py::test_a_server_down_longer_than_stale_after_",
+    "tests/test_bench.py::test_every_workload_runs_once",
+    "tests/test_outage.py::test_after_a_restart_no_process_takes_a_job_for_stale_",
+    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_worker_processes",
+    "tests/test_global_limits.py::test_a_global_limit_is_never_exceeded_by_several_processes",
+    "tests/test_docs.py::test_the_python_block_runs_as_written[docs/handlers.md:484]",
+    "tests/test_cli.py::test_the_demo_runs_on_an_embedded_server",
+    "tests/test_django.py::test_manage_py_axa_queue_lists_shows_and_cancels_jobs",
+    "tests/test_web_inputs.py::test_every_route_answers_every_bad_parameter",
+    "tests/test_cli.py::test_the_demo_on_a_given_database",
+    "tests/test_dsns.py::test_the_demo_on_a_given_sqlalchemy_url",
+    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_queues",
+    "tests/test_rate_limit.py::test_several_processes_claiming_one_name",
+    "tests/test_cli.py::test_a_supervisors_health_says_when_a_worker_process_cannot",
+    "tests/test_schedules.py::test_each_cron_due_time_is_queued_once_by_two_running_workers",
+    "tests/test_cli.py::test_worker_processes_are_supervised_restarted_when_killed",
+    "tests/test_survival.py::test_one_sigterm_stops_a_worker_within_its_grace",
+    "tests/test_crash.py::test_three_worker_processes_run_each_of_600_jobs_exactly_once",
+)
+"""The tests that take seconds (worker processes, an embedded server, the chaos run),
+longest first: run first (`pytest_collection_modifyitems`). A name not found here only
+runs in its usual place."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the `alone` tests run first, while the other worker is on
+    short tests (an `alone` test waits for the test running there), then the `SLOW`
+    ones, longest first, so that no worker is left with a long test at the end while
+    the other has nothing to do; the rest keep their order. Every worker sorts alike."""
+    if not hasattr(config, "workerinput"):  # not an xdist worker
+        return
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("alone") is not None:
+            return 0
+        for place, prefix in enumerate(SLOW, 1):
+            if item.nodeid.startswith(prefix):
+                return place
+        return len(SLOW) + 1
+
+    items.sort(key=rank)  # stable: the rest keep pytest's order
+
+
+END_SESSIONS = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
+    "AND application_name = %s"
+)
+"""End the sessions a test left on its schema (they are named after it)."""
 
 
 @contextlib.contextmanager
@@ -99,13 +166,86 @@ def fresh_schema(database_url: str) -> Iterator[str]:
         yield name
     finally:
         with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
-                "AND application_name = %s",
-                (name,),
-            )
+            conn.execute(END_SESSIONS, (name,))
             conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+class Schemas:
+    """Each test's schema: made, and its sessions ended afterwards, on one connection
+    kept for the session; dropped on a thread of its own while the next tests run.
+
+    Dropping a schema with the queue's tables takes tens of milliseconds, most of it
+    the server waiting for its disk (file unlinks, the commit); a test need not wait
+    for it. A drop that fails is raised when the session ends (`close`)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self.conn: psycopg.Connection[Any] | None = None
+        self.pending: SimpleQueue[str | None] = SimpleQueue()
+        self.failed: list[str] = []
+        self.dropper = threading.Thread(target=self._drop_all, name="drop-schemas", daemon=True)
+        self.dropper.start()
+
+    def _execute(self, statement: Any, params: tuple[Any, ...] = ()) -> None:
+        """Run `statement` on the kept connection, connecting again when it was lost
+        (a test may end every session but its own)."""
+        for tried in (False, True):
+            if self.conn is None or self.conn.broken or self.conn.closed:
+                self.conn = psycopg.connect(self.database_url, autocommit=True)
+            try:
+                self.conn.execute(statement, params)
+                return
+            except psycopg.OperationalError:
+                if tried or not self.conn.broken:
+                    raise
+
+    def make(self) -> str:
+        name = f"t_{uuid.uuid4().hex[:12]}"
+        self._execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        return name
+
+    def drop(self, name: str) -> None:
+        """End the sessions left on `name` now, and drop it soon."""
+        self._execute(END_SESSIONS, (name,))
+        self.pending.put(name)
+
+    def _drop_all(self) -> None:
+        conn: psycopg.Connection[Any] | None = None
+        while (name := self.pending.get()) is not None:
+            for tried in (False, True):
+                try:
+                    if conn is None or conn.broken:
+                        conn = psycopg.connect(self.database_url, autocommit=True)
+                    conn.execute(END_SESSIONS, (name,))  # any opened since
+                    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+                    break
+                except psycopg.Error as error:
+                    if tried or conn is None or not conn.broken:
+                        self.failed.append(f"{name}: {error}")
+                        break
+        if conn is not None:
+            conn.close()
+
+    def close(self) -> None:
+        """Wait for the drops still to do; raise if any failed."""
+        self.pending.put(None)
+        self.dropper.join()
+        if self.conn is not None:
+            self.conn.close()
+        if self.failed:
+            raise AssertionError(
+                "schemas the tests made could not be dropped: " + "; ".join(self.failed)
+            )
+
+
+@pytest.fixture(scope="session")
+def schemas(database_url: str) -> Iterator[Schemas]:
+    """Where the tests' schemas are made and dropped (`Schemas`)."""
+    kept = Schemas(database_url)
+    try:
+        yield kept
+    finally:
+        kept.close()
 
 
 def schema_dsn(database_url: str, schema: str) -> str:
@@ -114,10 +254,13 @@ def schema_dsn(database_url: str, schema: str) -> str:
 
 
 @pytest.fixture
-def schema(database_url: str) -> Iterator[str]:
-    """A fresh, empty schema for one test, dropped afterwards."""
-    with fresh_schema(database_url) as name:
+def schema(schemas: Schemas) -> Iterator[str]:
+    """A fresh, empty schema for one test, dropped afterwards (its sessions ended)."""
+    name = schemas.make()
+    try:
         yield name
+    finally:
+        schemas.drop(name)
 
 
 @pytest.fixture
