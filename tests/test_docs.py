@@ -32,7 +32,6 @@ the package reads, so a new one cannot go undocumented.
 from __future__ import annotations
 
 import ast
-import contextlib
 import dataclasses
 import os
 import re
@@ -51,7 +50,7 @@ from psycopg.conninfo import conninfo_to_dict
 
 import userproject
 from axa_queue import QueueOptions
-from conftest import fresh_schema, schema_dsn
+from conftest import Schemas, schema_dsn
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -265,7 +264,7 @@ def _run(block: Block, script: Path, dsn: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("block", PYTHON_BLOCKS, ids=[b.where for b in PYTHON_BLOCKS])
 def test_the_python_block_runs_as_written(
-    block: Block, dsn: str, database_url: str, tmp_path: Path
+    block: Block, dsn: str, database_url: str, schemas: Schemas, tmp_path: Path
 ) -> None:
     try:
         ast.parse(block.code, filename=block.where)
@@ -282,23 +281,25 @@ def test_the_python_block_runs_as_written(
     script = tmp_path / "block.py"
     script.write_text(f"# {block.where}\n{block.code}", encoding="utf-8")
     if block.repeat > 1:
-        _run_repeated(block, script, dsn, database_url)
+        _run_repeated(block, script, dsn, schemas)
         return
     status, stdout, stderr = _run(block, script, dsn)
     assert status == 0, f"{block.where}: exit status {status}\nstdout:\n{stdout}\nstderr:\n{stderr}"
     assert "Traceback" not in stderr, f"{block.where}: printed a traceback\n{stderr}"
 
 
-def _run_repeated(block: Block, script: Path, dsn: str, server: str) -> None:
+def _run_repeated(block: Block, script: Path, dsn: str, schemas: Schemas) -> None:
     """Run `script` `block.repeat` times at once (the first in this test's schema, each
     other in a fresh one): every run must exit 0 without a traceback and print what
     the first printed."""
-    with contextlib.ExitStack() as stack:
-        dsns = [dsn]
-        for _ in range(block.repeat - 1):
-            dsns.append(schema_dsn(server, stack.enter_context(fresh_schema(server))))
+    made = [schemas.make() for _ in range(block.repeat - 1)]
+    try:
+        dsns = [dsn, *(schema_dsn(schemas.database_url, name) for name in made)]
         with ThreadPoolExecutor(len(dsns)) as runs:
             outcomes = list(runs.map(lambda one: _run(block, script, one), dsns))
+    finally:
+        for name in made:
+            schemas.drop(name)
     first = outcomes[0][1]
     for run, (status, stdout, stderr) in enumerate(outcomes, 1):
         said = f"{block.where}, run {run} of {block.repeat}"
@@ -365,7 +366,7 @@ def test_the_harness_sees_a_worker_that_ctrl_c_stops_with_a_traceback(
 
 
 def test_the_harness_runs_a_repeated_block_each_time_and_fails_it_when_one_run_prints_otherwise(
-    dsn: str, database_url: str, tmp_path: Path
+    dsn: str, schemas: Schemas, tmp_path: Path
 ) -> None:
     page = tmp_path / "page.md"
     page.write_text(
@@ -378,9 +379,9 @@ def test_the_harness_runs_a_repeated_block_each_time_and_fails_it_when_one_run_p
     script = tmp_path / "block.py"
     script.write_text(block.code)
     with pytest.raises(AssertionError, match=r"run 2 of 3: printed"):
-        _run_repeated(block, script, dsn, database_url)
+        _run_repeated(block, script, dsn, schemas)
     script.write_text("print('the same')\n")
-    _run_repeated(block, script, dsn, database_url)
+    _run_repeated(block, script, dsn, schemas)
 
 
 def test_the_harness_finds_a_python_block_hidden_behind_another_tag(tmp_path: Path) -> None:
