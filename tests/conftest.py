@@ -406,6 +406,21 @@ def later(admin: psycopg.Connection[Any], seconds: float) -> datetime:
     return moved
 
 
+class MovedClock:
+    """A monotonic clock a test moves on: given to a queue as `connector.monotonic`, the
+    worker's claims see `move(seconds)` pass at once (as after a blocked event loop),
+    without waiting."""
+
+    def __init__(self) -> None:
+        self.moved = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.moved
+
+    def move(self, seconds: float) -> None:
+        self.moved += seconds
+
+
 def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, str | None, int]:
     """A job's status, error and attempts, read straight from the table."""
     row = admin.execute(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -16,7 +15,7 @@ import pytest
 from axa_queue import JobState, QueueOptions, Recovered
 from axa_queue.db.connector import Connector
 from axa_queue.worker.connections import Connections
-from conftest import eventually, later, lock_waits, running, status_of
+from conftest import MovedClock, eventually, later, lock_waits, running, status_of
 
 # A heartbeat that never comes during a test, for runs that must finish unobserved.
 SLOW_BEAT = dict(heartbeat_interval=30, stale_after=60)
@@ -410,21 +409,25 @@ async def test_endings_gathered_in_one_statement_are_each_fenced_by_their_own_at
 async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stale_when_it_lands(
     make_queue, admin, dsn
 ) -> None:
-    queue = await make_queue(workers=1, heartbeat_interval=0.9, stale_after=1.0)
+    # No heartbeat and no proof before the run starts (both would stamp the row again):
+    # what the rescuer judges is the claim's own stamp.
+    queue = await make_queue(workers=1, **SLOW_BEAT)
     handler = Blocking()
     queue.handle("Long", handler)
     job_id = await queue.enqueue("Long", {})
-    rescuer = await make_queue(stale_after=1.0)
+    rescuer = await make_queue(**SLOW_BEAT)
     with psycopg.connect(dsn) as holder:
         # An application's transaction holds a lock every claim needs.
         holder.execute("LOCK TABLE axa_queue IN SHARE MODE")
         async with running(queue):
             await eventually(lambda: lock_waits(admin, "WITH RECURSIVE ") > 0)
-            await asyncio.sleep(1.2)  # the claim waits longer than stale_after
+            # The rescuer looks stale_after after this moment, which is after the
+            # claim's statement began: to it, the claim waited longer than stale_after.
+            waited = later(admin, SLOW_BEAT["stale_after"])
             holder.rollback()
             await asyncio.wait_for(handler.started.wait(), 15)
             # Right after it lands, no one may take it for abandoned.
-            assert await rescuer.recover_stale() == []
+            assert await rescuer.recover_stale(now=waited) == []
             assert status_of(admin, job_id) == ("running", None, 1)
             handler.release.set()
             await eventually(lambda: status_of(admin, job_id)[0] == "completed")
@@ -455,9 +458,11 @@ async def test_a_refused_ending_never_claims_the_same_job_again_in_its_statement
 async def test_a_claimed_job_whose_claim_is_gone_before_a_loop_takes_it_never_starts(
     make_queue, admin, caplog
 ) -> None:
-    # One loop and one job claimed ahead; the event loop is blocked (no heartbeat comes
-    # in time), so only the check before it starts can tell.
-    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=2.9, stale_after=3.0)
+    # One loop and one job claimed ahead; no heartbeat comes in time (the worker's clock
+    # moves past half of stale_after, as when its event loop is blocked), so only the
+    # check before it starts can tell.
+    queue = await make_queue(workers=1, prefetch=1, **SLOW_BEAT)
+    queue.connector.monotonic = clock = MovedClock()
     first = Blocking()
     second = Blocking()
     queue.handle("First", first)
@@ -468,7 +473,7 @@ async def test_a_claimed_job_whose_claim_is_gone_before_a_loop_takes_it_never_st
         await asyncio.wait_for(first.started.wait(), 15)
         await eventually(lambda: status_of(admin, second_id) == ("running", None, 1))
         take_claim(admin, second_id, "reclaimed")  # another worker runs it now
-        time.sleep(1.7)  # noqa: ASYNC251 - blocks the event loop past half of stale_after
+        clock.move(SLOW_BEAT["stale_after"] / 2 + 1)
         first.release.set()
         await eventually(lambda: status_of(admin, first_id)[0] == "completed")
         await eventually(lambda: any("attempt 2" in r.getMessage() for r in caplog.records))
@@ -653,11 +658,13 @@ async def test_a_stalled_process_whose_waiting_runs_were_given_back_can_neither_
 async def test_a_waiting_run_whose_attempt_was_given_back_never_starts_and_its_job_runs_again(
     make_queue, admin, caplog
 ) -> None:
-    # One loop and one job claimed ahead; the event loop is blocked past half of
-    # stale_after while recovery gives the waiting run's attempt back, so the check
-    # before it starts finds its claim gone: its handler never starts, and the job runs
-    # once, later, under a new attempt, its attempts intact.
-    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=2.9, stale_after=3.0)
+    # One loop and one job claimed ahead; the worker's clock moves past half of
+    # stale_after (as when its event loop is blocked) while recovery gives the waiting
+    # run's attempt back, so the check before it starts finds its claim gone: its
+    # handler never starts, and the job runs once, later, under a new attempt, its
+    # attempts intact.
+    queue = await make_queue(workers=1, prefetch=1, **SLOW_BEAT)
+    queue.connector.monotonic = clock = MovedClock()
     first = Blocking()
     second = Blocking()
     queue.handle("First", first)
@@ -667,13 +674,13 @@ async def test_a_waiting_run_whose_attempt_was_given_back_never_starts_and_its_j
     async with running(queue):
         await asyncio.wait_for(first.started.wait(), 15)
         await eventually(lambda: ahead_of(admin, second_id) == ("running", 1, 1, 1, 0))
-        other = await make_queue(stale_after=3.0)
+        other = await make_queue(**SLOW_BEAT)
         recovered = await other.recover_stale(now=later(admin, 3600))
         assert {(r.id, r.state) for r in recovered} == {
             (first_id, JobState.QUEUED),
             (second_id, JobState.QUEUED),
         }
-        time.sleep(1.7)  # noqa: ASYNC251 - blocks the event loop past half of stale_after
+        clock.move(SLOW_BEAT["stale_after"] / 2 + 1)
         first.release.set()
         second.release.set()
         await eventually(

@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import logging
 import socket
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -20,11 +20,14 @@ from conftest import eventually, later, running
 
 pytestmark = pytest.mark.skipif(not is_available(), reason="the embedded server is not installed")
 
+# A heartbeat every 0.1 s, and 2 s of silence before a run is taken for stale: twenty
+# heartbeats, so a loaded machine that holds up the event loop now and then never makes
+# a healthy run look stale (with 1 s, ten, peers recovered healthy runs, sent to review).
 OPTIONS = dict(
     workers=4,
     prefetch=2,
     heartbeat_interval=0.1,
-    stale_after=1.0,
+    stale_after=2.0,
     maintenance_interval=0.1,
     poll_interval=0.05,
     retry_backoff=0.05,
@@ -47,52 +50,119 @@ def server() -> Iterator[EmbeddedPostgres]:
 
 
 class Tracker:
-    """Handlers of one process that note each run and any two runs of a job at once."""
+    """Handlers of one process that note each run, any two runs of a job at once, and
+    each run stopped by its worker (its handler cancelled). A short job sleeps (its
+    work); a long one runs until `release` is set, so it runs across the whole outage.
+    `changed` (shared by the trackers of a test) is set at every start and end."""
 
-    def __init__(self) -> None:
+    def __init__(self, release: asyncio.Event, changed: asyncio.Event) -> None:
+        self.release = release
+        self.changed = changed
         self.running: set[int] = set()
         self.overlaps: list[int] = []
         self.finished: list[int] = []
+        self.stopped: set[int] = set()
 
     async def __call__(self, args: dict[str, Any]) -> None:
         n = args["n"]
         if n in self.running:
             self.overlaps.append(n)
         self.running.add(n)
+        self.changed.set()
         try:
-            await asyncio.sleep(args["sleep"])
+            if args["long"]:
+                await self.release.wait()
+            else:
+                await asyncio.sleep(0.2)
+        except asyncio.CancelledError:
+            self.stopped.add(n)
+            raise
         finally:
             self.running.discard(n)
+            self.changed.set()
         self.finished.append(n)
 
 
-def statuses(dsn: str) -> dict[str, int]:
-    with psycopg.connect(dsn) as conn:
-        rows = conn.execute("SELECT status, count(*) FROM axa_queue GROUP BY status").fetchall()
-    return {status: count for status, count in rows}
+async def until(check: Callable[[], bool], changed: asyncio.Event, timeout: float = 30) -> None:
+    """Wait until `check()`, looking again each time `changed` is set."""
+
+    async def wait() -> None:
+        while not check():
+            changed.clear()  # no await between the check and here: no change is missed
+            await changed.wait()
+
+    await asyncio.wait_for(wait(), timeout)
+
+
+class Watch:
+    """Reads how many jobs are in each status, on a connection of its own (made again
+    when a restart broke it), without holding up the event loop: the workers'
+    heartbeats share it."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def statuses(self) -> dict[str, int]:
+        try:
+            return await self._read()
+        except psycopg.OperationalError:  # broken by a restart: once more, connected again
+            await self.close()
+            return await self._read()
+
+    async def _read(self) -> dict[str, int]:
+        if self.conn is None or self.conn.closed:
+            self.conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        cursor = await self.conn.execute("SELECT status, count(*) FROM axa_queue GROUP BY status")
+        return {status: count for status, count in await cursor.fetchall()}
+
+    async def counted(self, status: str, count: int) -> bool:
+        """Whether `count` jobs are in `status` (to wait for with `eventually`)."""
+        return (await self.statuses()).get(status, 0) == count
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await self.conn.close()
+
+
+@pytest.fixture
+async def watch(server: EmbeddedPostgres) -> AsyncIterator[Watch]:
+    watching = Watch(server.dsn)
+    yield watching
+    await watching.close()
 
 
 @pytest.mark.parametrize("mode", ["fast", "immediate"])
 async def test_a_server_down_longer_than_stale_after_sends_no_healthy_run_to_review(
-    server: EmbeddedPostgres, mode: str
+    server: EmbeddedPostgres, watch: Watch, mode: str
 ) -> None:
+    release, changed = asyncio.Event(), asyncio.Event()
     queues = [Queue(server.dsn, QueueOptions(**OPTIONS)) for _ in range(2)]
-    trackers = [Tracker() for _ in queues]
+    trackers = [Tracker(release, changed) for _ in queues]
     for queue, tracker in zip(queues, trackers, strict=True):
         queue.handle("Work", tracker)
         await queue.open()
     try:
-        # Short jobs, and long ones that run across the whole outage.
+        # Short jobs, and long ones (claimed first) that run across the whole outage.
         await queues[0].enqueue_all(
-            [NewJob("Work", {"n": n, "sleep": 2.5 if n % 10 == 0 else 0.2}) for n in range(60)]
+            [
+                NewJob("Work", {"n": n, "long": n % 10 == 0}, priority=int(n % 10 == 0))
+                for n in range(60)
+            ]
         )
         async with running(queues[0]), running(queues[1]):
-            await eventually(lambda: statuses(server.dsn).get("running", 0) >= 6)
+            # The 8 loops run the long jobs (at least 4: one process may claim the 6,
+            # 2 of them ahead) and short ones.
+            await until(lambda: sum(n % 10 == 0 for t in trackers for n in t.running) >= 4, changed)
             await asyncio.to_thread(server.stop, mode)
-            await asyncio.sleep(1.6)  # down longer than stale_after
+            # Down longer than stale_after: every long run that was running is given up
+            # by its worker, which happens once it could not report in for that long.
+            blocked = [(t, n) for t in trackers for n in t.running if n % 10 == 0]
+            await until(lambda: all(n in t.stopped for t, n in blocked), changed)
+            release.set()  # from now on, long jobs end at once
             await asyncio.to_thread(server.start)
-            await eventually(lambda: statuses(server.dsn).get("completed", 0) == 60, timeout=60)
-        assert statuses(server.dsn) == {"completed": 60}
+            await eventually(lambda: watch.counted("completed", 60), timeout=60)
+        assert await watch.statuses() == {"completed": 60}
         for tracker in trackers:
             assert tracker.overlaps == [], "one process ran a job twice at once"
     finally:
@@ -101,7 +171,7 @@ async def test_a_server_down_longer_than_stale_after_sends_no_healthy_run_to_rev
 
 
 async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_alone(
-    server: EmbeddedPostgres,
+    server: EmbeddedPostgres, watch: Watch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The owner's job runs on; the server is down for less than stale_after from the
     # owner's view, but its last report is older than that when a peer reconnects.
@@ -128,29 +198,36 @@ async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_
             await asyncio.wait_for(started.wait(), 15)
             async with running(peer):
                 await asyncio.to_thread(server.stop, "immediate")
-                await asyncio.sleep(1.5)
+                # Down until the owner has found it so (the peer runs nothing: only the
+                # owner's heartbeats fail).
+                await eventually(
+                    lambda: any("heartbeat failed" in r.getMessage() for r in caplog.records)
+                )
                 await asyncio.to_thread(server.start)
                 # A run silent since long before the restart: the peer recovers it once
                 # it has been back for stale_after, which shows its recovery ran.
-                with psycopg.connect(server.dsn, autocommit=True) as conn:
-                    row = conn.execute(
+                async with await psycopg.AsyncConnection.connect(
+                    server.dsn, autocommit=True
+                ) as conn:
+                    cursor = await conn.execute(
                         "INSERT INTO axa_queue (id, name, args, status, attempts, started_at, "
                         "updated_at) VALUES (gen_random_uuid(), 'Canary', '{}', 'running', 1, "
                         "now() - interval '1 hour', now() - interval '1 hour') RETURNING id"
-                    ).fetchone()
+                    )
+                    row = await cursor.fetchone()
                     assert row is not None
 
-                    def recovered() -> bool:
-                        found = conn.execute(
+                    async def recovered() -> bool:
+                        found = await conn.execute(
                             "SELECT status FROM axa_queue WHERE id = %s", (row[0],)
-                        ).fetchone()
-                        return found == ("queued",)
+                        )
+                        return await found.fetchone() == ("queued",)
 
                     await eventually(recovered, timeout=30)
                 info = await peer.job(job_id)
                 assert info is not None and (info.state.value, info.attempts) == ("running", 1)
                 release.set()
-                await eventually(lambda: statuses(server.dsn).get("completed", 0) == 1, timeout=30)
+                await eventually(lambda: watch.counted("completed", 1), timeout=30)
     finally:
         for queue in (owner, peer):
             await queue.close()
@@ -190,7 +267,7 @@ async def test_nothing_is_recovered_within_stale_after_of_a_server_start(
 
 
 async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_it_starts(
-    server: EmbeddedPostgres, monkeypatch
+    server: EmbeddedPostgres, watch: Watch, monkeypatch
 ) -> None:
     from axa_queue.worker.claims import Claims
 
@@ -221,13 +298,13 @@ async def test_after_a_restart_a_job_claimed_before_it_proves_its_claim_before_i
         await queue.enqueue("First", {}, priority=1)
         await queue.enqueue("Second", {})
         async with running(queue):
-            await eventually(lambda: statuses(server.dsn).get("running", 0) == 2)
+            await eventually(lambda: watch.counted("running", 2))
             await asyncio.to_thread(server.stop, "fast")
             await asyncio.to_thread(server.start)
             # The heartbeat finds the connection broken, then reconnects.
             await eventually(lambda: queue.worker is not None and queue.worker.broken_at > 0)
             release.set()
-            await eventually(lambda: statuses(server.dsn).get("completed", 0) == 2, timeout=30)
+            await eventually(lambda: watch.counted("completed", 2), timeout=30)
         assert started == ["First", "Second"]
         assert proved == ["Second"], "a run claimed before the restart started unproved"
     finally:

@@ -6,9 +6,10 @@ the CLI's, which go through a `Queue`) is made here, with the same connect setti
 statements, the schema's cursor) and, unless behind a transaction pooler, the same
 session settings (`sql.SESSION_SETTINGS`).
 
-It also carries the clock tests may set (`clock`): `None` (the default) lets each
-statement take the database's own time; a datetime is passed as the statements'
-`now` parameter instead.
+It also carries the clocks tests may set: `clock`, `None` (the default) to let each
+statement take the database's own time, or a datetime passed as the statements' `now`
+parameter instead; and `monotonic`, the process's clock the worker times its claims
+by (`time.monotonic`, or one a test moves on).
 """
 
 from __future__ import annotations
@@ -147,7 +148,7 @@ def _configure_sync(conn: psycopg.Connection[Any]) -> None:
 
 
 class Connector:
-    """The DSN, the options that say how to connect, and the clock tests may set."""
+    """The DSN, the options that say how to connect, and the clocks tests may set."""
 
     def __init__(self, options: QueueOptions, dsn: str | None = None) -> None:
         self.options = options
@@ -155,6 +156,13 @@ class Connector:
         self.dsn = dsn
         self.clock: datetime | None = None
         """The time statements take as `now`; `None`: the database's own clock."""
+        self.monotonic: Callable[[], float] = time.monotonic
+        """The clock (seconds, monotonic) the worker times its claims by: when each run
+        last proved its claim, when a connection broke or was made, so whether a run
+        must prove its claim before it starts, gives up for want of contact, or stale
+        recovery may run yet (`worker.connections.Connections.monotonic`). Tests put
+        one they move on, to let that time pass without waiting or blocking the event
+        loop; timers and time limits keep the event loop's own clock."""
         self.on_wait: Callable[[psycopg.OperationalError], None] | None = None
         """Called with the error at the first failed try to connect after which
         `Queue.open` keeps trying (`wait_for_database`): `axa-queue worker` says there and

@@ -140,7 +140,7 @@ class Worker:
 
     @property
     def broken_at(self) -> float:
-        """When (monotonic) a connection of this worker last broke."""
+        """When (`Connections.monotonic()`) a connection of this worker last broke."""
         return self.connections.broken_at
 
     def failing_for(self) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -86,7 +85,7 @@ class Claims:
     def doubtful(self, one: Run) -> bool:
         """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
         return decisions.needs_proof(
-            now=time.monotonic(),
+            now=self.connections.monotonic(),
             last_heard=one.last_heard,
             stale=self.stale,
             broken_at=self.connections.broken_at,
@@ -98,7 +97,7 @@ class Claims:
         (`one.stopped`; it is over, skipped) and this returns False: its handler never
         starts."""
         while True:
-            sent = time.monotonic()
+            sent = self.connections.monotonic()
             try:
                 alive, cancelled = await self.beat([one])
             except psycopg.Error as error:
@@ -135,7 +134,7 @@ class Claims:
             ended = [*state.sending, *state.endings, *state.apart]
             if not runs and not ended:
                 continue
-            sent = time.monotonic()
+            sent = self.connections.monotonic()
             try:
                 alive, cancelled = await self.beat(runs + ended)
             except psycopg.Error as error:
@@ -145,7 +144,7 @@ class Claims:
                     len(runs),
                     extra={"error": first_line(error), "jobs": len(runs)},
                 )
-                now = time.monotonic()
+                now = self.connections.monotonic()
                 for one in runs:
                     if decisions.gives_up(
                         started=one.started, now=now, last_heard=one.last_heard, stale=self.stale

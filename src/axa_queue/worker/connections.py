@@ -11,12 +11,14 @@ connection cut without a word: a network partition leaves TCP waiting for hours)
 given up and its connection dropped, as if it broke: the heartbeat then counts the
 silence, and a run that cannot report in for `stale_after` stops before a peer's
 recovery could take its job.
+
+When each connection broke or was made is read on `monotonic()`, the clock the worker
+times its claims by (the `Connector`'s: a test may move it on).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import psycopg
@@ -38,10 +40,16 @@ class Connections:
         self.side: psycopg.AsyncConnection[Any] | None = None
         """Heartbeats, claim proofs, lost runs and stale recovery."""
         self.connected_since: float | None = None
-        """When (monotonic) `side` was last connected; stale recovery waits `stale_after`."""
+        """When (`monotonic()`) `side` was last connected; stale recovery waits
+        `stale_after`."""
         self.broken_at = -1.0
-        """When (monotonic) a connection of this worker last broke: runs heard of before
-        must prove their claim before their handler starts."""
+        """When (`monotonic()`) a connection of this worker last broke: runs heard of
+        before must prove their claim before their handler starts."""
+
+    def monotonic(self) -> float:
+        """The clock the worker times its claims by (`Connector.monotonic`): when each
+        run last proved its claim, when a connection broke or was made."""
+        return self.connector.monotonic()
 
     def now(self) -> Any:
         """The `now` parameter of the worker's statements: the test clock, else None
@@ -56,7 +64,7 @@ class Connections:
     async def exchange_broke(self, conn: psycopg.AsyncConnection[Any]) -> None:
         """The exchange's connection broke: the next exchange connects again."""
         self.exchange = None
-        self.broken_at = time.monotonic()
+        self.broken_at = self.monotonic()
         await conn.close()
 
     async def for_side(self) -> psycopg.AsyncConnection[Any]:
@@ -67,11 +75,11 @@ class Connections:
             self.side = await self.connector.connect(
                 connect_timeout=max(2, int(self.answer_within()))
             )
-            self.connected_since = time.monotonic()
+            self.connected_since = self.monotonic()
         return self.side
 
     async def side_broke(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.broken_at = time.monotonic()
+        self.broken_at = self.monotonic()
         if self.side is conn:
             self.side, self.connected_since = None, None
         await conn.close()
@@ -82,7 +90,7 @@ class Connections:
         try:
             conn = await self.for_side()
         except psycopg.OperationalError:
-            self.broken_at = time.monotonic()
+            self.broken_at = self.monotonic()
             raise
 
         async def send() -> list[Any]:

@@ -251,7 +251,7 @@ class Exchange:
         starts = starts or []
         conn = await self.connections.for_exchange()
         completed, completed_attempts, others = endings(batch)
-        sent = time.monotonic()
+        sent = self.connections.monotonic()  # when the claims made here last proved theirs
         try:
             cursor = conn.cursor(row_factory=exchange_rows(self.attempts, sent, self.timeouts))
             await cursor.execute(

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -86,13 +85,13 @@ class Housekeeping:
         try:
             conn = await connections.for_side()
         except psycopg.Error as error:
-            connections.broken_at = time.monotonic()
+            connections.broken_at = connections.monotonic()
             log.error(
                 "could not recover stale jobs (%s)", kind(error), extra={"error": first_line(error)}
             )
             return error
         since = connections.connected_since
-        if since is None or time.monotonic() - since < self.stale:
+        if since is None or connections.monotonic() - since < self.stale:
             return None
         try:
             recovered = await maintenance.recover_stale(

@@ -97,7 +97,8 @@ class Run:
     timeout: float | None
     args_text: str = field(repr=False)
     last_heard: float
-    """When (monotonic) the last statement that proved its claim was sent."""
+    """When the last statement that proved its claim was sent, on the clock the worker
+    times its claims by (`Connections.monotonic`)."""
     phase: RunPhase = WAITING
     stopped: Stop | None = None
     """Why the run was stopped from outside, if it was. `JobContext.cancelled` reads
