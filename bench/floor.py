@@ -104,7 +104,7 @@ RETURNING id
 # ANALYZEd (the CTE is estimated at LIMIT rows, the table at N rows), so every
 # batch costs O(table).  ``id = ANY(ARRAY(SELECT id FROM c))`` keeps it on the
 # primary key index whatever the statistics say.
-CLAIM_BATCH = """
+_CLAIM_BATCH = """
 WITH c AS MATERIALIZED (
     SELECT id FROM axa_queue
      WHERE status = 'queued' AND run_at <= now()
@@ -115,8 +115,12 @@ UPDATE axa_queue
    SET status = 'running', attempts = attempts + 1,
        started_at = now(), updated_at = now()
  WHERE id = ANY(ARRAY(SELECT id FROM c))
-RETURNING id
+RETURNING {returning}
 """
+CLAIM_BATCH = _CLAIM_BATCH.format(returning="id")
+CLAIM_BATCH_ARGS = _CLAIM_BATCH.format(returning="id, args")
+"""CLAIM_BATCH returning each job's arguments too, as a worker that runs its jobs reads
+them (bench/soak.py's floor workers find the enqueue time there)."""
 
 # The plan-sensitive variant, kept for comparison (see CLAIM_BATCH).
 CLAIM_BATCH_JOIN = """
@@ -146,6 +150,11 @@ COMPLETE_MANY = (
 FINISH_ONE = f"WITH done AS ({DONE_ONE}) {COMPLETE_ONE}"
 FINISH_MANY = f"WITH done AS ({DONE_MANY}) {COMPLETE_MANY}"
 INSERT_NOTIFY = "INSERT INTO axa_queue (id, name, args) VALUES (%s, %s, %s)"
+INSERT_UNNEST = (
+    "INSERT INTO axa_queue (id, name, args)"
+    " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::jsonb[])"
+)
+"""Many jobs in one statement: the ids, names and arguments as three arrays."""
 
 
 def channel(schema: str) -> str:
@@ -855,8 +864,7 @@ def bulk_insert(
 
     def unnest(cur: psycopg.Cursor) -> None:
         cur.execute(
-            "INSERT INTO axa_queue (id, name, args)"
-            " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::jsonb[])",
+            INSERT_UNNEST,
             (
                 [r[0] for r in rows],
                 [r[1] for r in rows],

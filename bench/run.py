@@ -236,14 +236,25 @@ def vacuum_catalogs(dsn: str) -> bool:
     return True
 
 
-def foreign_activity(dsn: str) -> int:
-    """Sessions of others busy on the server right now (ours are all closed)."""
+def foreign_activity(dsn: str, ours: str | None = None) -> int:
+    """Sessions of others busy on the server right now: every busy session but this
+    one, and but those named `ours` (their application name), if given."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
-            "AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'"
+            "AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle' "
+            "AND application_name IS DISTINCT FROM %s",
+            (ours,),
         ).fetchone()
     return int(row[0]) if row else 0
+
+
+def was_busy(others: Sequence[float], foreign: Sequence[int]) -> bool:
+    """Whether checks of the machine's CPU use by others (`others`, fractions) and of
+    other sessions busy on the server (`foreign`) saw anything else working: any
+    session, or the machine over `BUSY_LIMIT` at two checks and 5% of them."""
+    hot = sum(1 for x in others if x > BUSY_LIMIT)
+    return any(foreign) or hot >= max(2, len(others) // 20)
 
 
 # --- the axa-queue side: a queue whose one job writes its row --------------------------------
@@ -491,8 +502,7 @@ def _raw_bulk(
             cur.execute(query, [value for row in rows for value in row])
         elif method == "unnest":
             cur.execute(
-                "INSERT INTO axa_queue (id, name, args)"
-                " SELECT * FROM unnest(%s::uuid[], %s::text[], %s::jsonb[])",
+                floor.INSERT_UNNEST,
                 ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows]),
             )
         elif method == "unique_unnest":
@@ -959,8 +969,8 @@ async def _until(check: Callable[[], bool], timeout: float, what: str) -> None:
         await asyncio.sleep(0.005)
 
 
-async def _listening(dsn: str, query: str, timeout: float = 15.0) -> None:
-    """Wait until a session of this schema has run `query` (its LISTEN)."""
+async def listening(dsn: str, query: str, timeout: float = 15.0, sessions: int = 1) -> None:
+    """Wait until `sessions` sessions of this schema have run `query` (their LISTEN)."""
     name = psycopg.conninfo.conninfo_to_dict(dsn).get("application_name")
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
         deadline = time.monotonic() + timeout
@@ -971,7 +981,7 @@ async def _listening(dsn: str, query: str, timeout: float = 15.0) -> None:
                 (name, query),
             )
             row = await cursor.fetchone()
-            if row and row[0]:
+            if row and row[0] >= sessions:
                 return
             if time.monotonic() > deadline:
                 raise TimeoutError("the listener did not start listening")
@@ -997,7 +1007,7 @@ async def _latency_axa(
         stop = asyncio.Event()
         running = asyncio.ensure_future(queue.run(stop))
         try:
-            await _listening(dsn, axa_sql.LISTEN)
+            await listening(dsn, axa_sql.LISTEN)
             await asyncio.sleep(0.2)  # idle: the first claim and housekeeping are done
             sent = await producer.run(timeout=60 + total * spacing * 2)
             await _until(lambda: ended >= total, 30, "every job to end")
@@ -1126,6 +1136,25 @@ def numbered(query: str, names: Sequence[str]) -> str:
     return re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", query)
 
 
+def prepare_claim(conn: psycopg.Connection[Any], statement: str = axa_sql.EXCHANGE) -> None:
+    """PREPARE `statement` (`sql.EXCHANGE` or one of its variants, `sql.CLAIM` say) as
+    `bench_claim`, its parameters typed as the library's connections send them."""
+    conn.execute(
+        pgsql.SQL("PREPARE bench_claim({}) AS {}").format(
+            pgsql.SQL(CLAIM_TYPES), pgsql.SQL(numbered(statement, CLAIM_PARAMETERS))
+        )
+    )
+
+
+def claim_execute(params: dict[str, Any]) -> pgsql.Composed:
+    """`EXECUTE bench_claim(...)` of `prepare_claim`, with `params` as typed literals."""
+    args = pgsql.SQL(", ").join(
+        pgsql.SQL("{}::{}").format(pgsql.Literal(params[name]), pgsql.SQL(kind))
+        for name, kind in zip(CLAIM_PARAMETERS, CLAIM_TYPES.split(", "), strict=True)
+    )
+    return pgsql.SQL("EXECUTE bench_claim({})").format(args)
+
+
 def crate_claim() -> str | None:
     """The crate's one-row claim (`tests/seed_crate.py`'s CLAIM) with `$1`, if present."""
     path = HERE.parent / "tests" / "seed_crate.py"
@@ -1193,11 +1222,7 @@ def _claim_case(
     """Time the claim in the table's present state: its database time (EXPLAIN
     ANALYZE of the PREPAREd statement, rolled back), then, with `library`, as the
     library runs it (which claims for real)."""
-    args = pgsql.SQL(", ").join(
-        pgsql.SQL("{}::{}").format(pgsql.Literal(params[name]), pgsql.SQL(kind))
-        for name, kind in zip(CLAIM_PARAMETERS, CLAIM_TYPES.split(", "), strict=True)
-    )
-    explain = pgsql.SQL("EXPLAIN (ANALYZE, TIMING OFF) EXECUTE bench_claim({})").format(args)
+    explain = pgsql.SQL("EXPLAIN (ANALYZE, TIMING OFF) ") + claim_execute(params)
     explain_text = explain.as_string(explainer)
     db = [_execution_ms(explainer, explain_text)[0] for _ in range(samples)]
     plans[label] = _execution_ms(explainer, explain_text.replace("TIMING OFF", "BUFFERS"))[1]
@@ -1277,10 +1302,7 @@ def claim_big_table(
 
             for conn in (explainer, library):
                 conn.execute(axa_sql.SESSION_SETTINGS)
-            explainer.execute(
-                f"PREPARE bench_claim({CLAIM_TYPES}) AS "
-                + numbered(axa_sql.EXCHANGE, CLAIM_PARAMETERS)
-            )
+            prepare_claim(explainer)
             if crate is not None:
                 explainer.execute(
                     pgsql.SQL("PREPARE bench_crate_claim(text[]) AS ") + pgsql.SQL(crate)
@@ -1362,9 +1384,7 @@ def claim_backlog(
         explainer.execute("ANALYZE axa_queue")
         floor.checkpoint(explainer)
         explainer.execute(axa_sql.SESSION_SETTINGS)
-        explainer.execute(
-            f"PREPARE bench_claim({CLAIM_TYPES}) AS " + numbered(axa_sql.EXCHANGE, CLAIM_PARAMETERS)
-        )
+        prepare_claim(explainer)
         if crate is not None:
             explainer.execute(pgsql.SQL("PREPARE bench_crate_claim(text[]) AS ") + pgsql.SQL(crate))
         asked = claim_params(10, [JOB], [10])
@@ -1463,8 +1483,7 @@ class Report:
     @property
     def busy(self) -> bool:
         """Whether anything else was seen working on the machine or the server."""
-        hot = sum(1 for x in self.others if x > BUSY_LIMIT)
-        return any(self.foreign) or hot >= max(2, len(self.others) // 20)
+        return was_busy(self.others, self.foreign)
 
     def check(self, dsn: str) -> None:
         """Note what else runs now (this benchmark is idle between cases)."""
