@@ -105,6 +105,7 @@ def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
 SLOW = (
     "tests/test_chaos.py::",
     "tests/test_fallback.py::",
+    "tests/test_soak.py::test_a_tiny_soak_",
     "tests/test_outage.py::test_a_server_down_longer_than_stale_after_",
     "tests/test_bench.py::test_every_workload_runs_once",
     "tests/test_outage.py::test_after_a_restart_no_process_takes_a_job_for_stale_",
