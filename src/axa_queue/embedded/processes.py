@@ -181,12 +181,7 @@ def wait_until_ready(
                 return None
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
-    process.send_signal(signal.SIGQUIT)
-    try:
-        process.wait(5)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    quit_now(process)
     return f"not ready after {timeout:g} s (startup_timeout)\n" + _tail(log_path)
 
 
@@ -196,3 +191,14 @@ def _tail(path: Path, lines: int = 20) -> str:
     except OSError:
         return ""
     return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def quit_now(process: subprocess.Popen[bytes]) -> None:
+    """Stop `process` at once: SIGQUIT (PostgreSQL's immediate shutdown), then, if it
+    has not exited within 5 s, SIGKILL; wait for it either way."""
+    process.send_signal(signal.SIGQUIT)
+    try:
+        process.wait(5)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

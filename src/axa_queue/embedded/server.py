@@ -27,6 +27,7 @@ from .processes import (
     free_port,
     initdb,
     port_is_free,
+    quit_now,
     spawn_postgres,
     wait_until_ready,
 )
@@ -217,12 +218,7 @@ class EmbeddedPostgres:
                 try:
                     process.wait(timeout)
                 except subprocess.TimeoutExpired:
-                    process.send_signal(signal.SIGQUIT)
-                    try:
-                        process.wait(5)
-                    except subprocess.TimeoutExpired:
-                        process.kill()
-                        process.wait()
+                    quit_now(process)
             self._process = None
 
     def close(self) -> None:
