@@ -10,7 +10,9 @@ from uuid import UUID
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from ..acts import acts_call
 from ..jobs.model import JobState
+from ..jobs.reads import job_call
 from . import params
 from .board import Dashboard, base_of
 from .params import BadParameter
@@ -80,9 +82,8 @@ async def job(board: Dashboard, request: Request) -> Response:
         return board.page(
             request, "message.html", status=404, title="No such job", message="Not a job id."
         )
-    queue = await board.opened()
-    info = await queue.job(UUID(job_id))
-    acts = await queue.acts(UUID(job_id))
+    info = await board.read(job_call(UUID(job_id)))
+    acts = await board.read(acts_call(UUID(job_id)))
     if info is None and not acts:
         return board.page(
             request,
