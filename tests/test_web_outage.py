@@ -120,6 +120,14 @@ def test_a_dashboard_on_a_database_without_the_tables_says_to_run_setup(dsn: str
         assert "axa-queue setup" in answer.text and "Traceback" not in answer.text
 
 
+def test_tables_dropped_under_a_running_dashboard_get_the_status_page(tables: str, admin) -> None:
+    with signed_in(create_app(tables, token=TOKEN)) as web:
+        assert web.get("/jobs").status_code == 200
+        admin.execute("DROP TABLE axa_queue CASCADE")
+        answer = web.get("/jobs")
+        assert answer.status_code == 503 and "axa-queue setup" in answer.text
+
+
 def test_a_statement_cancelled_by_its_timeout_is_no_outage(tables: str, admin) -> None:
     with pytest.raises(psycopg.errors.QueryCanceled) as cancelled:
         admin.execute("SET statement_timeout = '1ms'; SELECT pg_sleep(1)")
