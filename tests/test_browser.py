@@ -462,6 +462,37 @@ def test_the_search_box_opens_a_job_by_its_id_and_refuses_what_is_not_one(
 
 
 @in_browser
+def test_the_job_list_filters_by_name_state_and_time(page, served, admin) -> None:
+    old = seed(admin, "Mail", "completed", 3)
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = '2026-12-06 10:00+00' WHERE id = ANY(%s)", (old,)
+    )
+    new = seed(admin, "Mail", "completed", 2)
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = '2026-12-06 12:30+00' WHERE id = ANY(%s)", (new,)
+    )
+    seed(admin, "Mail", "failed", 4)
+    seed(admin, "Pay", "completed", 5)
+    sign_in(page, served)
+    page.goto(served.url + "/jobs")
+    page.select_option("form.filters select[name=state]", "completed")
+    page.fill("form.filters input[name=name]", "Mail")
+    page.fill("form.filters input[name=since]", "2026-12-06T12:00:00")
+    page.fill("form.filters input[name=until]", "2026-12-06T13:00:00")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**/jobs?state=completed&name=Mail&*")
+    rows = page.locator("#jobs tbody tr[data-id]")
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.id)")) == sorted(map(str, new))
+    assert page.input_value("input[name=since]") == "2026-12-06T12:00"
+    page.fill("form.filters input[name=since]", "")
+    with page.expect_navigation():
+        page.click("form.filters button[type=submit]")
+    assert "since=&" in page.url and "until=2026-12-06T13" in page.url
+    assert page.locator("#jobs tbody tr[data-id]").count() == 5
+    assert page.errors == []
+
+
+@in_browser
 def test_the_charts_axes_say_the_date_and_time_of_each_end(page, served, admin) -> None:
     import re
     from datetime import datetime, timedelta, timezone
