@@ -4,10 +4,11 @@ guard that every one passes (`guarded`), and its lifespan.
 Every page needs a person signed in (`access`); every POST also a CSRF token and an
 origin of this host. Every query and form parameter is read through `params`, so one
 that is not what it should be gets a 400 page, never a statement; every answer, an
-error's too, carries the security headers (`headers`). Pages are drawn by Jinja2 with
-autoescaping on (`formats`), so a job name, error, `by` or reason is always text;
-charts are SVG drawn on the server (`charts`); the only script is htmx, served from the
-package, which refreshes the overview's live part. The pages themselves are in
+error's too, carries the security headers (`headers`); one that finds the database
+unavailable gets a 503 status page until it is back (`outage`, `_unavailable`). Pages
+are drawn by Jinja2 with autoescaping on (`formats`), so a job name, error, `by` or
+reason is always text; charts are SVG drawn on the server (`charts`); the only script
+is htmx, served from the package, which refreshes the overview's live part. The pages themselves are in
 `signin`, `overview`, `jobs`, `system` and `act`; what they share in `board`.
 """
 
