@@ -76,14 +76,18 @@ class Dashboard:
         """`call` on a pooled connection, waiting for one `WAIT` seconds (`WAIT_DOWN`
         during an outage). A connection an outage broke, which the pool may still
         hand out once the database is back, fails at once: the read is tried once
-        more, on another. The outage ends at the first read that succeeds."""
+        more, on another (and if none comes, the first error is raised: it says what
+        happened). The outage ends at the first read that succeeds."""
         queue = await self.opened()
         try:
             found = await self._read(queue, call)
         except psycopg.OperationalError as error:
             if isinstance(error, PoolTimeout) or unavailable(error) is None:
                 raise
-            found = await self._read(queue, call)
+            try:
+                found = await self._read(queue, call)
+            except PoolTimeout:
+                raise error from None  # what broke the connection says more than the wait
         self.outage.ends()
         return found
 
