@@ -34,6 +34,7 @@ import pytest
 from axa_queue import Queue, QueueOptions
 from axa_queue.web import create_app
 from conftest import FAST
+from tcp_cut import cut_proxy
 
 TOKEN = "browser-test-token-0123456789"
 SECRET = "S3CRET-in-the-args-b7e2"
@@ -433,6 +434,111 @@ def test_the_overview_shows_the_top_fifty_names_and_the_names_page_every_one(
     page.wait_for_url("**/jobs?state=queued&name=name.010")
     assert page.locator("#jobs tbody tr").count() == 2  # 10 % 3 + 1
     assert page.errors == []
+
+
+@in_browser
+def test_the_search_box_opens_a_job_by_its_id_and_refuses_what_is_not_one(
+    page, served, admin
+) -> None:
+    [job] = seed(admin, "Mail", "failed")
+    sign_in(page, served)
+    page.fill("#find-job", f"  {str(job).upper()} ")
+    page.press("#find-job", "Enter")
+    page.wait_for_url(f"{served.url}/jobs/{job}")
+    assert page.inner_text("#job .name") == "Mail"
+    unknown = uuid.uuid4()
+    page.fill("#find-job", str(unknown))
+    with page.expect_navigation() as went:
+        page.press("#find-job", "Enter")
+    assert went.value.status == 404 and f"There is no job {unknown}" in page.inner_text("main")
+    evil = "<img src=x onerror=window.pwned=1>"
+    page.fill("#find-job", evil)
+    with page.expect_navigation() as went:
+        page.press("#find-job", "Enter")
+    assert went.value.status == 400
+    assert page.inner_text("h1") == "Not a job id"
+    assert "A job id is a UUID" in page.inner_text("#message")
+    assert page.evaluate("window.pwned") is None and evil not in page.content()
+
+
+@in_browser
+def test_the_job_list_filters_by_name_state_and_time(page, served, admin) -> None:
+    old = seed(admin, "Mail", "completed", 3)
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = '2026-12-06 10:00+00' WHERE id = ANY(%s)", (old,)
+    )
+    new = seed(admin, "Mail", "completed", 2)
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = '2026-12-06 12:30+00' WHERE id = ANY(%s)", (new,)
+    )
+    seed(admin, "Mail", "failed", 4)
+    seed(admin, "Pay", "completed", 5)
+    sign_in(page, served)
+    page.goto(served.url + "/jobs")
+    page.select_option("form.filters select[name=state]", "completed")
+    page.fill("form.filters input[name=name]", "Mail")
+    page.fill("form.filters input[name=since]", "2026-12-06T12:00:00")
+    page.fill("form.filters input[name=until]", "2026-12-06T13:00:00")
+    page.click("form.filters button[type=submit]")
+    page.wait_for_url("**/jobs?state=completed&name=Mail&*")
+    rows = page.locator("#jobs tbody tr[data-id]")
+    assert sorted(rows.evaluate_all("rs => rs.map(r => r.dataset.id)")) == sorted(map(str, new))
+    assert page.input_value("input[name=since]") == "2026-12-06T12:00"
+    page.fill("form.filters input[name=since]", "")
+    with page.expect_navigation():
+        page.click("form.filters button[type=submit]")
+    assert "since=&" in page.url and "until=2026-12-06T13" in page.url
+    assert page.locator("#jobs tbody tr[data-id]").count() == 5
+    assert page.errors == []
+
+
+@in_browser
+def test_the_charts_axes_say_the_date_and_time_of_each_end(page, served, admin) -> None:
+    import re
+    from datetime import datetime, timedelta, timezone
+
+    seed(admin, "Mail", "completed", 3)
+    sign_in(page, served)
+    ends = page.locator("#live svg.chart text.time").all_text_contents()
+    assert len(ends) == 12  # two ends of six charts
+    now = datetime.now(timezone.utc)
+    days = {f"{d:%b} {d.day} " for d in (now - timedelta(days=1), now)}
+    for end in ends:
+        assert re.fullmatch(r"[A-Z][a-z]{2} [0-9]{1,2} [0-9]{2}:[0-9]{2}( UTC)?", end), end
+        assert end[: end.index(" ", 4) + 1] in days, end
+    assert ends[1].endswith(" UTC") and ends[1].startswith(f"{now:%b} {now.day} ")
+
+
+@in_browser
+def test_a_database_outage_shows_the_status_page_and_the_pages_come_back_by_themselves(
+    page, tables, admin
+) -> None:
+    from playwright.sync_api import expect
+
+    seed(admin, "Mail", "queued", 2)
+    with cut_proxy(tables) as proxy, Served(create_app(proxy.dsn(tables), token=TOKEN)) as served:
+        sign_in(page, served)
+        expect(page.locator("#total-ready")).to_have_text("2")
+        page.evaluate("window.sameDocument = true")
+        proxy.cut()  # the live part, polled every 2 s, shows the outage in its place
+        expect(page.locator("#outage")).to_contain_text(
+            "The database cannot be reached", timeout=20_000
+        )
+        assert page.locator("#total-ready").count() == 0  # no stale counts shown
+        proxy.restore()  # and the counts come back, on the same page
+        expect(page.locator("#total-ready")).to_have_text("2", timeout=20_000)
+        assert page.locator("#outage").count() == 0
+        assert page.evaluate("window.sameDocument") is True
+
+        proxy.cut()  # a page opened during an outage: the status page, loading itself again
+        answer = page.goto(served.url + "/jobs?state=queued")
+        assert answer is not None and answer.status == 503
+        assert page.title().startswith("Database unavailable")
+        assert "tries again by itself" in page.inner_text("#outage")
+        assert SECRET not in page.content() and "Traceback" not in page.content()
+        proxy.restore()
+        expect(page.locator("#jobs tbody tr")).to_have_count(2, timeout=20_000)
+        assert page.url == served.url + "/jobs?state=queued"
 
 
 @in_browser

@@ -438,6 +438,14 @@ def test_a_chart_is_svg_with_escaped_text() -> None:
     assert drawn.count("<rect") == 2
 
 
+def test_a_charts_axis_says_the_date_and_time_of_each_end_in_utc() -> None:
+    start = 1_796_530_500  # 2026-12-06 04:15 UTC
+    drawn = bars(Series([start - 23 * 3600 - 900, start], [1, 2]), "day", "completed")
+    ends = re.findall(r'<text class="time[^"]*"[^>]*>([^<]+)</text>', drawn)
+    assert ends == ["Dec 5 05:00", "Dec 6 04:15 UTC"]
+    assert "<title>Dec 6 04:15 UTC: 2</title>" in drawn
+
+
 # --- the commands -----------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from ..options import QueueOptions
+from ..queue import Queue
 from .conventions import Failed, checked_dsn, connection_options, dsn_option, reported
 from .text import shown
 
@@ -132,17 +133,28 @@ def web(
         token = secrets.token_urlsafe(24)
     options = connection_options(QueueOptions(pool_size=4))
     with reported(given):
+        queue = Queue(given, options)
         app = _web().create_app(
-            given,
-            options=options,
+            queue,
             token=token,
             read_only=read_only,
             trust_header=trust_header,
             trusted_proxies=list(trusted_proxies),
         )
-        _say_where(host, port, base_path, token, made)
+
+        async def go() -> None:
+            # Refuse to start, with one line saying why, on a database that cannot be
+            # reached or lacks the tables (`schema.check`): never an address that
+            # answers every page with an error.
+            await queue.open(setup=False)
+            try:
+                _say_where(host, port, base_path, token, made)
+                await serve(_mounted(app, base_path), host, port)
+            finally:
+                await queue.close()
+
         with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn has stopped cleanly
-            asyncio.run(serve(_mounted(app, base_path), host, port))
+            asyncio.run(go())
 
 
 def serve_demo(dsn: str, host: str, port: int) -> None:

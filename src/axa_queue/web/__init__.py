@@ -8,7 +8,8 @@ Its modules: `app` (`create_app`: the routes and the guard every page passes),
 page), `system` (schedules, workers, the acts log), `act` (the POST that cancels and
 retries), `formats` (the templates and their filters), `headers` (the security headers
 on every answer), `access` (signing in, sessions, CSRF, origin, security headers),
-`params` (every query and form parameter, checked by its kind), `reads` (what it reads:
+`params` (every query and form parameter, checked by its kind), `outage` (the database
+unavailable: a 503 page until it is back), `reads` (what it reads:
 named statements of `sql`), `history` (the charts' per-minute history, kept in memory)
 and `charts` (SVG drawn on the server).
 """

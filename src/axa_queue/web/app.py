@@ -4,10 +4,11 @@ guard that every one passes (`guarded`), and its lifespan.
 Every page needs a person signed in (`access`); every POST also a CSRF token and an
 origin of this host. Every query and form parameter is read through `params`, so one
 that is not what it should be gets a 400 page, never a statement; every answer, an
-error's too, carries the security headers (`headers`). Pages are drawn by Jinja2 with
-autoescaping on (`formats`), so a job name, error, `by` or reason is always text;
-charts are SVG drawn on the server (`charts`); the only script is htmx, served from the
-package, which refreshes the overview's live part. The pages themselves are in
+error's too, carries the security headers (`headers`); one that finds the database
+unavailable gets a 503 status page until it is back (`outage`, `_unavailable`). Pages
+are drawn by Jinja2 with autoescaping on (`formats`), so a job name, error, `by` or
+reason is always text; charts are SVG drawn on the server (`charts`); the only script
+is htmx, served from the package, which refreshes the overview's live part. The pages themselves are in
 `signin`, `overview`, `jobs`, `system` and `act`; what they share in `board`.
 """
 
@@ -18,12 +19,14 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 
+import psycopg
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from ..errors import SchemaError
 from ..options import QueueOptions
 from ..queue import Queue
 from . import act, jobs, overview, params, signin, system
@@ -32,6 +35,7 @@ from .board import Dashboard, base_of
 from .formats import templates
 from .headers import Headers
 from .history import History
+from .outage import RETRY_EVERY, unavailable
 from .params import BadParameter
 
 __all__ = ["create_app"]
@@ -41,6 +45,24 @@ STATIC = Path(__file__).parent / "static"
 Handler = Callable[[Dashboard, Request], Awaitable[Response]]
 """A page: what it answers to a request of a person signed in (and, for a POST, with a
 CSRF token and from this host)."""
+
+
+def _unavailable(board: Dashboard, request: Request, why: str) -> Response:
+    """The 503 a page answers while the database is unavailable (`outage`): to the
+    overview's live part (an htmx request) a notice in its place, which keeps polling;
+    to a page, a page that loads itself again every `RETRY_EVERY` seconds; to an act, a
+    page saying it may not have been done. Nothing of the error but its class."""
+    response = board.page(
+        request,
+        "live_down.html" if request.headers.get("hx-request") else "unavailable.html",
+        status=503,
+        why=why,
+        error_class=board.outage.error_class,
+        retry=RETRY_EVERY,
+        acting=request.method == "POST",
+    )
+    response.headers["retry-after"] = str(RETRY_EVERY)
+    return response
 
 
 def create_app(
@@ -112,6 +134,12 @@ def create_app(
                     title="Not a valid request",
                     message=f"The parameter {bad.parameter!r} should be {bad.expected}.",
                 )
+            except (psycopg.Error, SchemaError) as error:
+                why = unavailable(error)
+                if why is None:
+                    raise
+                board.outage.begins(why, error)
+                return _unavailable(board, request, why)
 
         return endpoint
 

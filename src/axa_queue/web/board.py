@@ -6,10 +6,12 @@ path it is mounted at (`base_of`)."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import psycopg
 from jinja2 import Environment
+from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
@@ -18,8 +20,9 @@ from ..db.calls import Call, run_async
 from ..queue import Queue
 from .access import Access, Person
 from .history import History
+from .outage import Outage, unavailable
 
-__all__ = ["STATES", "Dashboard", "base_of", "board_of"]
+__all__ = ["STATES", "WAIT", "WAIT_DOWN", "Dashboard", "base_of", "board_of"]
 
 T = TypeVar("T")
 
@@ -32,6 +35,14 @@ STATES = [
     ("cancelled", "Cancelled"),
 ]
 """The states the pages list jobs by, with their titles, in the navigation's order."""
+
+
+WAIT = 5.0
+"""Seconds a page waits for a pooled connection: past it, the database is taken for
+unavailable (`outage`), rather than the page hanging for the pool's 30 s."""
+
+WAIT_DOWN = 1.0
+"""The same wait during an outage: the outage page answers within about a second."""
 
 
 def base_of(request: Request) -> str:
@@ -51,6 +62,7 @@ class Dashboard:
     history: History
     templates: Environment
     opening: asyncio.Lock
+    outage: Outage = field(default_factory=Outage)
 
     async def opened(self) -> Queue:
         """The queue, opened on first use (checking its tables, never setting them up)."""
@@ -61,8 +73,27 @@ class Dashboard:
         return self.queue
 
     async def read(self, call: Call[T]) -> T:
+        """`call` on a pooled connection, waiting for one `WAIT` seconds (`WAIT_DOWN`
+        during an outage). A connection an outage broke, which the pool may still
+        hand out once the database is back, fails at once: the read is tried once
+        more, on another (and if none comes, the first error is raised: it says what
+        happened). The outage ends at the first read that succeeds."""
         queue = await self.opened()
-        async with queue.pool.connection() as conn:
+        try:
+            found = await self._read(queue, call)
+        except psycopg.OperationalError as error:
+            if isinstance(error, PoolTimeout) or unavailable(error) is None:
+                raise
+            try:
+                found = await self._read(queue, call)
+            except PoolTimeout:
+                raise error from None  # what broke the connection says more than the wait
+        self.outage.ends()
+        return found
+
+    async def _read(self, queue: Queue, call: Call[T]) -> T:
+        wait = WAIT_DOWN if self.outage.down else WAIT
+        async with queue.pool.connection(timeout=wait) as conn:
             return await run_async(conn, call)
 
     def page(self, request: Request, template: str, status: int = 200, **values: Any) -> Response:

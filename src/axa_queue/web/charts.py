@@ -1,5 +1,6 @@
 """Charts drawn on the server as SVG: bars over time, with no script and no library.
-The text in them is numbers and times, escaped all the same (`markupsafe`)."""
+The text in them is numbers and times, escaped all the same (`markupsafe`). Times are
+in UTC with their date ("Dec 6 04:15"), so a day's chart says which day each end is."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from markupsafe import Markup, escape
 
 from .history import Series
 
-__all__ = ["bars"]
+__all__ = ["bars", "stamp"]
 
 WIDTH = 600
 HEIGHT = 120
@@ -19,8 +20,14 @@ BOTTOM = 16
 """Room for the time labels."""
 
 
-def _clock(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%H:%M")
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+"""Month names, whatever the process's locale."""
+
+
+def stamp(epoch: int) -> str:
+    """A moment (epoch seconds) as its date and time in UTC: `Dec 6 04:15`."""
+    at = datetime.fromtimestamp(epoch, timezone.utc)
+    return f"{MONTHS[at.month - 1]} {at.day} {at:%H:%M}"
 
 
 def bars(series: Series, title: str, kind: str) -> Markup:
@@ -41,16 +48,16 @@ def bars(series: Series, title: str, kind: str) -> Markup:
         parts.append(
             f'<rect class="bar" x="{i * step:.1f}" y="{HEIGHT - BOTTOM - h:.1f}" '
             f'width="{max(step - 1, 0.5):.1f}" height="{h:.1f}">'
-            f"<title>{escape(_clock(start))} UTC: {value}</title></rect>"
+            f"<title>{escape(stamp(start))} UTC: {value}</title></rect>"
         )
     parts.append(f'<text class="peak" x="2" y="10">max {peak if any(series.values) else 0}</text>')
     if series.starts:
         parts.append(
-            f'<text class="time" x="2" y="{HEIGHT - 3}">{escape(_clock(series.starts[0]))}</text>'
+            f'<text class="time" x="2" y="{HEIGHT - 3}">{escape(stamp(series.starts[0]))}</text>'
         )
         parts.append(
             f'<text class="time end" x="{WIDTH - 2}" y="{HEIGHT - 3}">'
-            f"{escape(_clock(series.starts[-1]))}</text>"
+            f"{escape(stamp(series.starts[-1]))} UTC</text>"
         )
     parts.append("</svg>")
     return Markup("".join(parts))

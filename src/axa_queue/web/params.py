@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime, timezone
 from typing import Protocol
 from uuid import UUID
 
@@ -31,6 +32,7 @@ __all__ = [
     "integer",
     "job_id",
     "job_ids",
+    "moment",
     "name",
     "text",
 ]
@@ -199,3 +201,27 @@ def cursor(params: Params, parameter: str) -> str | None:
             parameter, "a page cursor, as the Next page link gives it: follow the page's links"
         )
     return value
+
+
+_MOMENT = re.compile(
+    r"[0-9]{4}-[0-9]{2}-[0-9]{2}(?:[T ][0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,6})?)?)?"
+    r"(?:Z|[+-][0-9]{2}:[0-9]{2})?"
+)
+
+
+def moment(params: Params, parameter: str) -> datetime | None:
+    """A moment, as a browser's date and time field sends it (`2026-12-06T04:15`, in
+    UTC) or in ISO 8601 with its offset (`2026-12-06T05:15:00+01:00`), or a date alone
+    (its midnight, UTC); or None when absent."""
+    value = _one(params, parameter)
+    if value is None:
+        return None
+    try:
+        if _MOMENT.fullmatch(value) is None:
+            raise ValueError(value)
+        found = datetime.fromisoformat(value)
+    except ValueError:
+        raise BadParameter(
+            parameter, "a date and time such as 2026-12-06T04:15 (UTC unless it gives its offset)"
+        ) from None
+    return found.replace(tzinfo=timezone.utc) if found.tzinfo is None else found

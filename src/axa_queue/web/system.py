@@ -11,6 +11,7 @@ from starlette.responses import Response
 
 from ..acts import ActKind
 from ..presence import WorkerInfo, workers_call
+from ..schedules.schedule import schedules_call
 from . import params
 from .board import Dashboard
 from .reads import PAGE_SIZE, acts_log_call
@@ -20,11 +21,10 @@ __all__ = ["acts", "schedules", "workers"]
 
 async def schedules(board: Dashboard, request: Request) -> Response:
     """Every schedule, each marked whether a live process declared it lately."""
-    queue = await board.opened()
-    found = await queue.schedules()
+    found = await board.read(schedules_call())
     now = datetime.now(timezone.utc)
     # A live process marks its schedules seen at most once a minute (`sql.SCHEDULES_SEEN`).
-    within = queue.options.stale_after.total_seconds() + 120
+    within = board.queue.options.stale_after.total_seconds() + 120
     rows = [
         {
             "info": one,
