@@ -217,6 +217,21 @@ from .v6_to_v8 import (
 from .v6_to_v8 import (
     SETUP_ROOM_FUNCTION as SETUP_ROOM_FUNCTION,
 )
+from .v10 import (
+    MIGRATION_10 as MIGRATION_10,
+)
+from .v10 import (
+    PAUSED_COLUMNS as PAUSED_COLUMNS,
+)
+from .v10 import (
+    RECORD_10 as RECORD_10,
+)
+from .v10 import (
+    SETUP_ACT_KINDS as SETUP_ACT_KINDS,
+)
+from .v10 import (
+    SETUP_PAUSED as SETUP_PAUSED,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -229,6 +244,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_6,
     MIGRATION_7,
     MIGRATION_8,
+    MIGRATION_10,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
