@@ -156,6 +156,8 @@ async def test_a_new_name_with_more_jobs_than_loops_runs_them_all_without_waitin
     ran: list[str] = []
     queue.handle("Report", lambda args: ran.append("Report"))
     queue.handle("Free", lambda args: ran.append("Free"))
-    await queue.enqueue_all([NewJob("Report", {"n": n}) for n in range(9)])
     async with running(queue):
+        await queue.enqueue_all([NewJob("Free", {"n": n}) for n in range(20)])
+        await eventually(lambda: ran.count("Free") == 20)  # its pace known: room ahead
+        await queue.enqueue_all([NewJob("Report", {"n": n}) for n in range(9)])
         await eventually(lambda: ran.count("Report") == 9)
