@@ -99,7 +99,7 @@ index scan), so the claim reads `axa_queue_pick` per (name, level) in order."""
 
 _UNPAUSED = """
           AND NOT EXISTS (SELECT FROM {axa_paused} p WHERE p.name = w.name)"""
-"""A wanted name is claimed only while no person paused it (`axa_paused`, migration 10):
+"""A wanted name is claimed only while no person paused it (`axa_paused`, migration 9):
 one probe of that table's primary key per name per statement, so a pause needs no
 other round trip, and reaches every process at its next claim. It is a filter of
 `wanted`, before any limit's function is called for the name."""
