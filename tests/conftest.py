@@ -439,6 +439,7 @@ GRANT SELECT, INSERT, UPDATE ON axa_schedule TO {role};
 GRANT SELECT, INSERT ON axa_job_acts TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON axa_workers TO {role};
 GRANT SELECT, INSERT, UPDATE ON axa_rate_slots TO {role};
+GRANT SELECT ON axa_paused TO {role};
 """
 """The worker role's grants, word for word as docs/production.md gives them."""
 

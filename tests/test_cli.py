@@ -555,6 +555,35 @@ def test_retry_releases_a_job_waiting_for_review_and_acts_lists_it(ready: str, a
     assert "released" in table and "carol" in table and "checked" in table
 
 
+def test_pause_lists_the_name_as_paused_resume_ends_it_and_acts_by_name_lists_both(
+    ready: str,
+) -> None:
+    done = cli("pause", "Report", "--by", "alice", "--reason", "partner_down", dsn=ready)
+    assert done.exit_code == 0 and "paused Report" in done.stdout
+    again = cli("pause", "Report", "--by", "alice", "--reason", "partner_down", dsn=ready)
+    assert again.exit_code == 0 and "paused already" in again.stdout
+    listed = json.loads(cli("paused", "--json", dsn=ready).stdout)
+    assert [(p["name"], p["by"], p["reason"]) for p in listed] == [
+        ("Report", "alice", "partner_down")
+    ]
+    assert "partner_down" in cli("paused", dsn=ready).stdout
+    enqueue(ready, "Report")
+    assert "paused (not claimed until resumed): Report" in cli("counts", dsn=ready).stdout
+    assert "Report (paused)" in cli("counts", "--by-name", dsn=ready).stdout
+    resumed = cli("resume", "Report", "--by", "alice", "--reason", "partner_back", dsn=ready)
+    assert resumed.exit_code == 0 and "resumed Report" in resumed.stdout
+    not_paused = cli("resume", "Report", "--by", "alice", "--reason", "twice", dsn=ready)
+    assert not_paused.exit_code == 1 and "not paused" in one_line_error(not_paused)
+    assert cli("paused", dsn=ready).stdout.startswith("no job name is paused")
+    acts = json.loads(cli("acts", "--name", "Report", "--json", dsn=ready).stdout)
+    assert [(a["kind"], a["reason"]) for a in acts] == [
+        ("paused", "partner_down"),
+        ("resumed", "partner_back"),
+    ]
+    both = cli("acts", str(uuid.uuid4()), "--name", "Report", dsn=ready)
+    assert both.exit_code == 2
+
+
 def test_an_act_whose_reason_is_not_a_code_is_refused_and_writes_nothing(ready: str, admin) -> None:
     job_id = enqueue(ready, "Report")
     result = cli("cancel", str(job_id), "--by", "dave", "--reason", "two\nlines", dsn=ready)

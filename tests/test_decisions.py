@@ -343,3 +343,15 @@ def test_a_run_that_is_over_cannot_be_stopped_and_one_found_gone_by_its_loop_is_
     proved.phase = RunPhase.STARTING
     proved.skip(LOST, "its claim was gone before its handler started")
     assert (proved.phase, proved.started, proved.cancelled) == (RunPhase.SKIPPED, False, False)
+
+
+def test_a_claim_that_gave_a_name_its_whole_cap_does_not_say_there_is_no_more_work() -> None:
+    wanted = [{"name": "Report", "cap": 4}, {"name": "Free", "cap": 31}]
+    assert not decisions.nothing_more(wanted, 35, 4, {"Report": 4})
+    assert decisions.nothing_more(wanted, 35, 3, {"Report": 3})
+    assert not decisions.nothing_more(wanted, 4, 4, {"Free": 4})  # took all it could
+    assert decisions.nothing_more(wanted, 35, 3, None)  # in parts: fewer than asked
+    assert decisions.held_back(["Report", "Free", "Long"], wanted, {"Report": 4}) == {
+        "Report",  # as many as its cap: more may be ready
+        "Long",  # left out by its pace or limit
+    }

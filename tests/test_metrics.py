@@ -135,6 +135,18 @@ async def test_the_collector_exports_jobs_per_name_and_state_after_a_refresh(mak
     assert SECRET not in generate_latest(registry).decode()
 
 
+async def test_the_collector_exports_each_paused_name_until_it_is_resumed(make_queue) -> None:
+    queue = await make_queue()
+    registry = CollectorRegistry()
+    collector = QueueCollector(queue, registry)
+    await queue.pause("A", by="ops:alice", reason="partner_api_down")
+    await collector.refresh()
+    assert value(registry, "axa_queue_paused", job="A") == 1
+    await queue.resume("A", by="ops:alice", reason="partner_back")
+    await collector.refresh()
+    assert registry.get_sample_value("axa_queue_paused", {"job": "A"}) is None
+
+
 async def test_refreshing_every_interval_keeps_the_counts_current(make_queue) -> None:
     queue = await make_queue()
     registry = CollectorRegistry()

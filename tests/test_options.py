@@ -286,6 +286,7 @@ async def test_job_info_and_the_packages_logs_never_hold_the_arguments(
 
 PUBLIC = [
     "MAX_REASON_CHARS",
+    "NIL_JOB",
     "SETUP_STATEMENTS",
     "Act",
     "ActKind",
@@ -310,6 +311,7 @@ PUBLIC = [
     "NotInAJobError",
     "NotOpenError",
     "OptionsError",
+    "Pause",
     "Queue",
     "QueueOptions",
     "Recovered",
@@ -330,6 +332,10 @@ PUBLIC = [
     "enqueue_on",
     "job_on",
     "jobs_on",
+    "name_acts_on",
+    "pause",
+    "paused_on",
+    "resume",
     "retry",
 ]
 

@@ -144,3 +144,20 @@ async def test_among_short_jobs_a_name_of_long_ones_has_at_most_one_waiting(
         release.set()
         await eventually(lambda: len(done) == 50 + 290)
     assert held(admin, "Long") == 0
+
+
+async def test_a_new_name_with_more_jobs_than_loops_runs_them_all_without_waiting_for_the_poll(
+    make_queue,
+) -> None:
+    # A new name's first claim fills only the idle loops; another name asked for in the
+    # same claim found nothing. The worker must not take that as "no more work" and
+    # wait for the poll interval (an hour here): a loop coming free looks again.
+    queue = await make_queue(workers=4, poll_interval=3600)
+    ran: list[str] = []
+    queue.handle("Report", lambda args: ran.append("Report"))
+    queue.handle("Free", lambda args: ran.append("Free"))
+    async with running(queue):
+        await queue.enqueue_all([NewJob("Free", {"n": n}) for n in range(20)])
+        await eventually(lambda: ran.count("Free") == 20)  # its pace known: room ahead
+        await queue.enqueue_all([NewJob("Report", {"n": n}) for n in range(9)])
+        await eventually(lambda: ran.count("Report") == 9)

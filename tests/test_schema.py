@@ -21,6 +21,7 @@ from axa_queue import SETUP_STATEMENTS, Queue, QueueOptions, SchemaError, sql
 from axa_queue.cli import main
 from axa_queue.schema import (
     CHECK_ACTS,
+    CHECK_PAUSED,
     CHECK_QUEUE,
     CHECK_SCHEDULE,
     CHECK_WORKERS,
@@ -199,7 +200,7 @@ def test_each_migration_declares_exactly_what_it_makes(dsn: str, admin) -> None:
 
 def test_the_checked_columns_are_the_declared_ones() -> None:
     checked = {}
-    for statement in (CHECK_QUEUE, CHECK_SCHEDULE, CHECK_ACTS, CHECK_WORKERS):
+    for statement in (CHECK_QUEUE, CHECK_SCHEDULE, CHECK_ACTS, CHECK_WORKERS, CHECK_PAUSED):
         found = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
         assert found is not None
         checked[found[2]] = [c.strip() for c in found[1].split(",")]

@@ -9,7 +9,21 @@ job's arguments are never shown. The tables are shared with the Rust crate
 
 from __future__ import annotations
 
-from .acts import MAX_REASON_CHARS, Act, ActKind, ActResult, acts_on, cancel, retry
+from .acts import (
+    MAX_REASON_CHARS,
+    NIL_JOB,
+    Act,
+    ActKind,
+    ActResult,
+    Pause,
+    acts_on,
+    cancel,
+    name_acts_on,
+    pause,
+    paused_on,
+    resume,
+    retry,
+)
 from .context import JobContext, current_job
 from .errors import (
     ArgumentsError,
@@ -44,6 +58,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "MAX_REASON_CHARS",
+    "NIL_JOB",
     "SETUP_STATEMENTS",
     "Act",
     "ActKind",
@@ -68,6 +83,7 @@ __all__ = [
     "NotInAJobError",
     "NotOpenError",
     "OptionsError",
+    "Pause",
     "Queue",
     "QueueOptions",
     "Recovered",
@@ -88,5 +104,9 @@ __all__ = [
     "enqueue_on",
     "job_on",
     "jobs_on",
+    "name_acts_on",
+    "pause",
+    "paused_on",
+    "resume",
     "retry",
 ]

@@ -57,6 +57,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
+from .acts import paused_call
 from .db.calls import run_async
 from .errors import AxaQueueError
 from .handlers.retries import first_line, kind
@@ -193,6 +194,8 @@ class QueueCollector(Collector):
         self.counts: dict[str, Counts] = {}
         self.live: dict[str, LiveCounts] = {}
         self.finished: dict[str, FinishedCounts] = {}
+        self.paused: list[str] = []
+        """The job names paused at the last refresh."""
         self.up = False
         self.refreshed_at: float | None = None
         """When the last refresh worked (`time.time()`)."""
@@ -207,13 +210,14 @@ class QueueCollector(Collector):
         try:
             async with self.queue.pool.connection() as conn:
                 live = await run_async(conn, live_counts_by_name_call())
+                paused = [one.name for one in await run_async(conn, paused_call())]
                 if finished:
                     self.finished = await run_async(conn, finished_counts_by_name_call())
                     self.finished_at = time.monotonic()
         except (psycopg.Error, AxaQueueError):
             self.up = False
             raise
-        self.live, self.up, self.refreshed_at = live, True, time.time()
+        self.live, self.paused, self.up, self.refreshed_at = live, paused, True, time.time()
         self.counts = {name: self._merged(name) for name in sorted({*live, *self.finished})}
 
     def _merged(self, name: str) -> Counts:
@@ -255,13 +259,13 @@ class QueueCollector(Collector):
 
     def describe(self) -> list[Metric]:
         """The metric families, without values (so registering does no I/O)."""
-        return list(self._families({}))
+        return list(self._families({}, []))
 
     def collect(self) -> Iterator[Metric]:
         """The metric families with the last counts."""
-        yield from self._families(self.counts)
+        yield from self._families(self.counts, self.paused)
 
-    def _families(self, snapshot: dict[str, Counts]) -> Iterator[Metric]:
+    def _families(self, snapshot: dict[str, Counts], paused_names: list[str]) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
             "axa_queue_jobs",
             "Jobs in the table by job name and state (ready: queued and due; waiting: "
@@ -279,6 +283,14 @@ class QueueCollector(Collector):
             oldest.add_metric([name], counts.oldest_ready_seconds)
         yield jobs
         yield oldest
+        paused = GaugeMetricFamily(
+            "axa_queue_paused",
+            "1 for each job name a person paused (axa-queue pause): its jobs are not claimed.",
+            labels=["job"],
+        )
+        for name in paused_names:
+            paused.add_metric([name], 1.0)
+        yield paused
         yield GaugeMetricFamily(
             "axa_queue_database_up",
             "1 when the last count of jobs reached the database, else 0.",

@@ -22,7 +22,16 @@ from psycopg_pool import AsyncConnectionPool
 from typing_extensions import Unpack
 
 from . import schema, sql
-from .acts import Act, acts_call
+from .acts import (
+    Act,
+    ActResult,
+    Pause,
+    acts_call,
+    name_acts_call,
+    pause_call,
+    paused_call,
+    resume_call,
+)
 from .db.calls import Work, run_async
 from .db.connector import Connected, Connector
 from .errors import DrainError, NotOpenError
@@ -338,6 +347,25 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
     async def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""
         return await self._run(acts_call(job_id_of(job_id)))
+
+    async def pause(self, name: str, by: str, reason: str) -> ActResult:
+        """Pause job name `name` as an act of `by` for `reason`, committed at once: no
+        worker of this package claims its jobs until `resume` (see `axa_queue.pause`,
+        which takes your connection and transaction)."""
+        return await self._run(pause_call(name, by, reason))
+
+    async def resume(self, name: str, by: str, reason: str) -> ActResult:
+        """Resume paused job name `name` as an act of `by` for `reason`, committed at once
+        (see `axa_queue.resume`)."""
+        return await self._run(resume_call(name, by, reason))
+
+    async def paused(self) -> list[Pause]:
+        """The job names paused now, in name order."""
+        return await self._run(paused_call())
+
+    async def name_acts(self, name: str) -> list[Act]:
+        """Every act on job name `name` (each pause and resume), oldest first."""
+        return await self._run(name_acts_call(name))
 
     async def schedules(self) -> list[ScheduleInfo]:
         """Every schedule in the table, archived or not, with its last job's state."""

@@ -27,7 +27,16 @@ from psycopg_pool import ConnectionPool
 from typing_extensions import Unpack
 
 from . import sql
-from .acts import Act, acts_call
+from .acts import (
+    Act,
+    ActResult,
+    Pause,
+    acts_call,
+    name_acts_call,
+    pause_call,
+    paused_call,
+    resume_call,
+)
 from .db.calls import Work, run_sync
 from .db.connector import Connected, Connector
 from .handlers.registry import Registry
@@ -205,6 +214,22 @@ class SyncQueue(Connected):
     def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""
         return self._run(acts_call(job_id_of(job_id)))
+
+    def pause(self, name: str, by: str, reason: str) -> ActResult:
+        """Pause job name `name`, committed at once (see `Queue.pause`)."""
+        return self._run(pause_call(name, by, reason))
+
+    def resume(self, name: str, by: str, reason: str) -> ActResult:
+        """Resume paused job name `name`, committed at once (see `Queue.resume`)."""
+        return self._run(resume_call(name, by, reason))
+
+    def paused(self) -> list[Pause]:
+        """The job names paused now, in name order."""
+        return self._run(paused_call())
+
+    def name_acts(self, name: str) -> list[Act]:
+        """Every act on job name `name` (each pause and resume), oldest first."""
+        return self._run(name_acts_call(name))
 
     def ping(self) -> None:
         """Raise unless the database answers."""

@@ -7,6 +7,7 @@
     axa-queue enqueue NAME --args JSON              queue one
     axa-queue jobs | show ID | counts | schedules | workers | acts ID   look
     axa-queue cancel ID --by B --reason R | retry ID ...        a person's acts
+    axa-queue pause NAME --by B --reason R | resume NAME ... | paused   names
     axa-queue recover | purge                       housekeeping, now
     axa-queue demo [--web]                          see it work, on an embedded server
     axa-queue web                                   the dashboard
@@ -23,7 +24,7 @@ This package holds the top command and its error line (here), what every command
 shares (`conventions`: the options, errors, and `answer`, which opens a queue and
 prints what it found as JSON or as tables; `text`: what is printed), and one module
 per group of commands: `tables` (setup, sql, check), `run` (worker), `jobs` (enqueue,
-jobs, show, counts, schedules, workers), `acts` (acts, cancel, retry), `housekeeping`
+jobs, show, counts, schedules, workers), `acts` (acts, cancel, retry, pause, resume, paused), `housekeeping`
 (recover, purge), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
 runs is in `process` (one process) and `supervisor` (several
 under a supervisor) and what `demo` runs is in `axa_queue.demo`.
@@ -113,6 +114,9 @@ for _command in (
     acts.acts,
     acts.cancel_command,
     acts.retry_command,
+    acts.pause_command,
+    acts.resume_command,
+    acts.paused,
     housekeeping.recover,
     housekeeping.purge,
     demo.demo_command,

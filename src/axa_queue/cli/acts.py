@@ -1,4 +1,5 @@
-"""A person's acts: `cancel` and `retry`, and `acts`, the list of them on a job."""
+"""A person's acts: `cancel` and `retry` of a job, `pause` and `resume` of a job name, and
+the lists: `acts` (on a job or a name) and `paused`."""
 
 from __future__ import annotations
 
@@ -10,14 +11,21 @@ import click
 import psycopg
 from rich.table import Table
 
-from ..acts import Act, ActKind, ActResult, cancel, retry
+from ..acts import Act, ActKind, ActResult, Pause, cancel, pause, resume, retry
 from ..errors import JobNotFoundError
 from ..jobs.model import JobState
 from ..queue import Queue
 from .conventions import Failed, Printed, answer, dsn_option, json_option
 from .text import shown, when
 
-__all__ = ["acts", "cancel_command", "retry_command"]
+__all__ = [
+    "acts",
+    "cancel_command",
+    "pause_command",
+    "paused",
+    "resume_command",
+    "retry_command",
+]
 
 BY_HELP = (
     "Who is acting: a short code such as a user name (1 to 200 visible characters; "
@@ -27,17 +35,24 @@ REASON_HELP = "Why: a short code such as a ticket id (the same rule as --by)."
 
 
 @click.command()
-@click.argument("job_id", metavar="ID", type=click.UUID)
+@click.argument("job_id", metavar="ID", type=click.UUID, required=False)
+@click.option("--name", metavar="NAME", help="The acts on a job name (paused, resumed) instead.")
 @json_option
 @dsn_option
-def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
-    """List what people did to a job (cancelled, retried, released), oldest first:
-    who by the application's word (BY) and which database role wrote it (ROLE).
+def acts(job_id: UUID | None, name: str | None, as_json: bool, dsn: str | None) -> None:
+    """List what people did to a job (cancelled, retried, released), or with --name to
+    a job name (paused, resumed), oldest first: who by the application's word (BY) and
+    which database role wrote it (ROLE).
 
     Acts are kept after the job's row is purged.
     """
+    if (job_id is None) == (name is None):
+        raise click.UsageError("give a job's ID or --name NAME, one of them")
 
     async def work(queue: Queue) -> list[Act]:
+        if name is not None:
+            return await queue.name_acts(name)
+        assert job_id is not None
         found = await queue.acts(job_id)
         if not found and await queue.job(job_id) is None:
             raise JobNotFoundError(job_id)
@@ -45,7 +60,7 @@ def acts(job_id: UUID, as_json: bool, dsn: str | None) -> None:
 
     def table(found: list[Act]) -> Printed:
         if not found:
-            return f"no acts on job {job_id}"
+            return f"no acts on job {job_id}" if name is None else f"no acts on {shown(name)}"
         table = Table(box=None, header_style="bold")
         for column in ("AT", "ACT", "BY", "ROLE", "REASON", "AFTER TRIES"):
             table.add_column(column, no_wrap=column in ("AT", "ACT"))
@@ -130,3 +145,76 @@ def retry_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
         return f"queued job {job_id} again for one more try"
 
     _act(dsn, job_id, by, reason, retry, said)
+
+
+def _name_act(
+    dsn: str | None,
+    name: str,
+    by: str,
+    reason: str,
+    do: Callable[[psycopg.AsyncConnection[Any], str, str, str], Awaitable[ActResult]],
+    said: Callable[[ActResult], str],
+) -> None:
+    """Do the act `do` on job name `name`, then print what `said` makes of its result."""
+
+    async def work(queue: Queue) -> ActResult:
+        async with queue.connection() as conn:  # one transaction: the change and its act
+            return await do(conn, name, by, reason)
+
+    answer(dsn, work, said)
+
+
+@click.command("pause")
+@click.argument("name", metavar="NAME")
+@click.option("--by", required=True, metavar="WHO", help=BY_HELP)
+@click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
+@dsn_option
+def pause_command(name: str, by: str, reason: str, dsn: str | None) -> None:
+    """Pause a job name, recording who and why: no worker claims its jobs until
+    `resume` (they stay queued; running ones finish). Rust crate workers do not read
+    pauses."""
+
+    def said(result: ActResult) -> str:
+        if not result:
+            return f"{shown(name)} was paused already; nothing changed"
+        return f"paused {shown(name)}: its jobs stay queued until it is resumed"
+
+    _name_act(dsn, name, by, reason, pause, said)
+
+
+@click.command("resume")
+@click.argument("name", metavar="NAME")
+@click.option("--by", required=True, metavar="WHO", help=BY_HELP)
+@click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
+@dsn_option
+def resume_command(name: str, by: str, reason: str, dsn: str | None) -> None:
+    """Resume a paused job name, recording who and why; workers claim its jobs at once."""
+
+    def said(result: ActResult) -> str:
+        if not result:
+            raise Failed(f"cannot resume {shown(name)}: it is not paused (see `axa-queue paused`)")
+        return f"resumed {shown(name)}; workers were told"
+
+    _name_act(dsn, name, by, reason, resume, said)
+
+
+@click.command()
+@json_option
+@dsn_option
+def paused(as_json: bool, dsn: str | None) -> None:
+    """List the paused job names: who paused each (BY), why and since when."""
+
+    async def work(queue: Queue) -> list[Pause]:
+        return await queue.paused()
+
+    def table(found: list[Pause]) -> Printed:
+        if not found:
+            return "no job name is paused"
+        table = Table(box=None, header_style="bold")
+        for column in ("NAME", "SINCE", "BY", "REASON"):
+            table.add_column(column, no_wrap=column in ("NAME", "SINCE"))
+        for one in found:
+            table.add_row(shown(one.name), when(one.at), shown(one.by), shown(one.reason))
+        return table
+
+    answer(dsn, work, table, as_json=as_json)

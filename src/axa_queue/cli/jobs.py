@@ -240,16 +240,28 @@ def _job_table(info: JobInfo) -> Printed:
 @json_option
 @dsn_option
 def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
-    """Count the jobs in each state (ready: queued and due; waiting: queued for later)."""
+    """Count the jobs in each state (ready: queued and due; waiting: queued for later),
+    and say which job names are paused."""
 
     async def work(queue: Queue) -> Counts | dict[str, Counts]:
         return await (queue.counts_by_name() if by_name else queue.counts())
 
-    answer(dsn, work, _counts_table, as_json=as_json)
+    async def paused_too(queue: Queue) -> tuple[Counts | dict[str, Counts], list[str]]:
+        return await work(queue), [one.name for one in await queue.paused()]
+
+    if as_json:
+        answer(dsn, work, lambda found: "", as_json=True)
+    else:
+        answer(dsn, paused_too, lambda found: _counts_table(*found))
 
 
-def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
+def _counts_table(found: Counts | dict[str, Counts], paused: list[str]) -> Printed | list[Printed]:
     states = [f.name for f in dataclasses.fields(Counts) if f.name != "oldest_ready_seconds"]
+    said = (
+        [f"paused (not claimed until resumed): {', '.join(shown(n) for n in paused)}"]
+        if paused
+        else []
+    )
     if isinstance(found, Counts):
         table = Table(box=None, header_style="bold")
         table.add_column("STATE")
@@ -259,9 +271,10 @@ def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
         return [
             table,
             f"oldest ready job has waited {readable.seconds(found.oldest_ready_seconds)}",
+            *said,
         ]
     if not found:
-        return "no jobs"
+        return ["no jobs", *said]
     table = Table(box=None, header_style="bold")
     table.add_column("NAME")
     for state in states:
@@ -269,11 +282,11 @@ def _counts_table(found: Counts | dict[str, Counts]) -> Printed | list[Printed]:
     table.add_column("OLDEST READY", justify="right")
     for name, one in sorted(found.items()):
         table.add_row(
-            shown(name),
+            shown(name) + (" (paused)" if name in paused else ""),
             *(str(getattr(one, state)) for state in states),
             readable.seconds(one.oldest_ready_seconds),
         )
-    return table
+    return [table, *said]
 
 
 @click.command()

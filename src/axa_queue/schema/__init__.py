@@ -150,6 +150,9 @@ CHECK_WORKERS = naming.statement(
 )
 """Fails unless the worker processes table has every column."""
 
+CHECK_PAUSED = naming.statement("SELECT name, by, reason, at FROM {axa_paused} LIMIT 0")
+"""Fails unless the paused names' table has every column (the claim reads it)."""
+
 MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
@@ -323,6 +326,7 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_SCHEDULE, "axa_schedule"),
         (CHECK_ACTS, "axa_job_acts"),
         (CHECK_WORKERS, "axa_workers"),
+        (CHECK_PAUSED, "axa_paused"),
     ):
         try:
             async with conn.transaction():

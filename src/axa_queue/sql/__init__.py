@@ -8,8 +8,8 @@ what it does, in one module per table or concern:
   `EXCHANGE_RATED`, `CLAIM`), composed from named CTEs;
 - `runs`: a run after its claim (heartbeats, giving back, lost runs);
 - `maintenance`: stale recovery and retention;
-- `acts`, `schedules`, `workers`, `web`: a person's acts, the schedules, the worker
-  processes, the dashboard;
+- `acts`, `pauses`, `schedules`, `workers`, `web`: a person's acts on jobs and on job
+  names, the schedules, the worker processes, the dashboard;
 - `testing`: `drain()` and `axa_queue.testing`.
 
 Every statement is here by name (`sql.EXCHANGE`), and `statements()` lists them for
@@ -130,6 +130,18 @@ from .notifications import (
 )
 from .notifications import (
     WAITING_LOCK_TIMEOUT as WAITING_LOCK_TIMEOUT,
+)
+from .pauses import (
+    NAME_ACTS as NAME_ACTS,
+)
+from .pauses import (
+    PAUSE as PAUSE,
+)
+from .pauses import (
+    PAUSED as PAUSED,
+)
+from .pauses import (
+    RESUME as RESUME,
 )
 from .runs import (
     FAIL_UNCLAIMABLE as FAIL_UNCLAIMABLE,

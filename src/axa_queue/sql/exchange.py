@@ -97,26 +97,39 @@ _LEVELS = """levels(priority) AS (
 """The priority levels of queued jobs, highest first, one index probe each (a loose
 index scan), so the claim reads `axa_queue_pick` per (name, level) in order."""
 
-_WANTED = """wanted AS (
+_UNPAUSED = """
+          AND NOT EXISTS (SELECT FROM {axa_paused} p WHERE p.name = w.name)"""
+"""A wanted name is claimed only while no person paused it (`axa_paused`, migration 9):
+one probe of that table's primary key per name per statement, so a pause needs no
+other round trip, and reaches every process at its next claim. It is a filter of
+`wanted`, before any limit's function is called for the name."""
+
+
+def _unpaused(piece: str) -> str:
+    """`piece` with its `$unpaused` slot filled by `_UNPAUSED`."""
+    return Template(piece).substitute(unpaused=_UNPAUSED)
+
+
+_WANTED = _unpaused("""wanted AS (
         SELECT w.name, least(w.cap, %(free)s) AS cap
         FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
-        WHERE %(free)s > 0"""
+        WHERE %(free)s > 0$unpaused""")
 """The names to claim and at most how many of each (`[{"name", "cap"}]`), none when no
 loop is free. Nothing volatile in it, so the planner folds it into the claim: the plan
 of a process without limits."""
 
-_WANTED_GLOBAL = """wanted AS (
+_WANTED_GLOBAL = _unpaused("""wanted AS (
         SELECT w.name, CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
             ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name,
                                                        greatest(least(w.global, 2147483647), 0)::int))
             END AS cap
         FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int, global bigint)
-        WHERE %(free)s > 0"""
+        WHERE %(free)s > 0$unpaused""")
 """`_WANTED` with a name's global limit (`global`, clamped to an `integer`): its cap cut
 to the room `axa_queue_room` finds under the name's lock (see `EXCHANGE_LIMITED`);
 names without one never call it."""
 
-_GATES = """gates AS (
+_GATES = _unpaused("""gates AS (
         SELECT w.name, w.rate, w.per_ms,
             CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
                 ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name, w.global))
@@ -135,8 +148,8 @@ _GATES = """gates AS (
                           ELSE r.per_ms END AS per_ms
               FROM json_to_recordset(%(wanted)s::json)
                   AS r(name text, cap int, global bigint, rate bigint, per_ms bigint)) w
-        WHERE %(free)s > 0
-        OFFSET 0"""
+        WHERE %(free)s > 0$unpaused
+        OFFSET 0""")
 """Each wanted name's gates, called once per name (`OFFSET 0` keeps the calls from
 being copied into `wanted`): the room its global limit leaves (`asked`) and the free
 slots of its rate limit (`slots`), the limits clamped where they are read (see

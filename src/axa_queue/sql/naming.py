@@ -37,6 +37,7 @@ NAMES = (
     "axa_schema_version",
     "axa_workers",
     "axa_rate_slots",
+    "axa_paused",
     "axa_queue_notify",
     "axa_job_acts_refuse",
     "axa_job_acts_role",

@@ -172,6 +172,34 @@ def wanted(
     return found
 
 
+def nothing_more(
+    wanted: list[dict[str, Any]], free: int, got: int, by_name: Mapping[str, int] | None
+) -> bool:
+    """Whether a claim shows there is no more work for this process now: it took fewer
+    jobs than `free`, and no wanted name took as many as its cap (a name held to its
+    cap may have more ready: a new name's first claim fills only the idle loops). With
+    `by_name` unknown (the claim went in parts), fewer than it asked for in all."""
+    if got >= free:
+        return False
+    if by_name is None:
+        return got < min(free, sum(int(one["cap"]) for one in wanted))
+    return all(by_name.get(one["name"], 0) < min(int(one["cap"]), free) for one in wanted)
+
+
+def held_back(
+    names: Iterable[str], wanted: list[dict[str, Any]], by_name: Mapping[str, int] | None
+) -> frozenset[str]:
+    """The names a claim held back: left out of `wanted` (their pace or limit), or given
+    as many jobs as their cap (all of them when the claim went in parts: `by_name`
+    unknown). Their jobs may be ready still, so a loop coming free looks again."""
+    caps = {one["name"]: one["cap"] for one in wanted}
+    return frozenset(
+        name
+        for name in names
+        if name not in caps or by_name is None or by_name.get(name, 0) >= caps[name]
+    )
+
+
 def blames_values(sqlstate: str | None) -> bool:
     """Whether a statement that failed with `sqlstate` may have failed because of one of
     the values it carried or read (`VALUE_ERRORS`), rather than for every statement."""

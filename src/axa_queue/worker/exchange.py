@@ -22,6 +22,7 @@ import asyncio
 import json
 import logging
 import time
+from collections import Counter
 from typing import Any
 
 import psycopg
@@ -226,12 +227,15 @@ class Exchange:
                 self.runner.take(claimed)
             if self.skips.skipped and wanted:
                 self.skips.cleared(wanted)
-            asked = min(free, sum(one["cap"] for one in wanted))
-            if wanted and got < asked and state.wakes == wakes:
-                # Fewer than it could take, and nothing new since it asked: there is
-                # no work for us until a notification, a timer, a limited name's place
-                # coming free, or the poll interval says otherwise.
-                state.look = False
+            if wanted:
+                by_name = None if claimed is None else Counter(one.name for one in claimed)
+                state.held_back = decisions.held_back(self.registry.handlers, wanted, by_name)
+                if state.wakes == wakes and decisions.nothing_more(wanted, free, got, by_name):
+                    # Fewer than it could take, none of a name held to its cap, and
+                    # nothing new since it asked: there is no work for us until a
+                    # notification, a timer, a place coming free for a name held back
+                    # or under a limit, or the poll interval says otherwise.
+                    state.look = False
             if claimed is not None:
                 self._recorded(batch, kept)
 

@@ -152,8 +152,10 @@ class Runner:
         state.active -= 1
         state.runs.pop(one.key, None)
         state.in_use[one.name] -= 1
-        if self.registry.limits.holds_places(one.name):
-            state.wake()  # a place under its limit came free: its jobs may be waiting
+        if state.held_back or self.registry.limits.holds_places(one.name):
+            # A place under its limit, or a loop a held-back name may now fill, came
+            # free: their jobs may be waiting.
+            state.wake()
 
     async def _execute(self, one: Run, lender: Lender | None = None) -> None:
         """Run the handler to its end, its time limit, or the loss of its claim

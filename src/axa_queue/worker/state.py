@@ -85,6 +85,9 @@ class State:
         """Set when there may be something to do: an ending, a free loop, new work."""
         self.look = True
         """Whether there may be work not looked for yet (else exchanges only record)."""
+        self.held_back: frozenset[str] = frozenset()
+        """Names the last claim held back (left out by their pace or limit, or given as
+        many as their cap): they may have jobs ready, so a loop coming free looks again."""
         self.wakes = 0
         """How many times something said there may be new work."""
         self.claiming = False
