@@ -274,6 +274,29 @@ def test_retry_a_failed_job_from_the_failed_list(page, served, admin) -> None:
 
 
 @in_browser
+def test_pause_a_name_from_its_jobs_page_and_resume_it_from_the_paused_page(
+    page, served, admin
+) -> None:
+    seed(admin, "Mail", "queued")
+    sign_in(page, served, "alice.ops")
+    page.goto(f"{served.url}/jobs?state=queued&name=Mail")
+    page.fill("#pausebar input[name=reason]", "INC-42")
+    page.click("#pausebar button[value=pause]")
+    assert "its jobs stay queued" in page.inner_text("#outcome .said")
+    page.goto(f"{served.url}/")
+    assert page.inner_text("tr[data-name=Mail] .s-paused") == "paused"
+    page.goto(f"{served.url}/paused")
+    assert page.inner_text("#paused tr[data-name=Mail] .by") == "alice.ops"
+    page.fill("#paused tr[data-name=Mail] input[name=reason]", "INC-42-fixed")
+    page.click("#paused tr[data-name=Mail] button[value=resume]")
+    assert "resumed" in page.inner_text("#outcome .said")
+    rows = admin.execute(
+        "SELECT act, by, reason FROM axa_job_acts WHERE job_name = 'Mail' ORDER BY id"
+    ).fetchall()
+    assert rows == [("paused", "alice.ops", "INC-42"), ("resumed", "alice.ops", "INC-42-fixed")]
+
+
+@in_browser
 def test_release_a_job_from_review(page, served, admin) -> None:
     [job] = seed(admin, "Report", "needs_review")
     sign_in(page, served)

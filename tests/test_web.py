@@ -221,6 +221,73 @@ def test_a_reason_that_is_not_a_code_is_refused_with_nothing_done(board: TestCli
     assert acts_of(admin, job) == []
 
 
+def test_a_person_pauses_a_name_from_its_jobs_page_and_resumes_it_from_the_paused_page(
+    board: TestClient, admin
+) -> None:
+    seed(admin, "Mail", "queued", 2)
+    page = board.get("/jobs?state=queued&name=Mail")
+    assert 'value="pause"' in page.text and "is paused" not in page.text
+    answer = board.post(
+        "/pause",
+        data={"act": "pause", "name": "Mail", "reason": "INC-9", "csrf": csrf_of(page.text)},
+        headers=ORIGIN,
+    )
+    assert answer.status_code == 200 and "its jobs stay queued" in answer.text
+    paused = board.get("/paused")
+    assert 'data-name="Mail"' in paused.text and "INC-9" in paused.text
+    assert "Mail is paused" in board.get("/jobs?state=queued&name=Mail").text
+    assert "s-paused" in board.get("/").text  # marked on the overview's names
+    again = board.post(
+        "/pause",
+        data={"act": "pause", "name": "Mail", "reason": "INC-9", "csrf": csrf_of(paused.text)},
+        headers=ORIGIN,
+    )
+    assert "not applied: it was paused already" in again.text
+    resumed = board.post(
+        "/pause",
+        data={
+            "act": "resume",
+            "name": "Mail",
+            "reason": "INC-9-done",
+            "csrf": csrf_of(paused.text),
+        },
+        headers=ORIGIN,
+    )
+    assert "resumed" in resumed.text
+    assert "No name is paused." in board.get("/paused").text
+    rows = admin.execute(
+        "SELECT act, by, reason, job_id::text FROM axa_job_acts WHERE job_name = 'Mail' ORDER BY id"
+    ).fetchall()
+    assert rows == [
+        ("paused", "alice", "INC-9", "00000000-0000-0000-0000-000000000000"),
+        ("resumed", "alice", "INC-9-done", "00000000-0000-0000-0000-000000000000"),
+    ]
+    log = board.get("/acts").text
+    assert "INC-9-done" in log and 'href="/jobs/00000000-0000' not in log  # the name, no job
+
+
+def test_a_pause_without_a_reason_or_on_a_read_only_dashboard_does_nothing(
+    tables: str, board: TestClient, admin
+) -> None:
+    page = board.get("/paused")
+    answer = board.post(
+        "/pause",
+        data={"act": "pause", "name": "Mail", "reason": "", "csrf": csrf_of(page.text)},
+        headers=ORIGIN,
+    )
+    assert answer.status_code == 400
+    with signed_in(create_app(tables, token=TOKEN, read_only=True)) as web:
+        paused = web.get("/paused")
+        assert 'action="/pause"' not in paused.text
+        refused = web.post(
+            "/pause",
+            data={"act": "pause", "name": "Mail", "reason": "X", "csrf": csrf_of(paused.text)},
+            headers=ORIGIN,
+        )
+        assert refused.status_code == 403
+    assert admin.execute("SELECT count(*) FROM axa_paused").fetchone() == (0,)
+
+
 def test_read_only_offers_no_act_and_refuses_one(tables: str, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     with signed_in(create_app(tables, token=TOKEN, read_only=True)) as web:
@@ -380,7 +447,7 @@ def test_the_documented_grants_are_enough_to_see_every_page_and_act(
         grants = _documented_grants().replace("jobs", f'"{schema}"')
         admin.execute(grants.replace("axa_dashboard", f'"{role}"'))
         with signed_in(create_app(as_role, token=TOKEN)) as web:
-            for page in [*PAGES, f"/jobs/{job}", "/jobs?state=completed"]:
+            for page in [*PAGES, f"/jobs/{job}", "/jobs?state=completed", "/paused"]:
                 assert web.get(page).status_code == 200, page
             csrf = csrf_of(web.get("/").text)
             answer = web.post(
@@ -389,6 +456,12 @@ def test_the_documented_grants_are_enough_to_see_every_page_and_act(
                 headers=ORIGIN,
             )
             assert answer.status_code == 200
+            paused = web.post(
+                "/pause",
+                data={"act": "pause", "name": "Mail", "reason": "R", "csrf": csrf},
+                headers=ORIGIN,
+            )
+            assert paused.status_code == 200 and "its jobs stay queued" in paused.text
         row = admin.execute("SELECT db_role FROM axa_job_acts WHERE job_id = %s", (job,)).fetchone()
         assert row is not None and row[0] == role
 

@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from ..errors import SchemaError
 from ..options import QueueOptions
 from ..queue import Queue
-from . import act, jobs, overview, params, signin, system
+from . import act, jobs, overview, params, pauses, signin, system
 from .access import Access, SignOnRefused, same_origin
 from .board import Dashboard, base_of
 from .formats import templates
@@ -164,6 +164,8 @@ def create_app(
         Route("/workers", guarded(system.workers)),
         Route("/acts", guarded(system.acts)),
         Route("/act", guarded(act.act), methods=["POST"]),
+        Route("/paused", guarded(pauses.paused)),
+        Route("/pause", guarded(pauses.pause_act), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)

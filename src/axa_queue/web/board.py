@@ -15,7 +15,7 @@ from psycopg_pool import PoolTimeout
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 
-from ..acts import MAX_REASON_CHARS
+from ..acts import MAX_REASON_CHARS, NIL_JOB
 from ..db.calls import Call, run_async
 from ..queue import Queue
 from .access import Access, Person
@@ -105,6 +105,7 @@ class Dashboard:
             read_only=self.read_only,
             states=STATES,
             max_reason=MAX_REASON_CHARS,
+            nil_job=NIL_JOB,
             **values,
         )
         return HTMLResponse(html, status_code=status)

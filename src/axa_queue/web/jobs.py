@@ -11,7 +11,7 @@ from uuid import UUID
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..acts import acts_call
+from ..acts import acts_call, paused_call
 from ..jobs.model import JobInfo, JobState
 from ..jobs.reads import job_call
 from . import params
@@ -83,6 +83,7 @@ async def _list(
     if first and start is not None:
         key, after = cursor_at(start), NIL
     page = await board.read(jobs_page_call(state, name, newest=newest, key=key, after=after))
+    pauses = [] if name is None else await board.read(paused_call())
     return board.page(
         request,
         template,
@@ -93,6 +94,7 @@ async def _list(
         until=field(until),
         page=within(page, state, since, until),
         first=first,
+        pause=next((one for one in pauses if one.name == name), None),
         **extra,
     )
 

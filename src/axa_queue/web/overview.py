@@ -10,6 +10,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ..acts import paused_call
 from . import charts, params
 from .board import Dashboard
 from .history import DAY, HOUR, Tally
@@ -84,8 +85,10 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
     for key in Tally._fields:
         totals[key] = sum(getattr(done, key) for done in recent.values())
     totals["oldest"] = max([row["oldest"] for row in rows], default=0.0)
+    paused = {one.name for one in await board.read(paused_call())}
     return {
         "rows": rows,
+        "paused": paused,
         "totals": totals,
         "capped": capped,
         "estimated": estimated,

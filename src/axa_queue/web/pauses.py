@@ -1,0 +1,77 @@
+"""The paused job names: the page listing them (`/paused`), and `pause_act`, the POST
+that pauses or resumes a name, recorded with the person's name as `by` and their
+reason, like every act (`axa_queue.pause`)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+
+from ..acts import pause, paused_call, resume
+from . import params
+from .access import Person
+from .board import Dashboard
+from .params import BadParameter
+
+__all__ = ["pause_act", "paused"]
+
+
+async def paused(board: Dashboard, request: Request) -> Response:
+    """The names paused now, each with who paused it, why and since when, and a form to
+    resume it; a form to pause a name."""
+    found = await board.read(paused_call())
+    return board.page(request, "paused.html", pauses=found)
+
+
+async def pause_act(board: Dashboard, request: Request) -> Response:
+    """Pauses or resumes the name given, in one transaction with its act, and says what
+    it did."""
+    if board.read_only:
+        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+    person: Person = request.state.person
+    form = await request.form()
+    try:
+        chosen = params.choice(form, "act", ("pause", "resume"))
+        if chosen is None:
+            raise BadParameter("act", "pause or resume")
+        name = params.name(form, "name")
+        if name is None:
+            raise BadParameter("name", "a job name")
+        reason = params.code(form, "reason")
+        if reason is None:
+            raise BadParameter("reason", "a code")
+    except BadParameter as bad:
+        problem = {
+            "act": "Choose pause or resume.",
+            "name": "Give the job name to pause or resume.",
+        }.get(
+            bad.parameter,
+            "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
+            "(no control, zero-width or bidi characters, no space first or last).",
+        )
+        return board.page(
+            request, "message.html", status=400, title="Nothing done", message=problem
+        )
+    queue = await board.opened()
+    async with queue.connection() as conn:  # one transaction: the change and its act
+        do = pause if chosen == "pause" else resume
+        result = await do(conn, name, person.name, reason)
+    if chosen == "pause":
+        said = (
+            "paused: its jobs stay queued until it is resumed; running ones finish"
+            if result
+            else "not applied: it was paused already"
+        )
+    else:
+        said = (
+            "resumed: workers claim its jobs again" if result else "not applied: it was not paused"
+        )
+    return board.page(
+        request,
+        "paused_outcome.html",
+        name=name,
+        act=chosen,
+        said=said,
+        reason=reason,
+        applied=result.applied,
+    )
