@@ -47,28 +47,55 @@ a claim; returns the jobs failed, told to waiters (`DONE_CHANNEL`; rare, so alwa
 
 HEARTBEAT = statement("""WITH beats AS (
         SELECT * FROM unnest(%(ids)s::uuid[], %(attempts)s::int[]) AS r(id, attempts)
+    ), held AS MATERIALIZED (
+        SELECT q.id FROM {axa_queue} q JOIN beats r ON q.id = r.id
+        WHERE q.id = ANY(ARRAY(SELECT id FROM beats))
+          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
+        FOR NO KEY UPDATE OF q SKIP LOCKED
     ), beaten AS (
         UPDATE {axa_queue} q SET updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp())
-        FROM beats r
-        WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.id = r.id
-          AND q.attempts = r.attempts AND q.status = (SELECT 'running')
+        WHERE q.id = ANY(ARRAY(SELECT id FROM held))
         RETURNING q.id::text AS id, q.attempts
     )
-    SELECT id, attempts, false AS cancelled FROM beaten
+    SELECT id, attempts, false AS cancelled, false AS busy FROM beaten
     UNION ALL
-    SELECT q.id::text, q.attempts, true FROM {axa_queue} q JOIN beats r
-        ON q.id = r.id AND q.attempts = r.attempts
-    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.status = (SELECT 'cancelled')""")
+    SELECT q.id::text, q.attempts, q.status = 'cancelled', q.status = 'running'
+    FROM {axa_queue} q JOIN beats r ON q.id = r.id AND q.attempts = r.attempts
+    WHERE q.id = ANY(ARRAY(SELECT id FROM beats)) AND q.status IN ('cancelled', 'running')
+      AND q.id <> ALL(ARRAY(SELECT id FROM held))""")
 """Report in for every run of this process at once; a run whose attempt no longer matches
 is not returned: it lost its claim. Rows are found by primary key, as `EXCHANGE`'s
 endings are, never by scanning every running job of every worker. Stamped with
-`clock_timestamp()`, when the row is written, even after waiting for a lock.
+`clock_timestamp()`, when the row is written.
+
+It never waits for a row lock: `held` locks the rows still `running` under their
+attempt with `FOR NO KEY UPDATE SKIP LOCKED` (the lock the `UPDATE` takes; a key-share
+lock does not stop it), and only those are stamped (`busy` false, `cancelled` false).
+A row another statement holds now (the exchange recording its ending or marking its
+start, a person's `CANCEL`, `MARK_LOST`, stale recovery, `GIVE_BACK`) is skipped and,
+when the statement's snapshot shows it still `running` under the attempt, returned
+`busy`: still ours as far as anyone can tell, not stamped this time, neither lost nor
+forgotten; the next heartbeat stamps it, or finds what its holder made of it (a run
+really lost is found lost at the next heartbeat, at the latest). A row locked whose
+newest version is no longer the run's (the lock follows the row to its newest
+version and checks it again) is skipped, and `busy` by the snapshot too: the same.
+A busy run's claim is not renewed; a row busy at every heartbeat for `stale_after`
+(a person holding a transaction open on it) can be recovered as stale like any
+unrenewed claim.
+
+Why it never waits: the exchange locks a run's rows in two passes (`finished`, then
+`marked`), this statement in one; a heartbeat that waited could hold a row the
+exchange's second pass wants while waiting for one its first pass holds, a cycle
+PostgreSQL breaks by aborting one of them after `deadlock_timeout` (measured: 8 in 30
+s with 16 loops, prefetch and a 50 ms heartbeat). A statement that waits for no lock
+is in no cycle; it holds its rows only until its own commit, an instant later.
 
 A run whose job a person cancelled under its attempt (`CANCEL`) comes back with
 `cancelled` true: its process stops it without writing anything (the fallback of
-`CANCEL_CHANNEL`). That branch reads the statement's snapshot: a cancel committed while
-the statement ran is not seen there, so the run is found lost, and `MARK_LOST`, which
-reads the row locked, finds it cancelled."""
+`CANCEL_CHANNEL`). The last branch reads the statement's snapshot: a cancel committed
+while the statement ran is not seen there, so the run is busy (its row locked or
+changed since), and the next heartbeat, or `MARK_LOST` (which reads the row locked)
+for a run lost meanwhile, finds it cancelled."""
 
 MARK_LOST = statement("""WITH found AS (
         SELECT id, status, attempts, error, max_attempts FROM {axa_queue}
