@@ -25,7 +25,12 @@ start was marked, nor one given back or claimed again since). `limits` is each r
 limit as its worker read it (the job's `max_attempts`, else its handler's or the
 worker's), raised by one, as stale recovery raises it, but never past the most an
 `integer` holds (so a job at the limit of 2147483647 cannot fail the statement for the
-others); `attempts` is never lowered (it fences every run). Counted in `given_back`."""
+others); `attempts` is never lowered (it fences every run). Counted in `given_back`.
+
+It may wait for its rows' locks, holding those it took, but the statements that may
+hold them wait for no lock meanwhile (`HEARTBEAT` and `RECOVER_STALE` skip locked
+rows, `MARK_LOST` and `CANCEL` lock one row), and the exchange never locks them: a run
+that never started has no ending and no start mark to write. So no cycle of waits."""
 
 FAIL_UNCLAIMABLE = statement("""WITH failed AS (
         UPDATE {axa_queue}
@@ -151,4 +156,8 @@ A failed job it sends to review had freed its unique key (unless it has a
 `unique_for`), which another job may hold now: it goes to review without it.
 
 A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
-statement is rare, so it does not ask whether anyone waits."""
+statement is rare, so it does not ask whether anyone waits.
+
+It locks one row (`found`, waiting for it if another statement holds it) and no other:
+while it waits it holds nothing another statement waits for, and once it holds the row
+it waits for no other, so no cycle of waits passes through it."""
