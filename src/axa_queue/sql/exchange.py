@@ -337,9 +337,9 @@ row waits for no lock while it holds it: `HEARTBEAT` and `RECOVER_STALE` skip th
 others hold (`SKIP LOCKED`), `MARK_LOST` and `CANCEL` lock one row and nothing else,
 `GIVE_BACK` takes only runs that never started (no ending, no mark: never this
 statement's rows), and another process's claim locks a row (recovered and claimed
-again since this snapshot) after its own waits are over. So the order of the two
-passes does not matter: a heartbeat that waited for its rows, all in one pass, closed
-a cycle with them at speed (8 deadlocks in 30 s with 16 loops, prefetch and a 50 ms
+again since this snapshot) after its own waits are over. So the order in which it
+takes its rows does not matter: a heartbeat that waited for its rows, in the order of
+its own plan, closed a cycle with it at speed (3 to 8 deadlocks in 30 s with 16 loops and a 50 ms
 heartbeat, `bench/deadlocks.py`), which is why it no longer waits. The one cycle left
 is a caller's: a transaction that cancels several running jobs of one process holds
 each row until it commits, and can meet this statement in two orders; PostgreSQL

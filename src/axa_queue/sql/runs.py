@@ -89,11 +89,13 @@ A busy run's claim is not renewed; a row busy at every heartbeat for `stale_afte
 unrenewed claim.
 
 Why it never waits: the exchange locks a run's rows in two passes (`finished`, then
-`marked`), this statement in one; a heartbeat that waited could hold a row the
-exchange's second pass wants while waiting for one its first pass holds, a cycle
-PostgreSQL breaks by aborting one of them after `deadlock_timeout` (measured: 8 in 30
-s with 16 loops, prefetch and a 50 ms heartbeat). A statement that waits for no lock
-is in no cycle; it holds its rows only until its own commit, an instant later.
+`marked`), this statement in one, each in the order its plan meets the rows (the
+order of the ids sent, or of the index), which nothing keeps alike; a heartbeat that
+waited could hold a row the exchange wants while waiting for one the exchange holds,
+a cycle PostgreSQL breaks by aborting one of them after `deadlock_timeout` (measured
+with `bench/deadlocks.py`, 16 loops and a 50 ms heartbeat: 3 to 8 in 30 s, with
+prefetch and without). A statement that waits for no lock is in no cycle; it holds
+its rows only until its own commit, an instant later.
 
 A run whose job a person cancelled under its attempt (`CANCEL`) comes back with
 `cancelled` true: its process stops it without writing anything (the fallback of
