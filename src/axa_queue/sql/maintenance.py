@@ -14,7 +14,15 @@ loop does not wait for it), so a handler that kills its process at once looks ne
 started; past this many give-backs its attempts are burned as any crashed run's, and
 such a job fails at last rather than crash worker after worker for ever."""
 
-RECOVER_STALE = statement("""WITH recovered AS (
+RECOVER_STALE = statement("""WITH stale AS MATERIALIZED (
+    SELECT id FROM {axa_queue}
+    WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+      AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
+      AND (id, attempts) NOT IN (
+          SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
+    FOR NO KEY UPDATE SKIP LOCKED
+    ), recovered AS (
     UPDATE {axa_queue}
     SET status = CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
                             OR attempts < COALESCE(max_attempts, (%(limits)s::jsonb ->> name)::int, %(max)s)
@@ -31,11 +39,7 @@ RECOVER_STALE = statement("""WITH recovered AS (
         given_back = CASE WHEN ahead = attempts AND given_back < %(give_back)s
                           THEN given_back + 1 ELSE given_back END,
         updated_at = COALESCE(%(now)s::timestamptz, now())
-    WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
-      AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
-           OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
-      AND (id, attempts) NOT IN (
-          SELECT * FROM unnest(%(held)s::uuid[], %(held_attempts)s::int[]))
+    WHERE id = ANY(ARRAY(SELECT id FROM stale))
     RETURNING id, name, attempts, status
     ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' '
@@ -66,7 +70,20 @@ the stale period after the server started, only runs silent for that long before
 started: a restart cut every worker off, so the silence since says nothing. It compares with `now()`, the statement's start, never
 later than when a row is read: a recovery held up by a lock judges as of before its
 wait, so it can only find fewer runs stale (claims and heartbeats stamp the time they
-write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always)."""
+write). The jobs it fails are told to waiters (`DONE_CHANNEL`; rare, so always).
+
+It never waits for a row lock: `stale` locks the stale rows with `FOR NO KEY UPDATE SKIP
+LOCKED` (the lock the `UPDATE` takes) and only those are recovered. A row another
+statement holds is being written by it: its owner's exchange recording its ending or
+marking its start, a heartbeat, `MARK_LOST`, a person's `CANCEL`; whatever it leaves,
+the next recovery judges. A row whose newest version is no longer stale (a heartbeat
+committed since the statement began) is not locked: the lock follows the row to its
+newest version and checks it again, and the `UPDATE` writes that version, which it
+holds. An `UPDATE` that waited for each row as it went would hold the rows it had
+already taken while waiting, in its own order, and could close a cycle with an
+exchange taking the same process's rows in its two passes (a process silent past
+`stale_after` that speaks again just then): a statement that waits for no lock is in
+no cycle."""
 
 STALE = statement("""SELECT id, name, attempts,
         CASE WHEN (ahead = attempts AND given_back < %(give_back)s)

@@ -2,7 +2,9 @@
 
 The heartbeat reports in for every run of this process in one statement per interval,
 on the side connection; a run whose attempt no longer matches lost its claim, so its
-handler is stopped. A run whose claim may have expired proves it with a heartbeat
+handler is stopped. A run whose row another statement holds at that moment is busy:
+neither stamped nor lost, looked at again by the next heartbeat (the heartbeat never
+waits for a row lock, so it never deadlocks with the exchange). A run whose claim may have expired proves it with a heartbeat
 before its handler starts.
 
 However a claim is found lost (by a heartbeat, a proof, a run giving up for want of
@@ -17,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -43,6 +46,20 @@ RETRY_DATABASE = 0.5
 GAVE_UP = "it could not report in"
 """How the reason of a run stopped by its own worker for want of contact begins."""
 
+
+@dataclass(frozen=True)
+class Beat:
+    """What a heartbeat found of the runs it reported for, each as (id, attempt)."""
+
+    alive: set[tuple[str, int]]
+    """Still claimed, and stamped."""
+    cancelled: set[tuple[str, int]]
+    """Cancelled by a person under the run's attempt."""
+    busy: set[tuple[str, int]]
+    """Held by another statement: still claimed as far as the heartbeat could see, not
+    stamped this time."""
+
+
 Spawn = Callable[[Coroutine[Any, Any, Any], str], "asyncio.Task[Any]"]
 
 
@@ -68,9 +85,11 @@ class Claims:
 
     # --- proofs and heartbeats -------------------------------------------------------
 
-    async def beat(self, runs: list[Run]) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
-        """Report in for `runs`; returns the (id, attempt) of those still claimed, and of
-        those whose job a person cancelled under that attempt."""
+    async def beat(self, runs: list[Run]) -> Beat:
+        """Report in for `runs` (`sql.HEARTBEAT`): the (id, attempt) of those still
+        claimed and stamped, of those whose job a person cancelled under that attempt,
+        and of those busy (their row held by another statement: neither stamped nor
+        lost, looked at again next time). Any other run lost its claim."""
         rows = await self.connections.on_side(
             sql.HEARTBEAT,
             {
@@ -79,8 +98,12 @@ class Claims:
                 "now": self.connections.now(),
             },
         )
-        alive = {(row.id, row.attempts) for row in rows if not row.cancelled}
-        return alive, {(row.id, row.attempts) for row in rows if row.cancelled}
+        found = Beat(set(), set(), set())
+        for row in rows:
+            (found.busy if row.busy else found.cancelled if row.cancelled else found.alive).add(
+                (row.id, row.attempts)
+            )
+        return found
 
     def doubtful(self, one: Run) -> bool:
         """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
@@ -93,13 +116,14 @@ class Claims:
 
     async def prove(self, one: Run) -> bool:
         """Whether `one`'s handler may start, once a heartbeat for it proves its claim
-        (tried until the database answers). A claim found gone stops the run
-        (`one.stopped`; it is over, skipped) and this returns False: its handler never
-        starts."""
+        (tried until the database answers, and while its row is busy: held a moment by
+        another statement). A claim found gone stops the run (`one.stopped`; it is over,
+        skipped) and this returns False: its handler never starts."""
+        pause = MIN_HEARTBEAT
         while True:
             sent = self.connections.monotonic()
             try:
-                alive, cancelled = await self.beat([one])
+                found = await self.beat([one])
             except psycopg.Error as error:
                 log.warning(
                     "could not check the claim of job %s %s (attempt %d) before starting "
@@ -110,10 +134,14 @@ class Claims:
                 )
                 await asyncio.sleep(RETRY_DATABASE)
                 continue
-            if one.key in alive:
+            if one.key in found.busy:  # its holder is done in a moment: ask again
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, RETRY_DATABASE)
+                continue
+            if one.key in found.alive:
                 one.last_heard = sent
                 return True
-            if one.key in cancelled:
+            if one.key in found.cancelled:
                 one.skip(CANCELLED, "cancelled by a person before its handler started")
             else:
                 one.skip(LOST, "its claim was gone before its handler started")
@@ -136,7 +164,7 @@ class Claims:
                 continue
             sent = self.connections.monotonic()
             try:
-                alive, cancelled = await self.beat(runs + ended)
+                found = await self.beat(runs + ended)
             except psycopg.Error as error:
                 log.warning(
                     "heartbeat failed (%s); jobs running: %d",
@@ -152,11 +180,11 @@ class Claims:
                         one.lose(f"{GAVE_UP} for {self.stale:g} s")
                 continue
             for one in runs:
-                if one.key in alive:
+                if one.key in found.alive:
                     one.last_heard = max(one.last_heard, sent)
-                elif one.done:
-                    pass
-                elif one.key in cancelled:
+                elif one.done or one.key in found.busy:
+                    pass  # busy: its row held by another statement; looked at next time
+                elif one.key in found.cancelled:
                     one.stop(CANCELLED, "cancelled by a person")
                 else:
                     one.lose("another worker or recovery took its claim")
