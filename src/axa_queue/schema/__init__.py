@@ -150,6 +150,11 @@ CHECK_WORKERS = naming.statement(
 )
 """Fails unless the worker processes table has every column."""
 
+CHECK_HISTORY = naming.statement(
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, moved_at FROM {axa_queue_history} LIMIT 0"
+)
+"""Fails unless the history table has every column."""
+
 MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
@@ -323,6 +328,7 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_SCHEDULE, "axa_schedule"),
         (CHECK_ACTS, "axa_job_acts"),
         (CHECK_WORKERS, "axa_workers"),
+        (CHECK_HISTORY, "axa_queue_history"),
     ):
         try:
             async with conn.transaction():
