@@ -57,9 +57,11 @@ class Housekeeping:
 
     async def moves(self) -> None:
         """Move finished jobs to the history every `history.move_interval`: often, in
-        small batches, so the hot table stays small; a failure is logged and counted
-        in the health check until a move goes through."""
+        small batches, so the hot table stays small. A failure is logged and counted in
+        the health check until a move goes through, tried again sooner (from
+        `poll_interval` on, backing off)."""
         every = history.move_interval(self.options)
+        retry = self.options.poll_interval.total_seconds()
         while True:
             try:
                 failure: BaseException | None = await maintenance.move_history(
@@ -70,9 +72,12 @@ class Housekeeping:
                 log.error("moving finished jobs failed (%s)", kind(error))
             if failure is None:
                 self.troubles.cleared("history")
+                retry = self.options.poll_interval.total_seconds()
+                await asyncio.sleep(every)
             else:
                 self.troubles.failed("history", failure)
-            await asyncio.sleep(every)
+                await asyncio.sleep(min(retry, every))
+                retry = decisions.next_retry(retry)
 
     async def rounds(self) -> None:
         """A round of maintenance every `maintenance_interval` (sooner after a failure)."""
