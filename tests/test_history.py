@@ -12,6 +12,7 @@ from typing import Any
 import psycopg
 import pytest
 from click.testing import CliRunner
+from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 import seed_crate as crate
@@ -393,3 +394,47 @@ def test_move_history_refuses_a_negative_keep_recent(dsn: str, keep: float) -> N
     runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
     refused = runner.invoke(main, ["move-history", "--keep-recent", str(keep)])
     assert refused.exit_code == 2 and "--keep-recent" in refused.output
+
+
+# --- a run that lost its claim, its job moved meanwhile ----------------------------------
+
+
+def mark_lost(admin: psycopg.Connection[Any], job_id: uuid.UUID, attempts: int) -> Any:
+    """What a run of `attempts`, started and still running, that lost its claim writes."""
+    params = {
+        "id": job_id, "attempts": attempts, "started": True, "gave_up": False,
+        "ending": None, "ending_error": None, "error": "lost its claim", "max": 3, "now": None,
+    }  # fmt: skip
+    return admin.cursor(row_factory=namedtuple_row).execute(sql.MARK_LOST, params).fetchone()
+
+
+async def test_a_lost_run_whose_job_failed_and_moved_sends_it_back_for_review(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    job = await queue.enqueue("Long", {}, unique_key="long:1")
+    admin.execute(
+        "UPDATE axa_queue SET status = 'failed', attempts = 2, updated_at = now() - "
+        "interval '10 minutes' WHERE id = %s",
+        (job,),
+    )  # attempt 2, another worker's, failed it; then it moved
+    assert move_all(admin, keep=60) == 1
+    found = mark_lost(admin, job, 1)
+    assert (found.status, found.attempts, found.became) == ("failed", 2, "needs_review")
+    assert where(admin, job) == (1, 0)
+    row = admin.execute(
+        "SELECT status, error, unique_key FROM axa_queue WHERE id = %s", (job,)
+    ).fetchone()
+    assert row == ("needs_review", "lost its claim", None)
+
+
+async def test_a_lost_run_whose_cancelled_job_moved_finds_it_cancelled_and_leaves_it(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    job = await queue.enqueue("Long", {})
+    finish(admin, job, "cancelled", "10 minutes")
+    assert move_all(admin, keep=60) == 1
+    found = mark_lost(admin, job, 1)
+    assert (found.status, found.attempts, found.became) == ("cancelled", 1, None)
+    assert where(admin, job) == (0, 1)
