@@ -18,8 +18,10 @@ from psycopg.types.json import Jsonb
 import seed_crate as crate
 from axa_queue import JobState, Queue, cancel, history, retry, sql
 from axa_queue.cli import main
-from conftest import later, running
+from axa_queue.web import create_app
+from conftest import acting_role, later, running
 from test_compat import crate_claim, crate_enqueue
+from test_web import ORIGIN, SECRET, TOKEN, csrf_of, seed, signed_in
 
 WEEK = 7 * 86400.0
 
@@ -438,3 +440,45 @@ async def test_a_lost_run_whose_cancelled_job_moved_finds_it_cancelled_and_leave
     found = mark_lost(admin, job, 1)
     assert (found.status, found.attempts, found.became) == ("cancelled", 1, None)
     assert where(admin, job) == (0, 1)
+
+
+# --- the dashboard, and the worker's role ---------------------------------------------------
+
+
+def test_the_dashboard_shows_and_retries_a_moved_failed_job(admin, dsn: str) -> None:
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    assert runner.invoke(main, ["setup"]).exit_code == 0
+    [job] = seed(admin, "Mail", "failed")
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = now() - interval '10 minutes' WHERE id = %s", (job,)
+    )
+    assert move_all(admin, keep=60) == 1
+    with signed_in(create_app(dsn, token=TOKEN)) as web:
+        for page in (f"/jobs/{job}", "/jobs?state=failed", "/failed"):
+            shown = web.get(page)
+            assert shown.status_code == 200 and str(job) in shown.text, page
+            assert SECRET not in shown.text
+        answer = web.post(
+            "/act",
+            data={"act": "retry", "id": str(job), "reason": "OPS-1", "csrf": csrf_of(shown.text)},
+            headers=ORIGIN,
+        )
+        assert answer.status_code == 200
+    assert where(admin, job) == (1, 0)
+    assert admin.execute("SELECT status FROM axa_queue WHERE id = %s", (job,)).fetchone() == (
+        "queued",
+    )
+
+
+async def test_the_workers_documented_grants_are_enough_to_make_days_move_and_drop(
+    make_queue, admin, dsn: str, schema: str
+) -> None:
+    queue = await make_queue()
+    seed_finished(admin, 10, "1 hour")
+    with acting_role(admin, dsn, worker_of=schema) as (_, as_worker):
+        async with await connect(as_worker) as conn:
+            done = await history.move(conn, 60, WEEK)
+            assert (done.moved, done.made) == (10, 10)
+            assert await history.drop_days(conn, 0, now=later(admin, 3 * 86400)) == 10
+    assert admin.execute("SELECT count(*) FROM axa_queue_history").fetchone() == (0,)
+    assert (await queue.counts()).completed == 0
