@@ -1,4 +1,4 @@
-"""Schema version 9: the history table finished jobs are moved to, and the admin's
+"""Schema version 10: the history table finished jobs are moved to, and the admin's
 unmanaged model over it."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from axa_queue.contrib.django.tables import operation
 
 
 class Migration(migrations.Migration):
-    dependencies = (("axa_queue", "0008_schema_8"),)
+    dependencies = (("axa_queue", "0009_schema_9"),)
 
     operations = (
-        operation(9),
+        operation(10),
         migrations.CreateModel(
             name="MovedJob",
             fields=[

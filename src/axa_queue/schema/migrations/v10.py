@@ -1,4 +1,4 @@
-"""Migration 9, additive: the history table finished jobs are moved to
+"""Migration 10, additive: the history table finished jobs are moved to
 (`axa_queue_history`), partitioned by day of their finish, and the two functions that
 make its partitions ahead and drop those past retention."""
 
@@ -9,8 +9,8 @@ from .migration import Expectations, Migration, body_of
 
 __all__ = [
     "HISTORY_COLUMNS",
-    "MIGRATION_9",
-    "RECORD_9",
+    "MIGRATION_10",
+    "RECORD_10",
     "SETUP_HISTORY",
     "SETUP_HISTORY_DAYS_FUNCTION",
     "SETUP_HISTORY_DAYS_PRIVATE",
@@ -161,9 +161,9 @@ SETUP_HISTORY_DROP_PRIVATE = statement(
 )
 """Only the owner, and the roles it grants `EXECUTE` to, drop history."""
 
-RECORD_9 = statement("""INSERT INTO {axa_schema_version} (version, name)
-    VALUES (9, 'job history') ON CONFLICT (version) DO NOTHING""")
-"""Migration 9 is applied."""
+RECORD_10 = statement("""INSERT INTO {axa_schema_version} (version, name)
+    VALUES (10, 'job history') ON CONFLICT (version) DO NOTHING""")
+"""Migration 10 is applied."""
 
 HISTORY_COLUMNS = (
     "id", "name", "args", "status", "error", "run_at", "started_at", "created_at",
@@ -172,8 +172,8 @@ HISTORY_COLUMNS = (
 )  # fmt: skip
 """The history table's columns: the jobs table's of migrations 1 to 8, and `moved_at`."""
 
-MIGRATION_9 = Migration(
-    9,
+MIGRATION_10 = Migration(
+    10,
     "job history",
     (
         SETUP_HISTORY,
@@ -184,7 +184,7 @@ MIGRATION_9 = Migration(
         SETUP_HISTORY_DAYS_PRIVATE,
         SETUP_HISTORY_DROP_PRIVATE,
     ),
-    RECORD_9,
+    RECORD_10,
     Expectations(
         tables=("axa_queue_history",),
         columns=tuple(("axa_queue_history", c) for c in HISTORY_COLUMNS),
@@ -196,4 +196,4 @@ MIGRATION_9 = Migration(
         ),
     ),
 )
-"""Migration 9 and what it makes sure of."""
+"""Migration 10 and what it makes sure of."""
