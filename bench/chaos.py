@@ -79,6 +79,7 @@ queue = Queue(
         poll_interval=0.25,
         retry_backoff=0.1,
         max_attempts=50,
+        keep_recent=3600,  # the checks read axa_queue: no job moves to the history meanwhile
     )
 )
 queue.schedule(Schedule.every("chaos-tick", 1, NewJob("Tick", {})))
@@ -140,7 +141,7 @@ SCHEMA = [
             VALUES (NEW.id, NEW.name, CASE WHEN TG_OP = 'UPDATE' THEN OLD.status END,
                     NEW.status, NEW.attempts,
                     CASE WHEN current_query() LIKE 'WITH RECURSIVE %%' THEN 'exchange'
-                         WHEN current_query() LIKE 'WITH recovered AS%%' THEN 'recovery'
+                         WHEN current_query() LIKE 'WITH stale AS%%' THEN 'recovery'
                          WHEN current_query() LIKE 'WITH found AS%%' THEN 'lost'
                          WHEN current_query() LIKE 'WITH due AS%%' THEN 'schedule'
                          ELSE 'other' END,
