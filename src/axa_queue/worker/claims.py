@@ -179,11 +179,21 @@ class Claims:
                     ):
                         one.lose(f"{GAVE_UP} for {self.stale:g} s")
                 continue
+            now = self.connections.monotonic()
             for one in runs:
                 if one.key in found.alive:
                     one.last_heard = max(one.last_heard, sent)
-                elif one.done or one.key in found.busy:
-                    pass  # busy: its row held by another statement; looked at next time
+                elif one.done:
+                    pass
+                elif one.key in found.busy:
+                    # Its row held by another statement: looked at next time, unless it
+                    # has not been stamped for `stale_after`. Then stale recovery may
+                    # take it the moment the row is let go, so it gives its claim up,
+                    # as a run that cannot reach the database does.
+                    if decisions.gives_up(
+                        started=one.started, now=now, last_heard=one.last_heard, stale=self.stale
+                    ):
+                        one.lose(f"{GAVE_UP} for {self.stale:g} s (its row was held)")
                 elif one.key in found.cancelled:
                     one.stop(CANCELLED, "cancelled by a person")
                 else:
