@@ -38,6 +38,15 @@ from .acts import (
     CANCEL as CANCEL,
 )
 from .acts import (
+    RETRY_BATCH as RETRY_BATCH,
+)
+from .acts import (
+    MATCHING as MATCHING,
+)
+from .acts import (
+    CANCEL_BATCH as CANCEL_BATCH,
+)
+from .acts import (
     RETRY as RETRY,
 )
 from .exchange import (
