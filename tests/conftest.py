@@ -440,6 +440,9 @@ GRANT SELECT, INSERT ON axa_job_acts TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON axa_workers TO {role};
 GRANT SELECT, INSERT, UPDATE ON axa_rate_slots TO {role};
 GRANT SELECT ON axa_paused TO {role};
+GRANT SELECT, INSERT, DELETE ON axa_queue_history TO {role};
+GRANT EXECUTE ON FUNCTION axa_queue_history_days(regclass, date, date),
+    axa_queue_history_drop(regclass, date) TO {role};
 """
 """The worker role's grants, word for word as docs/production.md gives them."""
 

@@ -80,7 +80,8 @@ async def test_a_setup_that_must_alter_a_table_gives_up_after_its_lock_timeout_w
             assert later.is_open  # the database is quiet now: setup adds the column
         assert admin.execute(
             "SELECT count(*) FROM information_schema.columns "
-            "WHERE table_schema = current_schema() AND column_name = 'timeout_ms'"
+            "WHERE table_schema = current_schema() AND table_name = 'axa_queue' "
+            "AND column_name = 'timeout_ms'"
         ).fetchone() == (1,)
     finally:
         await app.close()

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from djangotest import django_db, migrated, tasks  # noqa: F401
+from test_history import move_all
 
 pytestmark = pytest.mark.usefixtures("migrated")
 
@@ -105,3 +106,30 @@ def test_only_a_user_who_may_act_on_jobs_sees_the_actions() -> None:
     bob = User.objects.get(username="bob")
     client.force_login(bob)
     assert "cancel_jobs" in client.get("/admin/axa_queue/job/").content.decode()
+
+
+def test_a_failed_job_moved_to_the_history_is_listed_and_retried_back_as_the_user(
+    staff: Client, admin: psycopg.Connection[Any]
+) -> None:
+    result = tasks.calculate_meaning_of_life.enqueue()
+    job_id = uuid.UUID(result.id)
+    admin.execute(
+        "UPDATE axa_queue SET status = 'failed', attempts = 1, updated_at = now() - interval '1 hour'"
+        " WHERE id = %s",
+        (job_id,),
+    )
+    move_all(admin)
+    assert admin.execute("SELECT count(*) FROM axa_queue WHERE id = %s", (job_id,)).fetchone() == (
+        0,
+    )
+    listing = staff.get("/admin/axa_queue/movedjob/")
+    assert listing.status_code == 200 and result.id in listing.content.decode()
+    assert staff.get(f"/admin/axa_queue/movedjob/{result.id}/change/").status_code == 200
+    action = {"action": "retry_jobs", "_selected_action": [result.id], "apply": "1"}
+    done = staff.post("/admin/axa_queue/movedjob/", {**action, "reason": "fixed_upstream"})
+    assert done.status_code == 302
+    assert state(admin, result.id) == "queued"
+    act = admin.execute(
+        "SELECT act, by, reason FROM axa_job_acts WHERE job_id = %s", (job_id,)
+    ).fetchone()
+    assert act == ("retried", "alice", "fixed_upstream")

@@ -45,6 +45,7 @@ def test_the_defaults_are_the_reference_crates() -> None:
     assert options.max_attempts == 1
     assert options.retry_backoff == timedelta(seconds=30)
     assert options.retention == timedelta(days=7)
+    assert options.keep_recent == timedelta(minutes=1)
     assert options.maintenance_interval == timedelta(minutes=5)
     assert options.mode is None
 
@@ -73,6 +74,7 @@ def test_every_duration_option_is_typed_a_timedelta_when_read_and_a_duration_whe
         "stale_after",
         "retry_backoff",
         "retention",
+        "keep_recent",
         "maintenance_interval",
         "setup_lock_timeout",
         "wait_for_database",

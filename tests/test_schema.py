@@ -21,6 +21,7 @@ from axa_queue import SETUP_STATEMENTS, Queue, QueueOptions, SchemaError, sql
 from axa_queue.cli import main
 from axa_queue.schema import (
     CHECK_ACTS,
+    CHECK_HISTORY,
     CHECK_PAUSED,
     CHECK_QUEUE,
     CHECK_SCHEDULE,
@@ -45,7 +46,7 @@ CATALOG = {
             pg_get_expr(d.adbin, d.adrelid), a.attnotnull, a.attidentity
         FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid
         LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
-        WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind = 'r'
+        WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')
           AND a.attnum > 0 AND NOT a.attisdropped""",
     "indexes": """SELECT indexname, indexdef FROM pg_indexes
         WHERE schemaname = current_schema()""",
@@ -59,7 +60,7 @@ CATALOG = {
     "functions": """SELECT proname, pg_get_function_identity_arguments(oid), prosrc
         FROM pg_proc WHERE pronamespace = current_schema()::regnamespace""",
     "storage": """SELECT relname, reloptions FROM pg_class
-        WHERE relnamespace = current_schema()::regnamespace AND relkind = 'r'""",
+        WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p')""",
 }
 
 
@@ -81,7 +82,9 @@ def catalog(admin: psycopg.Connection[Any]) -> dict[str, list[tuple[Any, ...]]]:
 
 def reset(admin: psycopg.Connection[Any]) -> None:
     """Empty the test's schema."""
-    for table in ("axa_queue", "axa_schedule", "axa_job_acts", "axa_schema_version"):
+    for table in (
+        "axa_queue", "axa_queue_history", "axa_schedule", "axa_job_acts", "axa_schema_version"
+    ):  # fmt: skip
         admin.execute(psycopg.sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(
             psycopg.sql.Identifier(table)
         ))  # fmt: skip
@@ -200,7 +203,14 @@ def test_each_migration_declares_exactly_what_it_makes(dsn: str, admin) -> None:
 
 def test_the_checked_columns_are_the_declared_ones() -> None:
     checked = {}
-    for statement in (CHECK_QUEUE, CHECK_SCHEDULE, CHECK_ACTS, CHECK_WORKERS, CHECK_PAUSED):
+    for statement in (
+        CHECK_QUEUE,
+        CHECK_SCHEDULE,
+        CHECK_ACTS,
+        CHECK_WORKERS,
+        CHECK_PAUSED,
+        CHECK_HISTORY,
+    ):
         found = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
         assert found is not None
         checked[found[2]] = [c.strip() for c in found[1].split(",")]

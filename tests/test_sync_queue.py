@@ -87,6 +87,7 @@ ONLY_ASYNC = {
     "limit",
     "limits",
     "middleware",
+    "move_history",
     "observe",
     "observers",
     "open",

@@ -1,4 +1,5 @@
-"""Housekeeping: stale recovery, retention, and archiving schedules no longer in code.
+"""Housekeeping: stale recovery, moving finished jobs to the history, retention, and
+archiving schedules no longer in code.
 
 A worker does a round at once and then every `maintenance_interval`; its stale
 recovery waits until the worker has been connected for `stale_after` (see
@@ -18,7 +19,7 @@ from uuid import UUID
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from . import sql
+from . import history, sql
 from .db.calls import by_name
 from .db.connector import Connector
 from .handlers.registry import Registry
@@ -36,6 +37,7 @@ __all__ = [
     "archive_schedules",
     "forget_workers",
     "log_recovered",
+    "move_history",
     "purge",
     "recover_stale",
     "run_once",
@@ -98,17 +100,19 @@ async def purge(
     dry_run: bool = False,
     now: datetime | None = None,
 ) -> int:
-    """Delete completed, failed and cancelled rows last changed more than
-    `older_than_seconds` before `now` (default: the database's clock), in bounded
-    batches; never a job waiting for review. Returns how many went (or, with `dry_run`,
-    would go)."""
+    """Remove finished jobs past `older_than_seconds` before `now` (default: the
+    database's clock): the history's days that ended before then are dropped whole
+    (`history.drop_days`), and the completed, failed and cancelled rows still in
+    `axa_queue` last changed before then are deleted in bounded batches; never a job
+    waiting for review. Returns how many went (or, with `dry_run`, would go)."""
     params = {"older_than": older_than_seconds, "batch": PURGE_BATCH, "now": now}
     if dry_run:
         async with conn.cursor(row_factory=by_name) as counting:
             await counting.execute(sql.PURGEABLE, params)
             row = await counting.fetchone()
-            return int(row.purgeable) if row else 0
-    total = 0
+            hot = int(row.purgeable) if row else 0
+        return hot + await history.purgeable(conn, older_than_seconds, now=now)
+    total = await history.drop_days(conn, older_than_seconds, now=now)
     while True:
         cursor = await conn.execute(sql.PURGE, params)
         total += cursor.rowcount
@@ -222,6 +226,26 @@ async def run_once(
     return failure
 
 
+async def move_history(pool: AsyncConnectionPool, options: QueueOptions) -> psycopg.Error | None:
+    """Move the jobs finished more than `keep_recent` ago to the history
+    (`history.move`); a failure is logged, not raised, and returned."""
+    try:
+        async with pool.connection() as conn:
+            done = await history.move(
+                conn, options.keep_recent.total_seconds(), options.retention.total_seconds()
+            )
+    except psycopg.Error as error:
+        log.error(
+            "could not move finished jobs to the history (%s)",
+            kind(error),
+            extra={"error": first_line(error)},
+        )
+        return error
+    if done.moved:
+        log.info("moved finished jobs to the history (%d)", done.moved, extra={"moved": done.moved})
+    return None
+
+
 class Keeper(Protocol):
     """What `Maintenance` needs of the queue it is part of."""
 
@@ -264,9 +288,10 @@ class Maintenance:
         dry_run: bool = False,
         now: datetime | None = None,
     ) -> int:
-        """Delete finished rows older than `older_than` (default: the retention period)
-        at `now` (default: the database's clock); returns how many went (or would go,
-        with `dry_run`)."""
+        """Remove finished jobs older than `older_than` (default: the retention period)
+        at `now` (default: the database's clock): the history's whole days before then
+        dropped, the finished rows still in `axa_queue` deleted; returns how many went
+        (or would go, with `dry_run`)."""
         seconds = (
             self.options.retention.total_seconds()
             if older_than is None
@@ -274,6 +299,35 @@ class Maintenance:
         )
         async with self.pool.connection() as conn:
             return await purge(conn, seconds, dry_run=dry_run, now=now)
+
+    async def move_history(
+        self: Keeper,
+        keep_recent: Duration | None = None,
+        *,
+        most: int | None = None,
+        dry_run: bool = False,
+        now: datetime | None = None,
+    ) -> history.Moved:
+        """Move finished jobs to the history table now, in bounded batches, each
+        committed on its own (stopped, it is taken up where it was): those finished more
+        than `keep_recent` (default: `QueueOptions.keep_recent`) before `now` (default:
+        the database's clock), at most `most`; never one whose unique key is still held.
+        Every read finds a job moved as before. Returns how many were moved (or would
+        be, with `dry_run`) and how many day partitions were made."""
+        keep = (
+            self.options.keep_recent.total_seconds()
+            if keep_recent is None
+            else to_seconds(keep_recent, "keep_recent")
+        )
+        async with self.pool.connection() as conn:
+            return await history.move(
+                conn,
+                keep,
+                self.options.retention.total_seconds(),
+                most=most,
+                dry_run=dry_run,
+                now=now,
+            )
 
     async def archive_schedules(self: Keeper, *, now: datetime | None = None) -> int:
         """Archive schedules no live process has in code (as of `now`, default the

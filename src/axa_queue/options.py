@@ -199,7 +199,13 @@ class QueueOptions:
     retry_backoff: DurationOption = DurationOption(timedelta(seconds=30))
     """The wait before the first retry; each later one waits twice as long, up to an hour."""
     retention: DurationOption = DurationOption(timedelta(days=7))
-    """How long completed, failed and cancelled rows are kept."""
+    """How long completed, failed and cancelled rows are kept (in the history, by whole
+    UTC days: a moved job is kept from `retention` to `retention` and a day)."""
+    keep_recent: DurationOption = DurationOption(timedelta(minutes=1))
+    """How long a finished job stays in `axa_queue` before housekeeping moves it to the
+    history table (`axa_queue_history`), where every read still finds it; a job whose
+    unique key is held (`unique_for`) stays until its time passes. Short, so the hot
+    table holds live work and the last minute or so of endings (docs/configuration.md)."""
     maintenance_interval: DurationOption = DurationOption(timedelta(minutes=5))
     """How often to recover stale jobs, purge old rows and archive unused schedules."""
     prefetch: int | Literal["auto"] = "auto"

@@ -25,7 +25,7 @@ shares (`conventions`: the options, errors, and `answer`, which opens a queue an
 prints what it found as JSON or as tables; `text`: what is printed), and one module
 per group of commands: `tables` (setup, sql, check), `run` (worker), `jobs` (enqueue,
 jobs, show, counts, schedules, workers), `acts` (acts, cancel, retry, pause, resume, paused), `housekeeping`
-(recover, purge), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
+(recover, purge, move-history), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
 runs is in `process` (one process) and `supervisor` (several
 under a supervisor) and what `demo` runs is in `axa_queue.demo`.
 """
@@ -119,6 +119,7 @@ for _command in (
     acts.paused,
     housekeeping.recover,
     housekeeping.purge,
+    housekeeping.move_history,
     demo.demo_command,
     web.web,
 ):

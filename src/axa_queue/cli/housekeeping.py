@@ -1,4 +1,5 @@
-"""Housekeeping, now: `recover` and `purge` (workers also do both every few minutes)."""
+"""Housekeeping, now: `recover`, `purge` and `move-history` (workers also do them
+every few minutes, and move finished jobs every `keep_recent / 2`)."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ from rich.table import Table
 
 from .. import readable
 from ..errors import OptionsError
+from ..history import Moved
 from ..maintenance import Recovered
 from ..options import QueueOptions
 from ..queue import Queue
 from .conventions import BadInput, Printed, answer, dsn_option, json_option, reported
 from .text import shown
 
-__all__ = ["purge", "recover"]
+__all__ = ["move_history", "purge", "recover"]
 
 DRY_RUN_HELP = "Only say what would be done; change nothing."
 
@@ -101,7 +103,8 @@ def recover(
 @click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
 @dsn_option
 def purge(older_than: float | None, dry_run: bool, dsn: str | None) -> None:
-    """Delete completed, failed and cancelled jobs past retention now, in bounded batches.
+    """Delete completed, failed and cancelled jobs past retention now: whole days of the
+    history dropped, and finished rows not moved yet deleted in bounded batches.
 
     Jobs waiting for review are never purged, and acts are kept. Workers also do this
     every few minutes.
@@ -124,3 +127,67 @@ def purge(older_than: float | None, dry_run: bool, dsn: str | None) -> None:
         )
 
     answer(dsn, work, show)
+
+
+@click.command(name="move-history")
+@click.option(
+    "--keep-recent",
+    type=float,
+    default=QueueOptions().keep_recent.total_seconds(),
+    show_default=True,
+    metavar="SECONDS",
+    help="Move jobs finished more than this long ago; give the workers' own keep_recent.",
+)
+@click.option(
+    "--most",
+    type=int,
+    default=None,
+    metavar="N",
+    help="Move at most this many jobs, then stop (run it again to go on). Default: all.",
+)
+@click.option(
+    "--retention",
+    type=float,
+    default=QueueOptions().retention.total_seconds() / 86400,
+    show_default=True,
+    metavar="DAYS",
+    help="The workers' retention: jobs finished before its first day are left to purge.",
+)
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@json_option
+@dsn_option
+def move_history(
+    keep_recent: float,
+    most: int | None,
+    retention: float,
+    dry_run: bool,
+    as_json: bool,
+    dsn: str | None,
+) -> None:
+    """Move finished jobs to the history table now, in bounded batches.
+
+    Each batch is its own short transaction: stopped, it takes up where it was when run
+    again. Every read finds a moved job as before. Workers also do this every
+    keep_recent / 2; after an upgrade, this moves the finished jobs already there.
+    """
+    if not keep_recent >= 0:
+        raise BadInput(f"expected --keep-recent to be zero or more seconds, got: {keep_recent:g}")
+    if most is not None and most < 1:
+        raise BadInput(f"expected --most to be a positive integer, got: {most}")
+    if not retention > 0:
+        raise BadInput(f"expected --retention to be more than zero days, got: {retention:g}")
+    with reported(None):
+        options = QueueOptions(pool_size=2, keep_recent=keep_recent, retention=retention * 86400)
+
+    async def work(queue: Queue) -> Moved:
+        return await queue.move_history(most=most, dry_run=dry_run)
+
+    def show(done: Moved) -> str:
+        jobs_text = readable.plural(done.moved, "finished job")
+        return (
+            f"{jobs_text} would be moved to the history (dry run: nothing moved)"
+            if dry_run
+            else f"moved {jobs_text} to the history"
+        )
+
+    answer(dsn, work, show, as_json=as_json, options=options)

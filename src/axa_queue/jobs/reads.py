@@ -60,7 +60,7 @@ def job_info(row: Row) -> JobInfo:
 def job_call(job_id: UUID) -> Call[JobInfo | None]:
     """The call that reads one job."""
     job_id = job_id_of(job_id)
-    return Call(sql.JOB, (job_id,), lambda rows, _n: job_info(rows[0]) if rows else None)
+    return Call(sql.JOB, {"id": job_id}, lambda rows, _n: job_info(rows[0]) if rows else None)
 
 
 def _result_of(job_id: UUID, rows: list[Row]) -> Any:
@@ -77,7 +77,7 @@ def result_call(job_id: UUID) -> Call[Any]:
     values (`None` when it returned `None`; a dataclass or pydantic model comes back as
     a dict of its fields). `JobNotFoundError` for no such job, `NoResultError` for one not completed."""
     job_id = job_id_of(job_id)
-    return Call(sql.RESULT, (job_id,), lambda rows, _n: _result_of(job_id, rows))
+    return Call(sql.RESULT, {"id": job_id}, lambda rows, _n: _result_of(job_id, rows))
 
 
 def jobs_call(

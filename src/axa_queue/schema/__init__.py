@@ -153,6 +153,11 @@ CHECK_WORKERS = naming.statement(
 CHECK_PAUSED = naming.statement("SELECT name, by, reason, at FROM {axa_paused} LIMIT 0")
 """Fails unless the paused names' table has every column (the claim reads it)."""
 
+CHECK_HISTORY = naming.statement(
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, moved_at FROM {axa_queue_history} LIMIT 0"
+)
+"""Fails unless the history table has every column."""
+
 MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
@@ -327,6 +332,7 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_ACTS, "axa_job_acts"),
         (CHECK_WORKERS, "axa_workers"),
         (CHECK_PAUSED, "axa_paused"),
+        (CHECK_HISTORY, "axa_queue_history"),
     ):
         try:
             async with conn.transaction():

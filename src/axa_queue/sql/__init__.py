@@ -8,6 +8,7 @@ what it does, in one module per table or concern:
   `EXCHANGE_RATED`, `CLAIM`), composed from named CTEs;
 - `runs`: a run after its claim (heartbeats, giving back, lost runs);
 - `maintenance`: stale recovery and retention;
+- `history`: the history table's partitions, and moving finished jobs to it;
 - `acts`, `pauses`, `schedules`, `workers`, `web`: a person's acts on jobs and on job
   names, the schedules, the worker processes, the dashboard;
 - `testing`: `drain()` and `axa_queue.testing`.
@@ -60,6 +61,24 @@ from .exchange import (
 )
 from .exchange import (
     EXCHANGE_RATED as EXCHANGE_RATED,
+)
+from .history import (
+    HISTORY_DAYS as HISTORY_DAYS,
+)
+from .history import (
+    HISTORY_DROP as HISTORY_DROP,
+)
+from .history import (
+    HISTORY_LOCK_TIMEOUT as HISTORY_LOCK_TIMEOUT,
+)
+from .history import (
+    HISTORY_MOVABLE as HISTORY_MOVABLE,
+)
+from .history import (
+    HISTORY_MOVE as HISTORY_MOVE,
+)
+from .history import (
+    HISTORY_PURGEABLE as HISTORY_PURGEABLE,
 )
 from .jobs import (
     COUNTS as COUNTS,

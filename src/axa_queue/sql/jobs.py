@@ -170,40 +170,74 @@ trigger is a statement trigger, which COPY fires once, as INSERT does: one
 notification. Used only for jobs without `run_in`/`run_at`, on psycopg connections."""
 
 # --- Reads -------------------------------------------------------------------------------
-JOB = statement("""SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
+# A job is in `axa_queue` (live, or finished less than `keep_recent` ago) or, moved, in
+# `axa_queue_history`, never both: every read here reads both, in one statement, whose
+# one snapshot sees a job once, in one table or the other (a move is one statement).
+
+_JOB_COLUMNS = """id, name, status, attempts, max_attempts, priority, error, timeout_ms,
     unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
-    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
-    FROM {axa_queue} WHERE id = %s""")
-"""One job, without its arguments. Times come as epoch seconds (exact numeric), which
-any row can be read as: a `timestamptz` PostgreSQL holds but Python's `datetime` cannot
-(`infinity`, past year 9999, or year 9999 shown in a session time zone east of UTC),
-written by another client, would otherwise fail the read (`jobs.moment` clamps it)."""
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at"""
+"""The columns `JOB` and `JOBS` read: every one but the arguments and the result."""
 
-RESULT = statement("SELECT status, result FROM {axa_queue} WHERE id = %s")
-"""One job's state and result (a completed run's return value as JSON, or NULL): only
-for `Queue.result`, which returns it to its caller and never shows it."""
+JOB = statement(
+    """SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
+    UNION ALL
+    SELECT {columns} FROM {axa_queue_history} WHERE id = %(id)s
+    LIMIT 1""",
+    columns=_JOB_COLUMNS,
+)
+"""One job, without its arguments, from `axa_queue` or, moved, from the history (one
+probe of `axa_queue_history_id` per day partition, only when it is not in `axa_queue`).
+Times come as epoch seconds (exact numeric), which any row can be read as: a
+`timestamptz` PostgreSQL holds but Python's `datetime` cannot (`infinity`, past year
+9999, or year 9999 shown in a session time zone east of UTC), written by another
+client, would otherwise fail the read (`jobs.moment` clamps it)."""
 
-JOBS = statement("""SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms,
-    unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
-    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
-    FROM {axa_queue}
-    WHERE (%(state)s::text IS NULL OR status = %(state)s)
-      AND (%(name)s::text IS NULL OR name = %(name)s)
-    ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s""")
-"""The newest jobs, optionally of one state and name, without their arguments; times
-as epoch seconds, as `JOB` reads them, so one odd row never breaks the listing."""
+RESULT = statement("""SELECT status, result FROM {axa_queue} WHERE id = %(id)s
+    UNION ALL
+    SELECT status, result FROM {axa_queue_history} WHERE id = %(id)s
+    LIMIT 1""")
+"""One job's state and result (a completed run's return value as JSON, or NULL), moved
+or not: only for `Queue.result`, which returns it to its caller and never shows it."""
 
-TASK_RESULT = statement("""SELECT id, name, args, status, error, attempts, priority, result,
+JOBS = statement(
+    """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
+    unique_for_ms, given_back, run_at, started_at, created_at, updated_at
+    FROM (
+        (SELECT {columns}, axa_queue.created_at AS sort_at FROM {axa_queue}
+         WHERE (%(state)s::text IS NULL OR status = %(state)s)
+           AND (%(name)s::text IS NULL OR name = %(name)s)
+         ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s)
+        UNION ALL
+        (SELECT {columns}, axa_queue_history.created_at AS sort_at FROM {axa_queue_history}
+         WHERE (%(state)s::text IS NULL OR %(state)s::text IN ('completed', 'failed', 'cancelled'))
+           AND (%(state)s::text IS NULL OR status = %(state)s)
+           AND (%(name)s::text IS NULL OR name = %(name)s)
+         ORDER BY axa_queue_history.created_at DESC, id LIMIT %(limit)s)
+    ) jobs ORDER BY sort_at DESC, id LIMIT %(limit)s""",
+    columns=_JOB_COLUMNS,
+)
+"""The newest jobs, moved or not, optionally of one state and name, without their
+arguments; times as epoch seconds, as `JOB` reads them, so one odd row never breaks
+the listing. The newest `limit` of each table, then the newest of both; the history
+is not read for a state that is never there (queued, running, in review)."""
+
+TASK_RESULT = statement(
+    """SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
+    UNION ALL
+    SELECT {columns} FROM {axa_queue_history} WHERE id = %(id)s
+    LIMIT 1""",
+    columns="""id, name, args, status, error, attempts, priority, result,
     EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
-    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at
-    FROM {axa_queue} WHERE id = %s""")
-"""One job as Django's tasks framework reports it (`axa_queue.contrib.django`'s
-`get_result`): with its arguments and its result, which Django's `TaskResult` carries
-for the application's own code (never logged or shown); times as epoch seconds, as `JOB`
-reads them."""
+    EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at""",
+)
+"""One job, moved or not, as Django's tasks framework reports it
+(`axa_queue.contrib.django`'s `get_result`): with its arguments and its result, which
+Django's `TaskResult` carries for the application's own code (never logged or shown);
+times as epoch seconds, as `JOB` reads them."""
 
-COUNTS = statement("""SELECT
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+
+_COUNTS = """count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
     count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'completed') AS completed,
@@ -211,23 +245,28 @@ COUNTS = statement("""SELECT
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
     (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
-    FROM {axa_queue}""")
-"""How many jobs are in each state, and how long the oldest ready job has waited (the
-difference of epoch seconds, which `-infinity`, written by another client, cannot
-fail before PostgreSQL 17; it reads as infinity)."""
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest"""
+"""The counts of each state, and how long the oldest ready job has waited."""
 
-COUNTS_BY_NAME = statement("""SELECT name,
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
-    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
-    count(*) FILTER (WHERE status = 'running') AS running,
-    count(*) FILTER (WHERE status = 'completed') AS completed,
-    count(*) FILTER (WHERE status = 'failed') AS failed,
-    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
-    FROM {axa_queue} GROUP BY name ORDER BY name""")
+COUNTS = statement(
+    """SELECT {counts} FROM (
+        SELECT name, status, run_at FROM {axa_queue}
+        UNION ALL
+        SELECT name, status, run_at FROM {axa_queue_history}) jobs""",
+    counts=_COUNTS,
+)
+"""How many jobs are in each state, moved ones included, and how long the oldest ready
+job has waited (the difference of epoch seconds, which `-infinity`, written by another
+client, cannot fail before PostgreSQL 17; it reads as infinity)."""
+
+COUNTS_BY_NAME = statement(
+    """SELECT name, {counts} FROM (
+        SELECT name, status, run_at FROM {axa_queue}
+        UNION ALL
+        SELECT name, status, run_at FROM {axa_queue_history}) jobs
+    GROUP BY name ORDER BY name""",
+    counts=_COUNTS,
+)
 """The same counts for each job name."""
 
 LIVE_COUNTS_BY_NAME = statement("""SELECT name,
@@ -246,13 +285,17 @@ LIVE_COUNTS_BY_NAME = statement("""SELECT name,
     ) live GROUP BY name ORDER BY name""")
 """The counts of jobs not finished, for each job name: each branch reads one partial
 index (queued, running, in review), never the finished rows, so it costs the same on a
-table holding millions of them (what metrics count every few seconds)."""
+table holding millions of them (what metrics count every few seconds). Jobs not
+finished are never moved: the history is not read."""
 
 FINISHED_COUNTS_BY_NAME = statement("""SELECT name,
     count(*) FILTER (WHERE status = 'completed') AS completed,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled
-    FROM {axa_queue} WHERE status IN ('completed', 'failed', 'cancelled')
-    GROUP BY name ORDER BY name""")
-"""The counts of finished jobs, for each job name: a scan of every finished row kept
-by retention (metrics count them far less often than the live ones)."""
+    FROM (
+        SELECT name, status FROM {axa_queue} WHERE status IN ('completed', 'failed', 'cancelled')
+        UNION ALL
+        SELECT name, status FROM {axa_queue_history}
+    ) finished GROUP BY name ORDER BY name""")
+"""The counts of finished jobs, moved or not, for each job name: a scan of every
+finished row kept by retention (metrics count them far less often than the live ones)."""

@@ -38,11 +38,14 @@ NAMES = (
     "axa_workers",
     "axa_rate_slots",
     "axa_paused",
+    "axa_queue_history",
     "axa_queue_notify",
     "axa_job_acts_refuse",
     "axa_job_acts_role",
     "axa_queue_room",
     "axa_queue_rate_room",
+    "axa_queue_history_days",
+    "axa_queue_history_drop",
 )
 """The tables and functions the setup makes in the queue's schema: the names a template
 may place. Each is a plain lowercase name, which needs no quotes, so it is written

@@ -4,6 +4,7 @@ jobs no claim can take."""
 
 from __future__ import annotations
 
+from .history import HISTORY_COLUMNS_MOVED
 from .naming import statement
 
 __all__ = ["FAIL_UNCLAIMABLE", "GIVE_BACK", "HEARTBEAT", "MARK_LOST"]
@@ -104,11 +105,17 @@ while the statement ran is not seen there, so the run is busy (its row locked or
 changed since), and the next heartbeat, or `MARK_LOST` (which reads the row locked)
 for a run lost meanwhile, finds it cancelled."""
 
-MARK_LOST = statement("""WITH found AS (
-        SELECT id, status, attempts, error, max_attempts FROM {axa_queue}
+MARK_LOST = statement(
+    """WITH hot AS (
+        SELECT id, status, attempts, error, max_attempts, false AS moved FROM {axa_queue}
         WHERE id = %(id)s FOR UPDATE
+    ), found AS (
+        SELECT * FROM hot
+        UNION ALL
+        (SELECT id, status, attempts, error, max_attempts, true FROM {axa_queue_history}
+         WHERE id = %(id)s AND NOT EXISTS (SELECT FROM hot) LIMIT 1)
     ), decided AS (
-        SELECT id, status, attempts, CASE
+        SELECT id, status, attempts, moved, CASE
             WHEN NOT %(started)s THEN NULL
             WHEN attempts = %(attempts)s AND status = %(ending)s::text
                  AND error IS NOT DISTINCT FROM %(ending_error)s::text THEN NULL
@@ -125,15 +132,31 @@ MARK_LOST = statement("""WITH found AS (
             run_at = CASE WHEN d.becomes = 'queued' THEN COALESCE(%(now)s::timestamptz, now()) ELSE q.run_at END,
             unique_key = CASE WHEN d.status = 'failed' AND q.unique_for_ms IS NULL
                               THEN NULL ELSE q.unique_key END
-        FROM decided d WHERE q.id = d.id AND d.becomes IS NOT NULL
+        FROM decided d WHERE q.id = d.id AND NOT d.moved AND d.becomes IS NOT NULL
         RETURNING q.id, q.status
+    ), unmoved AS (
+        DELETE FROM {axa_queue_history}
+        WHERE id = %(id)s AND status = 'failed'
+          AND EXISTS (SELECT FROM decided WHERE moved AND becomes = 'needs_review')
+        RETURNING {columns}
+    ), back AS (
+        INSERT INTO {axa_queue} ({columns})
+        SELECT id, name, args, 'needs_review', %(error)s, run_at, started_at, created_at,
+            COALESCE(%(now)s::timestamptz, clock_timestamp()), attempts, max_attempts, priority,
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+        FROM unmoved
+        RETURNING id, status
     ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || id::text)
-        FROM changed WHERE status IN ('failed', 'needs_review')
+        FROM (SELECT * FROM changed UNION ALL SELECT * FROM back) c
+        WHERE status IN ('failed', 'needs_review')
     )
-    SELECT d.status, d.attempts, (SELECT status FROM changed) AS became,
+    SELECT d.status, d.attempts,
+        COALESCE((SELECT status FROM changed), (SELECT status FROM back)) AS became,
         (SELECT count(*) FROM told) AS told
-    FROM decided d""")
+    FROM decided d""",
+    columns=HISTORY_COLUMNS_MOVED,
+)
 """A run of this process lost its claim or gave it up: decide on the row as it is now
 (locked) what becomes of the job, and return what was found (status, attempts) and
 what it was changed to (NULL: nothing).
@@ -156,6 +179,12 @@ what it was changed to (NULL: nothing).
 
 A failed job it sends to review had freed its unique key (unless it has a
 `unique_for`), which another job may hold now: it goes to review without it.
+
+A job already moved to the history (finished, `keep_recent` ago) is found there when
+it is not in `axa_queue`, and decided alike: a failed one comes back to `axa_queue` in
+review (deleted from the history and inserted, without its unique key, free since
+before it moved), a completed or cancelled one is left there; the run learns what it
+found (a job a person cancelled under its attempt is told apart from a lost one).
 
 A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
 statement is rare, so it does not ask whether anyone waits.

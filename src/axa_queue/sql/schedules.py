@@ -119,6 +119,11 @@ SCHEDULE_ARCHIVE = statement("""UPDATE {axa_schedule} SET archived_at = COALESCE
 SCHEDULES = statement("""SELECT s.name, s.interval_ms, s.cron, s.timezone, EXTRACT(EPOCH FROM s.due_at) AS due_at, s.last_job,
     EXTRACT(EPOCH FROM s.seen_at) AS seen_at, EXTRACT(EPOCH FROM s.archived_at) AS archived_at,
     EXTRACT(EPOCH FROM s.created_at) AS created_at, q.status AS last_status, q.error AS last_error
-    FROM {axa_schedule} s LEFT JOIN {axa_queue} q ON q.id = s.last_job ORDER BY s.name""")
-"""Every schedule, archived or not, with its last job's state; times as epoch seconds,
-as `JOB` reads them."""
+    FROM {axa_schedule} s LEFT JOIN LATERAL (
+        SELECT status, error FROM {axa_queue} WHERE id = s.last_job
+        UNION ALL
+        SELECT status, error FROM {axa_queue_history} WHERE id = s.last_job
+        LIMIT 1
+    ) q ON true ORDER BY s.name""")
+"""Every schedule, archived or not, with its last job's state, moved to the history or
+not; times as epoch seconds, as `JOB` reads them."""

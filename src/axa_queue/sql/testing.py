@@ -24,9 +24,16 @@ DRAIN_REVIEW = statement("""SELECT count(*) AS needs_review FROM {axa_queue}
 
 ENQUEUED = statement("""SELECT id, name, args, status, priority, attempts, max_attempts, timeout_ms,
     EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM created_at) AS created_at
-    FROM {axa_queue} WHERE %(name)s::text IS NULL OR name = %(name)s
-    ORDER BY axa_queue.created_at, id""")
-"""Every stored job (or every one of a name), oldest first, with its arguments: the one
+    FROM (
+        SELECT id, name, args, status, priority, attempts, max_attempts, timeout_ms, run_at,
+            created_at FROM {axa_queue}
+        UNION ALL
+        SELECT id, name, args, status, priority, attempts, max_attempts, timeout_ms, run_at,
+            created_at FROM {axa_queue_history}
+    ) jobs WHERE %(name)s::text IS NULL OR name = %(name)s
+    ORDER BY jobs.created_at, id""")
+"""Every stored job (or every one of a name), moved to the history or not, oldest
+first, with its arguments: the one
 statement that returns them to the caller, for tests (`axa_queue.testing.enqueued`);
 times as epoch seconds, as `JOB` reads them."""
 

@@ -62,34 +62,44 @@ _PAGE_BRANCH = Template("""(SELECT id, name, status, attempts, max_attempts, pri
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
             CASE WHEN isfinite($at) THEN to_char($at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
                 || CASE WHEN $at < TIMESTAMPTZ '0001-01-01 00:00:00+00' THEN ' BC' ELSE '' END
-                ELSE $at::text END AS key, axa_queue.$at AS sort_at
-        FROM {axa_queue}
+                ELSE $at::text END AS key, $table.$at AS sort_at
+        FROM {$table}
         WHERE $state
           AND (%(name)s::text IS NULL OR name = %(name)s)
           AND $at $reached COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '$edge'::timestamptz)
           AND ($at, id) $past (COALESCE(%(key)s::timestamp AT TIME ZONE 'UTC', '$edge'::timestamptz), COALESCE(%(after)s::uuid, '$last'))
-        ORDER BY axa_queue.$at $order, id $order LIMIT %(limit)s)""")
-"""One state's branch of a page: the jobs of the state (`$state`, its test) in the order of
-its time (`$at`, the column of the state's partial index), after the cursor; `$order`
+        ORDER BY $table.$at $order, id $order LIMIT %(limit)s)""")
+"""One state's branch of a page: the jobs of the state (`$state`, its test) in table
+`$table` in the order of its time (`$at`, the column of the state's partial index),
+after the cursor; `$order`
 is `DESC` (newest first) or `ASC`, with the cursor's bounds that go with it (`_WAYS`). A
 `string.Template`, filled with this module's own constants only: `$` names its slots, so
 the statement's other marks (`{axa_queue}`, `%(key)s`) pass through as they are."""
 
 _STATES = (
-    ("%(state)s::text = 'queued' AND status = 'queued'", "run_at"),
-    ("%(state)s::text = 'running' AND status = 'running'", "updated_at"),
-    ("%(state)s::text = 'needs_review' AND status = 'needs_review'", "updated_at"),
+    ("%(state)s::text = 'queued' AND status = 'queued'", "run_at", "axa_queue"),
+    ("%(state)s::text = 'running' AND status = 'running'", "updated_at", "axa_queue"),
+    ("%(state)s::text = 'needs_review' AND status = 'needs_review'", "updated_at", "axa_queue"),
     (
         "%(state)s::text = ANY('{{completed,failed,cancelled}}'::text[]) AND status IN "
         "('completed', 'failed', 'cancelled') AND status = %(state)s::text",
         "updated_at",
+        "axa_queue",
+    ),
+    (
+        "%(state)s::text = ANY('{{completed,failed,cancelled}}'::text[]) "
+        "AND status = %(state)s::text",
+        "updated_at",
+        "axa_queue_history",
     ),
 )
-"""Each state's test and time: queued jobs by due time (`axa_queue_ready`), running ones
-and those in review by their last change (`axa_queue_running`, `axa_queue_review`),
-finished ones by when they finished (`axa_queue_finished`). Each test names its status as
-a literal, so even a generic plan can use the partial index; the `%(state)s` test is a
-one-time filter that skips the other branches unread."""
+"""Each state's test, time and table: queued jobs by due time (`axa_queue_ready`),
+running ones and those in review by their last change (`axa_queue_running`,
+`axa_queue_review`), finished ones by when they finished, those not moved yet
+(`axa_queue_finished`) and those moved (`axa_queue_history_finished`, the partitions
+walked in order). Each test names its status as a literal, so even a generic plan can
+use the partial index; the `%(state)s` test is a one-time filter that skips the other
+branches unread."""
 
 _WAYS = {
     "DESC": {
@@ -114,16 +124,17 @@ _PAGE = Template("""SELECT id, name, status, attempts, max_attempts, priority, e
     unique_for_ms, given_back, run_at, started_at, created_at, updated_at, key
     FROM (
         $branches
-    ) page ORDER BY sort_at $order, id $order""")
+    ) page ORDER BY sort_at $order, id $order LIMIT %(limit)s""")
 """A page: every state's branch (`_PAGE_BRANCH`), then the rows in the order of the time
-itself (`sort_at`, never read by Python), not of its text."""
+itself (`sort_at`, never read by Python), not of its text, the first `limit` of them (a
+finished state has two branches, one per table)."""
 
 
 def _page(order: str) -> str:
     """A page of jobs in `order` (`DESC` or `ASC`), one branch per state."""
     branches = [
-        _PAGE_BRANCH.substitute(state=state, at=at, order=order, **_WAYS[order])
-        for state, at in _STATES
+        _PAGE_BRANCH.substitute(state=state, at=at, table=table, order=order, **_WAYS[order])
+        for state, at, table in _STATES
     ]
     return _PAGE.substitute(branches="\n        UNION ALL\n        ".join(branches), order=order)
 
@@ -141,7 +152,8 @@ cursor sent back against that form). The page is ordered by the time itself
 A state is ordered by the partial index that holds it: queued jobs by due time
 (`axa_queue_ready`), running ones and those in review by their last change
 (`axa_queue_running`, `axa_queue_review`), finished ones by when they finished
-(`axa_queue_finished`). Each state is a branch naming its status as a literal, so even
+(`axa_queue_finished`, and `axa_queue_history_finished` for those moved: a finished
+state has a branch per table, merged by the page's order and limit). Each state is a branch naming its status as a literal, so even
 a generic plan (the queue's connections force them) can use its partial index; the
 `%(state)s` test of the other branches is a one-time filter that skips them unread.
 The cursor condition starts the index scan at the key, so a page deep into millions of
@@ -161,16 +173,22 @@ WEB_FINISHED_PER_MINUTE = statement("""SELECT
     count(*) FILTER (WHERE status = 'completed') AS completed,
     count(*) FILTER (WHERE status = 'failed') AS failed,
     count(*) FILTER (WHERE status = 'cancelled') AS cancelled
-    FROM {axa_queue}
-    WHERE status IN ('completed', 'failed', 'cancelled')
-      AND updated_at >= to_timestamp(%(since)s::float8)
-      AND updated_at < COALESCE(to_timestamp(%(until)s::float8), 'infinity'::timestamptz)
+    FROM (
+        SELECT updated_at, name, status FROM {axa_queue}
+        WHERE status IN ('completed', 'failed', 'cancelled')
+          AND updated_at >= to_timestamp(%(since)s::float8)
+          AND updated_at < COALESCE(to_timestamp(%(until)s::float8), 'infinity'::timestamptz)
+        UNION ALL
+        SELECT updated_at, name, status FROM {axa_queue_history}
+        WHERE updated_at >= to_timestamp(%(since)s::float8)
+          AND updated_at < COALESCE(to_timestamp(%(until)s::float8), 'infinity'::timestamptz)
+    ) finished
     GROUP BY 1, 2""")
 """Jobs that finished in a window of whole minutes (`since`, `until`: epoch seconds;
 `until` NULL: from `since` on, short of `infinity`, a time another client may have
 written and which has no minute), per minute and name: what the dashboard's charts and its
-"finished in the last hour" counts are made from. It reads only the window, through
-`axa_queue_finished`: the dashboard asks for each past hour once and then only for the
+"finished in the last hour" counts are made from. It reads only the window, moved jobs
+included, through `axa_queue_finished` and the history's day partitions of the window: the dashboard asks for each past hour once and then only for the
 last two minutes at each refresh, keeping what it read (`web.history`), so a refresh
 never reads the finished rows of the day again."""
 

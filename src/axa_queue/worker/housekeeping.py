@@ -1,5 +1,6 @@
 """Housekeeping: the maintenance loop (`maintenance.run_once` every
-`maintenance_interval`), and the worker's own stale recovery.
+`maintenance_interval`), the worker's own stale recovery, and the moves of finished
+jobs to the history (`maintenance.move_history` every `history.move_interval`).
 
 Stale recovery runs on the side connection, only once it has been connected for
 `stale_after` (every live worker has had that long to report in since the database
@@ -14,7 +15,7 @@ import logging
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from .. import maintenance
+from .. import history, maintenance
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
@@ -51,6 +52,35 @@ class Housekeeping:
         """What stale recovery counts attempts against (`limits.AttemptLimits`)."""
 
     async def loop(self) -> None:
+        """The rounds and the moves, side by side, until cancelled."""
+        await asyncio.gather(self.rounds(), self.moves())
+
+    async def moves(self) -> None:
+        """Move finished jobs to the history every `history.move_interval`: often, in
+        small batches, so the hot table stays small. A failure is logged and counted in
+        the health check until a move goes through, tried again sooner (from
+        `poll_interval` on, backing off)."""
+        every = history.move_interval(self.options)
+        retry = self.options.poll_interval.total_seconds()
+        while True:
+            try:
+                failure: BaseException | None = await maintenance.move_history(
+                    self.pool, self.options
+                )
+            except Exception as error:  # a bug, or anything the database driver raised
+                failure = error
+                log.error("moving finished jobs failed (%s)", kind(error))
+            if failure is None:
+                self.troubles.cleared("history")
+                retry = self.options.poll_interval.total_seconds()
+                await asyncio.sleep(every)
+            else:
+                self.troubles.failed("history", failure)
+                await asyncio.sleep(min(retry, every))
+                retry = decisions.next_retry(retry)
+
+    async def rounds(self) -> None:
+        """A round of maintenance every `maintenance_interval` (sooner after a failure)."""
         every = self.options.maintenance_interval.total_seconds()
         retry = self.options.poll_interval.total_seconds()
         while True:

@@ -1,4 +1,5 @@
-"""The admin: read-only lists of jobs and of acts (never a job's arguments or result:
+"""The admin: read-only lists of jobs, of the finished jobs moved to the history, and
+of acts (never a job's arguments or result:
 the models have no field for them), and two actions on jobs, cancel and retry (which
 releases a job from review), each asking for a reason on a page of its own and
 recording the logged-in user's username as `by`, in the same transaction as Django's
@@ -22,9 +23,9 @@ from django.template.response import TemplateResponse
 from ... import ActResult, NotACodeError, cancel, retry
 from ...acts import MAX_REASON_CHARS, check_code
 from . import conf
-from .models import Job, JobAct
+from .models import Job, JobAct, MovedJob
 
-__all__ = ["ActForm", "JobActAdmin", "JobAdmin"]
+__all__ = ["ActForm", "JobActAdmin", "JobAdmin", "MovedJobAdmin"]
 
 
 class ActForm(forms.Form):
@@ -58,7 +59,7 @@ class _ReadOnly(admin.ModelAdmin):
 
 
 def _act(
-    admin_view: JobAdmin,
+    admin_view: JobAdmin | MovedJobAdmin,
     request: HttpRequest,
     queryset: Any,
     act: Any,
@@ -136,6 +137,28 @@ class JobAdmin(_ReadOnly):
     )
     def retry_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
         """Queue again each selected job that failed or waits for review."""
+        return _act(self, request, queryset, retry, "Retry jobs", "Queued again")
+
+
+@admin.register(MovedJob)
+class MovedJobAdmin(_ReadOnly):
+    """Finished jobs moved to the history, newest finished first; retry as an action
+    (a failed one comes back to the jobs, queued)."""
+
+    list_display = ("id", "name", "status", "attempts", "priority", "updated_at", "error")
+    list_filter = ("status",)
+    search_fields = ("name",)
+    fields = (*JobAdmin.fields, "moved_at")
+    readonly_fields = fields
+    actions = ("retry_jobs",)
+
+    def has_act_permission(self, request: HttpRequest) -> bool:
+        """Whether the user may retry jobs."""
+        return bool(request.user.has_perm("axa_queue.act_on_job"))
+
+    @admin.action(description="Retry the selected jobs (those failed)", permissions=["act"])
+    def retry_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
+        """Queue again each selected job that failed, back in the jobs table."""
         return _act(self, request, queryset, retry, "Retry jobs", "Queued again")
 
 

@@ -177,7 +177,7 @@ def _read_task_result(rows: list[Any], _count: int) -> Any:
 
 def task_result_call(job_id: UUID) -> Call[Any]:
     """The call that reads a job as a task's result (`sql.TASK_RESULT`), or `None`."""
-    return Call(sql.TASK_RESULT, (job_id,), _read_task_result)
+    return Call(sql.TASK_RESULT, {"id": job_id}, _read_task_result)
 
 
 class AxaQueueBackend(_backends.BaseTaskBackend):

@@ -10,7 +10,9 @@ table storage settings and a statement-level trigger that sends one notification
 INSERT statement; migration 3 adds trace contexts, results and the worker processes'
 table, migration 4 a cron schedule's expression and zone, migration 5 unique keys,
 migration 6 the global limits' function, migration 7 the rate limits' slots and
-function, and migration 8 the columns of runs claimed ahead, migration 9 the paused job names.
+function, migration 8 the columns of runs claimed ahead, migration 9 the paused job
+names, and migration 10 the history table finished jobs are moved to, partitioned by
+day, with the functions that make and drop its partitions.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -19,7 +21,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -232,6 +234,36 @@ from .v9 import (
 from .v9 import (
     SETUP_PAUSED as SETUP_PAUSED,
 )
+from .v10 import (
+    HISTORY_COLUMNS as HISTORY_COLUMNS,
+)
+from .v10 import (
+    MIGRATION_10 as MIGRATION_10,
+)
+from .v10 import (
+    RECORD_10 as RECORD_10,
+)
+from .v10 import (
+    SETUP_HISTORY as SETUP_HISTORY,
+)
+from .v10 import (
+    SETUP_HISTORY_DAYS_FUNCTION as SETUP_HISTORY_DAYS_FUNCTION,
+)
+from .v10 import (
+    SETUP_HISTORY_DAYS_PRIVATE as SETUP_HISTORY_DAYS_PRIVATE,
+)
+from .v10 import (
+    SETUP_HISTORY_DROP_FUNCTION as SETUP_HISTORY_DROP_FUNCTION,
+)
+from .v10 import (
+    SETUP_HISTORY_DROP_PRIVATE as SETUP_HISTORY_DROP_PRIVATE,
+)
+from .v10 import (
+    SETUP_HISTORY_FINISHED_INDEX as SETUP_HISTORY_FINISHED_INDEX,
+)
+from .v10 import (
+    SETUP_HISTORY_ID_INDEX as SETUP_HISTORY_ID_INDEX,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -245,6 +277,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_7,
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_10,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 

@@ -1,0 +1,108 @@
+"""The history table's statements: making its day partitions ahead, moving finished
+jobs out of `axa_queue` in bounded batches, and dropping the days past retention.
+
+A finished job (completed, failed, cancelled) stays in `axa_queue` for
+`QueueOptions.keep_recent` after it finished, and longer while it holds its unique key
+(`unique_for`); then `HISTORY_MOVE` moves it to `axa_queue_history`, one statement per
+batch. A job is in one table or the other, never both: the reads of `jobs` read both
+in one statement, whose one snapshot sees each job once.
+"""
+
+from __future__ import annotations
+
+from .naming import statement
+
+__all__ = [
+    "HISTORY_COLUMNS_MOVED",
+    "HISTORY_DAYS",
+    "HISTORY_DROP",
+    "HISTORY_LOCK_TIMEOUT",
+    "HISTORY_MOVABLE",
+    "HISTORY_MOVE",
+    "HISTORY_PURGEABLE",
+]
+
+HISTORY_COLUMNS_MOVED = (
+    "id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, "
+    "max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, "
+    "ahead, given_back"
+)
+"""The columns a move carries, named (never `*`): the jobs table's of migrations 1 to 8.
+A later migration adding a column to `axa_queue` adds it to `axa_queue_history` and
+here, in the same release; until then an older worker's move leaves it behind."""
+
+HISTORY_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true) AS lock_timeout"
+"""`SET LOCAL lock_timeout` for the transaction making or dropping partitions: attaching
+one waits for no reader of the history table, but dropping one does; it gives up after
+this long and housekeeping tries again at its next round."""
+
+HISTORY_DAYS = statement("""WITH span AS (
+        SELECT GREATEST(
+                   ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s))
+                    AT TIME ZONE 'UTC')::date,
+                   (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date - %(most)s) AS first_day,
+               (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date + %(ahead)s AS last_day
+    )
+    SELECT {axa_queue_history_days}({'axa_queue_history'}::regclass, first_day, last_day) AS made,
+        first_day::timestamp AT TIME ZONE 'UTC' AS since
+    FROM span""")
+"""Make the history's day partitions from the day `retention` before `now` (at most
+`most` days back) to `ahead` days after it, those missing (`axa_queue_history_days`);
+returns how many it made and when the first of those days began (`since`): a move takes
+only jobs finished since then, whose day has a partition."""
+
+HISTORY_MOVE = statement(
+    """WITH picked AS (
+        SELECT id FROM {axa_queue}
+        WHERE status IN ('completed', 'failed', 'cancelled')
+          AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+          AND updated_at >= %(since)s::timestamptz
+          AND (unique_key IS NULL OR unique_for_ms IS NULL
+               OR updated_at + make_interval(secs => unique_for_ms / 1000.0)
+                  <= COALESCE(%(now)s::timestamptz, now()))
+        ORDER BY axa_queue.updated_at
+        LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+    ), moved AS (
+        DELETE FROM {axa_queue}
+        WHERE id = ANY(ARRAY(SELECT id FROM picked)) AND status IN ('completed', 'failed', 'cancelled')
+        RETURNING {columns}
+    )
+    INSERT INTO {axa_queue_history} ({columns})
+    SELECT {columns} FROM moved""",
+    columns=HISTORY_COLUMNS_MOVED,
+)
+"""Move one bounded batch of finished jobs to the history, in one statement: those
+finished (`updated_at`, through `axa_queue_finished`, oldest first) more than `keep`
+seconds before `now` and since `since` (`HISTORY_DAYS`: their day has a partition;
+older ones are left to `PURGE`), but not a job whose unique key is still held
+(`unique_for` not passed: `axa_queue_unique` covers only `axa_queue`, so it stays there
+until its time passes). Jobs in review are not finished and never move. Returns nothing;
+its row count is the jobs moved, repeated until a batch comes back short.
+
+Any number of processes may move at once: each locks its batch `FOR UPDATE SKIP
+LOCKED`, so no two take the same job, and a row another statement changed or moved
+since the snapshot is read again locked (under READ COMMITTED) and left if no longer
+finished (the `DELETE` checks again) or gone. A retry or an ending holding the row makes
+the move skip it, and the retry goes on with the row in `axa_queue`."""
+
+HISTORY_MOVABLE = statement("""SELECT count(*) AS movable FROM {axa_queue}
+    WHERE status IN ('completed', 'failed', 'cancelled')
+      AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(keep)s)
+      AND updated_at >= %(since)s::timestamptz
+      AND (unique_key IS NULL OR unique_for_ms IS NULL
+           OR updated_at + make_interval(secs => unique_for_ms / 1000.0)
+              <= COALESCE(%(now)s::timestamptz, now()))""")
+"""How many jobs `HISTORY_MOVE` would move now (for a dry run)."""
+
+HISTORY_DROP = statement("""SELECT {axa_queue_history_drop}({'axa_queue_history'}::regclass,
+    ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s))
+     AT TIME ZONE 'UTC')::date) AS dropped""")
+"""Drop the history's day partitions whose whole day is more than `older_than` seconds
+before `now` (`axa_queue_history_drop`); returns how many jobs they held. Retention of
+moved jobs is by the day: no row of the history is ever deleted one by one."""
+
+HISTORY_PURGEABLE = statement("""SELECT count(*) AS purgeable FROM {axa_queue_history}
+    WHERE updated_at < ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s))
+                        AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'""")
+"""How many moved jobs `HISTORY_DROP` would drop now (for a dry run): those of the days
+before the one `older_than` before `now` (the partitions before it, by pruning)."""
