@@ -4,7 +4,7 @@ matches (`bulk`: cancel_all, retry_all, release_all)."""
 
 from __future__ import annotations
 
-from .bulk import BulkResult, cancel_all, release_all, retry_all
+from .bulk import BulkResult, JobFilter, cancel_all, release_all, retry_all
 from .names import (
     Pause,
     name_acts_call,
@@ -37,6 +37,7 @@ __all__ = [
     "ActKind",
     "ActResult",
     "BulkResult",
+    "JobFilter",
     "Pause",
     "act_of",
     "acts_call",

@@ -15,6 +15,7 @@ act also records the database role that inserted it (`Act.role`), which no inser
 choose; `by` is the application's claim (docs/design.md: what acts prove and what not).
 `by` and `reason` are visible codes: `check_code` gives the exact rule.
 """
+
 from __future__ import annotations
 
 import enum
@@ -231,4 +232,3 @@ def acts_on(conn: SomeSyncConnection, job_id: UUID) -> list[Act]: ...
 def acts_on(conn: AnyConnection, job_id: UUID) -> list[Act] | Awaitable[list[Act]]:
     """Every act done to job `job_id`, oldest first, kept after its row is purged."""
     return run(conn, acts_call(job_id))
-
