@@ -297,6 +297,24 @@ def test_pause_a_name_from_its_jobs_page_and_resume_it_from_the_paused_page(
 
 
 @in_browser
+def test_retry_every_failed_job_a_filter_matches_after_confirming_the_count(
+    page, served, admin
+) -> None:
+    jobs = [seed(admin, "Pay", "failed")[0] for _ in range(3)]
+    seed(admin, "Mail", "failed")
+    sign_in(page, served)
+    page.goto(f"{served.url}/failed?name=Pay")
+    page.click("#act-all")
+    assert page.inner_text("#would") == "3"
+    assert all(status(admin, job) == "failed" for job in jobs)  # counted, nothing done
+    page.fill("#act-all-form input[name=reason]", "INC-77")
+    page.click("#act-all-form button[value=retry]")
+    assert page.inner_text("#changed") == "3"
+    assert all(status(admin, job) == "queued" for job in jobs)
+    assert acts_of(admin, jobs[0]) == [("retried", "alice", "INC-77")]
+
+
+@in_browser
 def test_release_a_job_from_review(page, served, admin) -> None:
     [job] = seed(admin, "Report", "needs_review")
     sign_in(page, served)

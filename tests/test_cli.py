@@ -53,6 +53,12 @@ def cli(*args: str, dsn: str | None = None) -> Result:
     return runner.invoke(main, list(args), prog_name="axa-queue", catch_exceptions=False)
 
 
+def runner_with_input(dsn: str, given: str, *args: str) -> Result:
+    """`cli`, with `given` on standard input (answers to a prompt)."""
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    return runner.invoke(main, list(args), input=given, prog_name="axa-queue")
+
+
 def one_line_error(result: Result) -> str:
     """The single line a failed command printed; fails unless it is exactly one line."""
     lines = result.stderr.strip().splitlines()
@@ -582,6 +588,60 @@ def test_pause_lists_the_name_as_paused_resume_ends_it_and_acts_by_name_lists_bo
     ]
     both = cli("acts", str(uuid.uuid4()), "--name", "Report", dsn=ready)
     assert both.exit_code == 2
+
+
+def test_retry_all_says_the_count_asks_and_acts_only_when_confirmed(ready: str, admin) -> None:
+    for _ in range(3):
+        set_status(admin, enqueue(ready, "Pay"), "failed")
+    set_status(admin, enqueue(ready, "Pay"), "needs_review")
+    enqueue(ready, "Pay")
+    args = ("retry", "--all", "--name", "Pay", "--by", "alice", "--reason", "INC-9")
+    dry = cli(*args, "--dry-run", dsn=ready)
+    assert dry.exit_code == 0 and "would retry 4 job(s); left alone: 1 queued" in dry.stdout
+    refused = runner_with_input(ready, "n\n", *args)
+    assert refused.exit_code == 1 and "Retry these 4 job(s)?" in refused.output
+    assert admin.execute("SELECT count(*) FROM axa_job_acts").fetchone() == (0,)
+    done = cli(*args, "--yes", dsn=ready)
+    assert done.exit_code == 0 and "queued again 4 job(s)" in done.stdout
+    row = admin.execute(
+        "SELECT count(*) FILTER (WHERE act = 'retried'), count(*) FILTER (WHERE act = 'released') "
+        "FROM axa_job_acts"
+    ).fetchone()
+    assert row == (3, 1)
+    cancelled = cli(
+        "cancel",
+        "--all",
+        "--name",
+        "Pay",
+        "--state",
+        "queued",
+        "--by",
+        "bob",
+        "--reason",
+        "INC-10",
+        "--yes",
+        dsn=ready,
+    )
+    assert cancelled.exit_code == 0 and "cancelled 5 job(s)" in cancelled.stdout
+    both = cli(
+        "cancel",
+        str(uuid.uuid4()),
+        "--all",
+        "--name",
+        "Pay",
+        "--by",
+        "b",
+        "--reason",
+        "r",
+        dsn=ready,
+    )
+    assert both.exit_code == 2
+    stray = cli(
+        "cancel", str(uuid.uuid4()), "--name", "Pay", "--by", "b", "--reason", "r", dsn=ready
+    )
+    assert stray.exit_code == 2 and "--all" in one_line_error(stray)
+    unfiltered = cli("cancel", "--all", "--by", "b", "--reason", "r", dsn=ready)
+    assert unfiltered.exit_code == 2 and "filter" in one_line_error(unfiltered)
 
 
 def test_an_act_whose_reason_is_not_a_code_is_refused_and_writes_nothing(ready: str, admin) -> None:

@@ -295,6 +295,7 @@ PUBLIC = [
     "ActResult",
     "ArgumentsError",
     "AxaQueueError",
+    "BulkResult",
     "Counts",
     "Discard",
     "DrainError",
@@ -328,6 +329,7 @@ PUBLIC = [
     "acts_on",
     "backoff",
     "cancel",
+    "cancel_all",
     "counts_on",
     "current_job",
     "enqueue_all_on",
@@ -337,8 +339,10 @@ PUBLIC = [
     "name_acts_on",
     "pause",
     "paused_on",
+    "release_all",
     "resume",
     "retry",
+    "retry_all",
 ]
 
 

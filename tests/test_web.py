@@ -25,7 +25,7 @@ from axa_queue.web import create_app
 from axa_queue.web.charts import bars
 from axa_queue.web.history import History, Series, Tally
 from axa_queue.web.reads import Finished
-from conftest import acting_role
+from conftest import acting_role, status_of
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "dashboard.md"
 
@@ -72,6 +72,13 @@ def signed_in(app: Any, name: str = "alice", **client: Any) -> TestClient:
     )
     assert answer.status_code == 303, answer.text
     return web
+
+
+def states_of(admin: psycopg.Connection[Any], name: str) -> dict[str, int]:
+    rows = admin.execute(
+        "SELECT status, count(*) FROM axa_queue WHERE name = %s GROUP BY status", (name,)
+    ).fetchall()
+    return dict(rows)
 
 
 def csrf_of(html: str) -> str:
@@ -286,6 +293,40 @@ def test_a_pause_without_a_reason_or_on_a_read_only_dashboard_does_nothing(
         )
         assert refused.status_code == 403
     assert admin.execute("SELECT count(*) FROM axa_paused").fetchone() == (0,)
+
+
+def test_acting_on_every_job_a_filter_matches_shows_the_count_first_then_acts_on_all(
+    board: TestClient, admin
+) -> None:
+    failed = seed(admin, "Pay", "failed", 7)
+    seed(admin, "Mail", "failed", 2)
+    page = board.get("/failed?name=Pay")
+    assert 'id="act-all"' in page.text
+    confirm = board.get("/act/all?state=failed&name=Pay")
+    assert confirm.status_code == 200
+    assert re.search(r'id="would">7<', confirm.text)
+    assert all(status_of(admin, one)[0] == "failed" for one in failed)  # only counted
+    done = board.post(
+        "/act/all",
+        data={
+            "state": "failed",
+            "name": "Pay",
+            "reason": "INC-11",
+            "csrf": csrf_of(confirm.text),
+            "act": "retry",
+        },
+        headers=ORIGIN,
+    )
+    assert done.status_code == 200 and re.search(r'id="changed">7<', done.text)
+    assert all(status_of(admin, one)[0] == "queued" for one in failed)
+    assert acts_of(admin, failed[0]) == [("retried", "alice", "INC-11")]
+    assert states_of(admin, "Mail") == {"failed": 2}
+    no_reason = board.post(
+        "/act/all",
+        data={"state": "failed", "name": "Mail", "reason": "", "csrf": csrf_of(confirm.text)},
+        headers=ORIGIN,
+    )
+    assert no_reason.status_code == 400 and states_of(admin, "Mail") == {"failed": 2}
 
 
 def test_read_only_offers_no_act_and_refuses_one(tables: str, admin) -> None:

@@ -9,19 +9,27 @@ job's arguments are never shown. The tables are shared with the Rust crate
 
 from __future__ import annotations
 
-from .acts import (
+from .acts.bulk import (
+    BulkResult,
+    cancel_all,
+    release_all,
+    retry_all,
+)
+from .acts.names import (
+    Pause,
+    name_acts_on,
+    pause,
+    paused_on,
+    resume,
+)
+from .acts.records import (
     MAX_REASON_CHARS,
     NIL_JOB,
     Act,
     ActKind,
     ActResult,
-    Pause,
     acts_on,
     cancel,
-    name_acts_on,
-    pause,
-    paused_on,
-    resume,
     retry,
 )
 from .context import JobContext, current_job
@@ -65,6 +73,7 @@ __all__ = [
     "ActResult",
     "ArgumentsError",
     "AxaQueueError",
+    "BulkResult",
     "Counts",
     "Discard",
     "DrainError",
@@ -98,6 +107,7 @@ __all__ = [
     "acts_on",
     "backoff",
     "cancel",
+    "cancel_all",
     "counts_on",
     "current_job",
     "enqueue_all_on",
@@ -107,6 +117,8 @@ __all__ = [
     "name_acts_on",
     "pause",
     "paused_on",
+    "release_all",
     "resume",
     "retry",
+    "retry_all",
 ]

@@ -15,6 +15,7 @@ from ..acts import Act, ActKind, ActResult, Pause, cancel, pause, resume, retry
 from ..errors import JobNotFoundError
 from ..jobs.model import JobState
 from ..queue import Queue
+from .bulk import bulk_act, filter_options
 from .conventions import Failed, Printed, answer, dsn_option, json_option
 from .text import shown, when
 
@@ -100,17 +101,43 @@ def _act(
     answer(dsn, work, show)
 
 
+def _bulk(
+    verb: str, job_id: UUID | None, dsn: str | None, by: str, reason: str, chosen: dict[str, Any]
+) -> bool:
+    """With `--all`, do the bulk act (and say it was done); without, check an ID was
+    given and no filter, which only `--all` takes."""
+    every, yes, dry_run = chosen.pop("every"), chosen.pop("yes"), chosen.pop("dry_run")
+    if every:
+        if job_id is not None:
+            raise click.UsageError("give a job's ID or --all with filters, not both")
+        bulk_act(verb, dsn, by, reason, chosen, yes, dry_run)
+        return True
+    if job_id is None:
+        raise click.UsageError("give a job's ID, or --all with filters")
+    if yes or dry_run or any(value is not None for value in chosen.values()):
+        raise click.UsageError("the filters, --yes and --dry-run go with --all")
+    return False
+
+
 @click.command("cancel")
-@click.argument("job_id", metavar="ID", type=click.UUID)
+@click.argument("job_id", metavar="ID", type=click.UUID, required=False)
 @click.option("--by", required=True, metavar="WHO", help=BY_HELP)
 @click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
+@filter_options
 @dsn_option
-def cancel_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
-    """Cancel a queued or running job, recording who and why, in one transaction.
+def cancel_command(
+    job_id: UUID | None, by: str, reason: str, dsn: str | None, **chosen: Any
+) -> None:
+    """Cancel a queued or running job, recording who and why, in one transaction; with
+    --all, every queued or running job the filters match, after saying how many and
+    asking (unless --yes).
 
     A running job's process is told at once and stops its handler; whatever the run
     does afterwards is not recorded.
     """
+    if _bulk("cancel", job_id, dsn, by, reason, chosen):
+        return
+    assert job_id is not None
 
     def said(result: ActResult) -> str:
         if not result:
@@ -126,13 +153,20 @@ def cancel_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
 
 
 @click.command("retry")
-@click.argument("job_id", metavar="ID", type=click.UUID)
+@click.argument("job_id", metavar="ID", type=click.UUID, required=False)
 @click.option("--by", required=True, metavar="WHO", help=BY_HELP)
 @click.option("--reason", required=True, metavar="WHY", help=REASON_HELP)
+@filter_options
 @dsn_option
-def retry_command(job_id: UUID, by: str, reason: str, dsn: str | None) -> None:
+def retry_command(
+    job_id: UUID | None, by: str, reason: str, dsn: str | None, **chosen: Any
+) -> None:
     """Queue a failed job again for one more try, or release one waiting for review,
-    recording who and why, in one transaction."""
+    recording who and why, in one transaction; with --all, every failed job (and job in
+    review) the filters match, after saying how many and asking (unless --yes)."""
+    if _bulk("retry", job_id, dsn, by, reason, chosen):
+        return
+    assert job_id is not None
 
     def said(result: ActResult) -> str:
         if not result:

@@ -41,6 +41,7 @@ __all__ = [
     "reported",
     "said",
     "where",
+    "with_queue",
 ]
 
 T = TypeVar("T")
@@ -187,7 +188,7 @@ def answer(
     tables, or setting them up), do `work`, close; then print what it returned, as JSON
     with `as_json`, else the lines and tables `show` makes of it, in order. `show` may
     raise `Failed` to end the command with an error instead."""
-    found = _with_queue(dsn, work, setup=setup, options=options)
+    found = with_queue(dsn, work, setup=setup, options=options)
     if as_json:
         print_json(found)
         return
@@ -199,7 +200,7 @@ def answer(
             click.echo(one)
 
 
-def _with_queue(
+def with_queue(
     dsn: str | None,
     work: Callable[[Queue], Awaitable[T]],
     *,

@@ -39,7 +39,22 @@ from .acts import (
     CANCEL as CANCEL,
 )
 from .acts import (
+    CANCEL_BATCH as CANCEL_BATCH,
+)
+from .acts import (
+    MATCHING as MATCHING,
+)
+from .acts import (
+    MATCHING_MOVED as MATCHING_MOVED,
+)
+from .acts import (
     RETRY as RETRY,
+)
+from .acts import (
+    RETRY_BATCH as RETRY_BATCH,
+)
+from .acts import (
+    RETRY_MOVED_BATCH as RETRY_MOVED_BATCH,
 )
 from .exchange import (
     CLAIM as CLAIM,

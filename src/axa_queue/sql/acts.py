@@ -6,7 +6,16 @@ from __future__ import annotations
 from .history import HISTORY_COLUMNS_MOVED
 from .naming import statement
 
-__all__ = ["ACTS", "CANCEL", "RETRY"]
+__all__ = [
+    "ACTS",
+    "CANCEL",
+    "CANCEL_BATCH",
+    "MATCHING",
+    "MATCHING_MOVED",
+    "RETRY",
+    "RETRY_BATCH",
+    "RETRY_MOVED_BATCH",
+]
 
 CANCEL = statement("""WITH target AS (
         SELECT id, status FROM {axa_queue}
@@ -98,3 +107,192 @@ ACTS = statement("""SELECT id, job_id, job_name, act, attempts, by, reason, EXTR
     db_role FROM {axa_job_acts} WHERE job_id = %s ORDER BY id""")
 """Every act done to one job, oldest first; its time as epoch seconds, as `JOB` reads
 times."""
+
+_MATCHED = """seen AS MATERIALIZED (
+        SELECT id, status FROM {axa_queue}
+        WHERE id > %(after)s::uuid
+          AND (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
+          AND (%(name)s::text IS NULL OR name = %(name)s::text)
+          AND (%(state)s::text IS NULL OR status = %(state)s::text)
+          AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
+          AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
+          AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
+        ORDER BY id LIMIT %(batch)s
+    )"""
+"""The next batch of jobs a bulk act's filter matches, in id order after the last batch's
+last id (`after`; the nil UUID first): each filter applies when given (NULL: any).
+Read with the statement's snapshot, unlocked: the rows the act applies to are locked
+next (`target`), and checked again when locked."""
+
+_BATCH_READ = """SELECT (SELECT id::text FROM seen ORDER BY id DESC LIMIT 1) AS last,
+        (SELECT count(*) FROM seen) AS seen,
+        (SELECT count(*) FROM changed) AS changed,
+        (SELECT COALESCE(json_object_agg(status, n), '{{}}')::text FROM (
+            SELECT s.status, count(*) AS n FROM seen s
+            WHERE s.id <> ALL(ARRAY(SELECT id FROM changed)) GROUP BY s.status) left_alone
+        ) AS left_alone"""
+"""What a batch did: its last id (where the next starts; NULL: nothing more matched),
+how many jobs it matched and changed, and how many it left alone by the state each was
+in (a JSON object, read with the statement's snapshot)."""
+
+
+def _joined(*parts: str) -> str:
+    """A statement made of named pieces (this module's own, never values)."""
+    return "".join(parts)
+
+
+CANCEL_BATCH = statement(
+    _joined(
+        "WITH ",
+        _MATCHED,
+        """, target AS (
+        SELECT id, status FROM {axa_queue}
+        WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status IN ('queued', 'running')
+        FOR UPDATE
+    ), changed AS (
+        UPDATE {axa_queue} q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
+        FROM target WHERE q.id = target.id
+        RETURNING q.id, q.name, q.attempts, target.status AS was
+    ), kept AS (
+        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
+        SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
+        RETURNING act
+    ), told AS (
+        SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' *')
+        WHERE EXISTS (SELECT FROM changed)
+        UNION ALL
+        SELECT pg_notify('axa_queue_cancel', id::text) FROM changed WHERE was = 'running'
+    )
+    """,
+        _BATCH_READ,
+        """,
+        (SELECT count(*) FROM told) AS told""",
+    )
+)
+"""`cancel` of every queued or running job of the next batch a filter matches, each
+with its act, in one statement (`cancel_all` sends one per batch, in the caller's
+transaction): each job changed exactly as `CANCEL` changes one, each running one's
+process told at once (`CANCEL_CHANNEL`), and the waiters told once for the batch
+(`DONE_CHANNEL`'s `<oid> *`: look at every job waited for), not once per job."""
+
+RETRY_BATCH = statement(
+    _joined(
+        "WITH ",
+        _MATCHED,
+        """, target AS (
+        SELECT id, status FROM {axa_queue}
+        WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status = ANY(%(applies)s::text[])
+        FOR UPDATE
+    ), changed AS (
+        UPDATE {axa_queue} q
+        SET status = 'queued', run_at = COALESCE(%(now)s::timestamptz, now()), started_at = NULL,
+            updated_at = COALESCE(%(now)s::timestamptz, now()),
+            max_attempts = q.attempts + 1,
+            unique_key = CASE WHEN target.status = 'failed' AND q.unique_for_ms IS NULL
+                              THEN NULL ELSE q.unique_key END
+        FROM target WHERE q.id = target.id
+        RETURNING q.id, q.name, q.attempts, target.status AS was
+    ), kept AS (
+        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
+        SELECT id, name, CASE was WHEN 'needs_review' THEN 'released' ELSE 'retried' END,
+            attempts, %(by)s, %(reason)s
+        FROM changed
+        RETURNING act
+    ), woken AS (
+        SELECT pg_notify('axa_queue', n.nspname || ' 0')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = {'axa_queue'}::regclass AND EXISTS (SELECT FROM changed)
+    )
+    """,
+        _BATCH_READ,
+        """,
+        (SELECT count(*) FROM woken) AS woken""",
+    )
+)
+"""`retry` of every job of the next batch a filter matches whose state is in `applies`
+(`retry_all`: `failed`, act `retried`; `release_all`: `needs_review`, act `released`),
+each with its act, in one statement per batch, each job changed exactly as `RETRY`
+changes one; the workers are woken once on commit (`CHANNEL`), so the jobs queued again
+are claimed at once."""
+
+MATCHING = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
+        COALESCE(sum(n), 0) AS matched,
+        COALESCE(json_object_agg(status, n) FILTER (WHERE status <> ALL(%(applies)s::text[])), '{{}}')::text
+            AS left_alone
+    FROM (
+        SELECT status, count(*) AS n FROM (
+            SELECT status FROM {axa_queue}
+            WHERE (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
+              AND (%(name)s::text IS NULL OR name = %(name)s::text)
+              AND (%(state)s::text IS NULL OR status = %(state)s::text)
+              AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
+              AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
+              AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
+            ORDER BY id LIMIT %(limit)s
+        ) matched_jobs GROUP BY status
+    ) by_state""")
+"""A bulk act's dry run: of the jobs its filter matches (at most `limit`, in id order),
+how many it would change (their state in `applies`), how many in all, and how many it
+would leave alone by state, without locking or changing anything."""
+
+RETRY_MOVED_BATCH = statement(
+    _joined(
+        """WITH seen AS MATERIALIZED (
+        SELECT id, status FROM {axa_queue_history}
+        WHERE id > %(after)s::uuid
+          AND (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
+          AND (%(name)s::text IS NULL OR name = %(name)s::text)
+          AND (%(state)s::text IS NULL OR status = %(state)s::text)
+          AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
+          AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
+          AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
+        ORDER BY id LIMIT %(batch)s
+    ), unmoved AS (
+        DELETE FROM {axa_queue_history}
+        WHERE id = ANY(ARRAY(SELECT id FROM seen WHERE status = 'failed')) AND status = 'failed'
+        RETURNING {columns}
+    ), changed AS (
+        INSERT INTO {axa_queue} ({columns})
+        SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
+            created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+        FROM unmoved
+        RETURNING id, name, attempts, 'failed'::text AS was
+    ), kept AS (
+        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
+        SELECT id, name, 'retried', attempts, %(by)s, %(reason)s FROM changed
+        RETURNING act
+    ), woken AS (
+        SELECT pg_notify('axa_queue', n.nspname || ' 0')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = {'axa_queue'}::regclass AND EXISTS (SELECT FROM changed)
+    )
+    """,
+        _BATCH_READ,
+        """,
+        (SELECT count(*) FROM woken) AS woken""",
+    ),
+    columns=HISTORY_COLUMNS_MOVED,
+)
+"""`retry_all`'s batch of the jobs moved to the history (`axa_queue_history`): each
+failed one a filter matches comes back to `axa_queue`, queued, with its act, as `RETRY`
+brings back one (without its unique key: another job may hold it now); the others (a
+completed or cancelled job) are left where they are and counted by their state."""
+
+MATCHING_MOVED = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
+        COALESCE(sum(n), 0) AS matched,
+        COALESCE(json_object_agg(status, n) FILTER (WHERE status <> ALL(%(applies)s::text[])), '{{}}')::text
+            AS left_alone
+    FROM (
+        SELECT status, count(*) AS n FROM (
+            SELECT status FROM {axa_queue_history}
+            WHERE (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
+              AND (%(name)s::text IS NULL OR name = %(name)s::text)
+              AND (%(state)s::text IS NULL OR status = %(state)s::text)
+              AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
+              AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
+              AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
+            ORDER BY id LIMIT %(limit)s
+        ) matched_jobs GROUP BY status
+    ) by_state""")
+"""`MATCHING` over the jobs moved to the history, for `retry_all`'s dry run."""

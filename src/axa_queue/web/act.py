@@ -1,22 +1,26 @@
-"""The one thing the dashboard changes: `act`, the POST that cancels or retries (which
+"""What the dashboard changes of jobs: `act`, the POST that cancels or retries (which
 releases a job in review) the jobs chosen, in one transaction, each recorded with the
-person's name as `by` and their reason, and the page that says what each did."""
+person's name as `by` and their reason, and the page that says what each did; and
+`act_all`, the same act on every job a list's filter matches, once its count was shown
+(`act_all_page`) and confirmed."""
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from ..acts import ActKind, ActResult, cancel, retry
+from ..acts import ActKind, ActResult, cancel, cancel_all, release_all, retry, retry_all
 from ..jobs.model import JobState
 from . import params
 from .access import Person
 from .board import Dashboard
 from .params import BadParameter
 
-__all__ = ["ALREADY", "MAX_SELECTED", "act", "outcome"]
+__all__ = ["ALREADY", "BULK_ACTS", "MAX_SELECTED", "act", "act_all", "act_all_page", "outcome"]
 
 MAX_SELECTED = 500
 """The most jobs one act may be asked for at once."""
@@ -81,3 +85,99 @@ async def act(board: Dashboard, request: Request) -> Response:
             result = await do(conn, UUID(one), person.name, reason)
             outcomes.append({"id": one, "applied": result.applied, "said": outcome(result)})
     return board.page(request, "outcome.html", outcomes=outcomes, act=chosen, reason=reason)
+
+
+BULK_ACTS = {
+    JobState.QUEUED: ("cancel", "Cancel", cancel_all),
+    JobState.RUNNING: ("cancel", "Cancel", cancel_all),
+    JobState.FAILED: ("retry", "Retry", retry_all),
+    JobState.NEEDS_REVIEW: ("release", "Release", release_all),
+}
+"""The bulk act a list of jobs in a state offers: its value, its word, its function."""
+
+
+def _bulk_filter(given: Any) -> tuple[JobState, str | None, datetime | None, datetime | None]:
+    """The list's filter, as the bulk act takes it: the state (one that has a bulk act),
+    the name, and the list's time window, which for any state but queued is when the
+    job last changed (a queued job's list is by due time, which no bulk act filters)."""
+    state = JobState(params.choice(given, "state", [s.value for s in BULK_ACTS]) or "queued")
+    name = params.name(given, "name")
+    since = params.moment(given, "since")
+    until = params.moment(given, "until")
+    if state is JobState.QUEUED and (since or until):
+        raise BadParameter("since", "no time window for queued jobs (they are listed by due time)")
+    return state, name, since, until
+
+
+async def act_all_page(board: Dashboard, request: Request) -> Response:
+    """What acting on every job the list's filter matches would do, counted with nothing
+    locked, and the form that confirms it with a reason."""
+    if board.read_only:
+        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+    state, name, since, until = _bulk_filter(request.query_params)
+    value, word, bulk = BULK_ACTS[state]
+    queue = await board.opened()
+    async with queue.connection() as conn:
+        would = await bulk(
+            conn,
+            by="dashboard",
+            reason="counting",
+            state=state,
+            name=name,
+            finished_after=since,
+            finished_before=until,
+            dry_run=True,
+        )
+    return board.page(
+        request,
+        "act_all.html",
+        would=would,
+        state=state.value,
+        name=name,
+        word=word,
+        act=value,
+        since=request.query_params.get("since"),
+        until=request.query_params.get("until"),
+    )
+
+
+async def act_all(board: Dashboard, request: Request) -> Response:
+    """Acts on every job the filter matches, in one transaction (a statement per batch),
+    each recorded with the person's name as `by`, and says how many it changed."""
+    if board.read_only:
+        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+    person: Person = request.state.person
+    form = await request.form()
+    state, name, since, until = _bulk_filter(form)
+    reason = params.code(form, "reason")
+    if reason is None:
+        return board.page(
+            request,
+            "message.html",
+            status=400,
+            title="Nothing done",
+            message="Give a reason: a short code such as a ticket id, 1 to 200 visible "
+            "characters (no control, zero-width or bidi characters, no space first or last).",
+        )
+    value, word, bulk = BULK_ACTS[state]
+    queue = await board.opened()
+    async with queue.connection() as conn:  # one transaction: every job or none
+        done = await bulk(
+            conn,
+            by=person.name,
+            reason=reason,
+            state=state,
+            name=name,
+            finished_after=since,
+            finished_before=until,
+        )
+    return board.page(
+        request,
+        "act_all_done.html",
+        done=done,
+        word=word,
+        act=value,
+        reason=reason,
+        state=state.value,
+        name=name,
+    )

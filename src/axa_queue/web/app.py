@@ -164,6 +164,8 @@ def create_app(
         Route("/workers", guarded(system.workers)),
         Route("/acts", guarded(system.acts)),
         Route("/act", guarded(act.act), methods=["POST"]),
+        Route("/act/all", guarded(act.act_all_page), methods=["GET"]),
+        Route("/act/all", guarded(act.act_all), methods=["POST"]),
         Route("/paused", guarded(pauses.paused)),
         Route("/pause", guarded(pauses.pause_act), methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
