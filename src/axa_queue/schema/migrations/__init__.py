@@ -10,7 +10,8 @@ table storage settings and a statement-level trigger that sends one notification
 INSERT statement; migration 3 adds trace contexts, results and the worker processes'
 table, migration 4 a cron schedule's expression and zone, migration 5 unique keys,
 migration 6 the global limits' function, migration 7 the rate limits' slots and
-function, and migration 8 the columns of runs claimed ahead, migration 9 the paused job names.
+function, and migration 8 the columns of runs claimed ahead, migration 9 the paused job names,
+migration 11 each worker process's heartbeat interval.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -19,7 +20,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v11`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -232,6 +233,15 @@ from .v9 import (
 from .v9 import (
     SETUP_PAUSED as SETUP_PAUSED,
 )
+from .v11 import (
+    MIGRATION_11 as MIGRATION_11,
+)
+from .v11 import (
+    RECORD_11 as RECORD_11,
+)
+from .v11 import (
+    SETUP_WORKERS_BEAT as SETUP_WORKERS_BEAT,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -245,6 +255,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_7,
     MIGRATION_8,
     MIGRATION_9,
+    MIGRATION_11,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
