@@ -248,9 +248,9 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
     say which job names are paused, and warn of names whose jobs have waited for longer
     than unhandled_after (10 minutes) with no live worker handling them.
 
-    With --by-name, the HANDLED column says whether a live worker process handles each
-    name (- when none records itself: the Rust crate's workers do not); the JSON gives
-    each name's "handled" and "unhandled_jobs" too.
+    With --by-name, the HANDLED column says whether a live axa-queue worker process
+    handles each name (the Rust crate's workers record themselves nowhere: a name only
+    they handle says no); the JSON gives each name's "handled" and "unhandled_jobs" too.
     """
 
     async def work(queue: Queue) -> _Looked:
@@ -265,7 +265,7 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
                 ),
             )
         handled = handled_names(workers, options.stale_after.total_seconds())
-        return _Looked(found, paused, handled, bool(workers), unhandled, options.unhandled_after)
+        return _Looked(found, paused, handled, unhandled, options.unhandled_after)
 
     if as_json:
         answer(dsn, lambda queue: _json_of(work, queue), lambda found: "", as_json=True)
@@ -276,13 +276,12 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
 @dataclasses.dataclass(frozen=True)
 class _Looked:
     """What `counts` read: the counts, the paused names, the names live workers
-    handle (and whether any worker has a row), the names nobody handles with jobs
+    handle, the names nobody handles with jobs
     waiting past `unhandled_after`."""
 
     counts: Counts | dict[str, Counts]
     paused: list[str]
     handled: frozenset[str]
-    recorded: bool
     unhandled: list[Unhandled]
     after: timedelta
 
@@ -343,7 +342,7 @@ def _counts_table(found: _Looked) -> Printed | list[Printed]:
             shown(name) + (" (paused)" if name in paused else ""),
             *(str(getattr(one, state)) for state in states),
             readable.seconds(one.oldest_ready_seconds),
-            ("yes" if name in found.handled else "no") if found.recorded else "-",
+            "yes" if name in found.handled else "no",
         )
     return [table, *said]
 
