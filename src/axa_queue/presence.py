@@ -31,6 +31,7 @@ from .jobs.model import moment
 __all__ = [
     "FORGET_AFTER",
     "GONE_AFTER_BEATS",
+    "UNHANDLED_CAP",
     "Unhandled",
     "WorkerInfo",
     "handled_names",
@@ -43,6 +44,9 @@ __all__ = [
 FORGET_AFTER = 3600.0
 """Seconds after which housekeeping removes the row of a worker process never heard from
 again (killed, or its host lost): long enough to see on the dashboard that it died."""
+
+UNHANDLED_CAP = 10_000
+"""The most jobs of one name `unhandled_call` counts: past it, "at least this many"."""
 
 GONE_AFTER_BEATS = 3
 """Heartbeat intervals a process may miss before it is shown as gone: one late beat (a
@@ -133,9 +137,10 @@ class Unhandled:
 
     name: str
     jobs: int
-    """Its jobs due for longer than the threshold asked (`unhandled_after`)."""
+    """Its jobs due for longer than the threshold asked (`unhandled_after`), counted up
+    to `UNHANDLED_CAP`."""
     oldest: float
-    """Seconds the oldest of them has been due."""
+    """Seconds the oldest of those counted has been due."""
 
 
 def unhandled_call(
@@ -145,7 +150,7 @@ def unhandled_call(
     `after` seconds, by name."""
     return Call(
         sql.UNHANDLED_JOBS,
-        {"handled": sorted(handled), "after": after, "now": now},
+        {"handled": sorted(handled), "after": after, "cap": UNHANDLED_CAP, "now": now},
         lambda rows, _n: [Unhandled(r.name, r.jobs, max(0.0, float(r.oldest))) for r in rows],
     )
 

@@ -52,10 +52,13 @@ UNHANDLED_JOBS = statement("""WITH RECURSIVE names AS (
     FROM names CROSS JOIN LATERAL (
         SELECT count(*) AS jobs,
             (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()))
-             - EXTRACT(EPOCH FROM min(q.run_at)))::float8 AS oldest
-        FROM {axa_queue} q
-        WHERE q.status = 'queued' AND q.name = names.name
-          AND q.run_at <= COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)
+             - EXTRACT(EPOCH FROM min(w.run_at)))::float8 AS oldest
+        FROM (
+            SELECT q.run_at FROM {axa_queue} q
+            WHERE q.status = 'queued' AND q.name = names.name
+              AND q.run_at <= COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)
+            ORDER BY q.priority DESC, q.run_at LIMIT %(cap)s
+        ) w
     ) waiting
     WHERE names.name IS NOT NULL AND names.name <> ALL(%(handled)s::text[]) AND waiting.jobs > 0
     ORDER BY names.name""")
