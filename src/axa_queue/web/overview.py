@@ -99,7 +99,7 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
         "estimated": estimated,
         "cap": COUNT_CAP,
         "unhandled": unhandled,
-        "unhandled_after": options.unhandled_after,
+        "unhandled_after": options.unhandled_after.total_seconds(),
     }
 
 
