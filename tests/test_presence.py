@@ -304,6 +304,7 @@ async def test_each_worker_warns_once_per_name_nobody_handles_until_it_is_handle
     queue.handle("Known", lambda args: None)
     _waiting(admin, "Knwon2", "5 minutes", 2)
     _waiting(admin, "Knwon3", "10 seconds")  # under the threshold
+    _waiting(admin, "Known", "5 minutes", 50)  # its own: never warned of, row written or not
     caplog.set_level(logging.WARNING, logger="axa_queue.worker")
 
     def warnings() -> list[logging.LogRecord]:

@@ -156,10 +156,11 @@ def unhandled_call(
 
 
 def unhandled_steps(
-    stale_after: float, after: float
+    stale_after: float, after: float, here: Iterable[str] = ()
 ) -> Steps[tuple[list[WorkerInfo], list[Unhandled]]]:
-    """Read the worker processes, then the names none of the live ones handles whose
-    jobs have been due for longer than `after` seconds (two small statements)."""
+    """Read the worker processes, then the names none of the live ones handles (nor
+    `here`: the caller's own, a worker whose row may not be written yet) whose jobs have
+    been due for longer than `after` seconds (two small statements)."""
     found = yield from ask(workers_call())
-    handled = handled_names(found, stale_after)
+    handled = handled_names(found, stale_after) | frozenset(here)
     return found, (yield from ask(unhandled_call(handled, after)))

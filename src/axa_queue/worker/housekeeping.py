@@ -126,7 +126,11 @@ class Housekeeping:
             async with self.pool.connection() as conn:
                 _, found = await run_async(
                     conn,
-                    unhandled_steps(self.stale, self.options.unhandled_after.total_seconds()),
+                    unhandled_steps(
+                        self.stale,
+                        self.options.unhandled_after.total_seconds(),
+                        self.registry.handlers,  # its own names, its row written or not
+                    ),
                 )
         except psycopg.Error as error:
             log.error(
