@@ -368,6 +368,37 @@ def test_the_overview_updates_live_when_a_job_completes(page, served, tables, ad
 
 
 @in_browser
+def test_the_overview_warns_of_a_name_no_live_worker_handles_until_one_does(
+    page, served, admin
+) -> None:
+    seed(admin, "Knwon2", "queued", 3)
+    seed(admin, "Mail", "queued")
+    admin.execute("UPDATE axa_queue SET run_at = now() - interval '20 minutes'")
+    admin.execute(
+        "INSERT INTO axa_workers (id, host, pid, names, loops, version, beat_ms) "
+        "VALUES (gen_random_uuid(), 'web-1', 4242, '{Mail}', 1, 'x', 3600000)"
+    )
+    sign_in(page, served)
+    from playwright.sync_api import expect  # polls without eval, which the CSP refuses
+
+    warning = page.locator("#unhandled")
+    expect(warning).to_be_visible()
+    assert page.inner_text("#unhandled li[data-name=Knwon2]").startswith("Knwon2: 3 jobs")
+    assert page.locator("#unhandled li").count() == 1
+    assert page.inner_text("tr[data-name=Knwon2] .handled") == "no"
+    assert page.inner_text("tr[data-name=Mail] .handled") == "yes"
+    page.evaluate("window.sameDocument = true")
+    admin.execute(  # a worker that handles it starts: the warning goes with the next refresh
+        "INSERT INTO axa_workers (id, host, pid, names, loops, version, beat_ms) "
+        "VALUES (gen_random_uuid(), 'web-2', 4343, '{Knwon2}', 1, 'x', 3600000)"
+    )
+    expect(warning).to_have_count(0, timeout=20_000)
+    expect(page.locator("tr[data-name=Knwon2] .handled")).to_have_text("yes")
+    assert page.evaluate("window.sameDocument") is True
+    assert page.errors == []
+
+
+@in_browser
 def test_nothing_is_shown_or_done_without_signing_in(page, served, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     page.goto(f"{served.url}/jobs/{job}")

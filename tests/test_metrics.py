@@ -270,3 +270,35 @@ async def test_health_fails_once_the_queue_is_closed(make_queue) -> None:
     await queue.close()
     ok, why = await asyncio.to_thread(health)
     assert not ok and "not running" in why
+
+
+async def test_the_collector_counts_workers_live_and_gone_and_the_jobs_of_names_nobody_handles(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(unhandled_after=60)
+    registry = CollectorRegistry()
+    collector = QueueCollector(queue, registry)
+    for names, ago, beat_ms in ((["Known"], "0 seconds", 60_000), (["Knwon2"], "1 minute", 1000)):
+        admin.execute(
+            "INSERT INTO axa_workers (id, host, pid, names, loops, version, seen_at, beat_ms) "
+            "VALUES (gen_random_uuid(), 'h', 1, %s, 1, 'x', now() - %s::interval, %s)",
+            (names, ago, beat_ms),
+        )
+    for name, ago in (("Known", "5 minutes"), ("Knwon2", "5 minutes"), ("Knwon2", "5 minutes")):
+        admin.execute(
+            "INSERT INTO axa_queue (id, name, args, run_at) "
+            "VALUES (gen_random_uuid(), %s, %s, now() - %s::interval)",
+            (name, f'{{"token": "{SECRET}"}}', ago),
+        )
+    await collector.refresh()
+    assert value(registry, "axa_queue_workers", state="live") == 1
+    assert value(registry, "axa_queue_workers", state="gone") == 1
+    assert value(registry, "axa_queue_unhandled_jobs", job="Knwon2") == 2
+    assert registry.get_sample_value("axa_queue_unhandled_jobs", {"job": "Known"}) is None
+    admin.execute("DELETE FROM axa_queue WHERE name = 'Knwon2'")
+    admin.execute("DELETE FROM axa_workers")
+    await collector.refresh()
+    assert registry.get_sample_value("axa_queue_unhandled_jobs", {"job": "Knwon2"}) is None
+    assert value(registry, "axa_queue_workers", state="live") == 0
+    assert value(registry, "axa_queue_unhandled_jobs", job="Known") == 1
+    assert SECRET not in generate_latest(registry).decode()

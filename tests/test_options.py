@@ -48,6 +48,8 @@ def test_the_defaults_are_the_reference_crates() -> None:
     assert options.keep_recent == timedelta(minutes=1)
     assert options.maintenance_interval == timedelta(minutes=5)
     assert options.mode is None
+    assert options.unhandled_after == timedelta(minutes=10)
+    assert options.unknown_names == "accept"
 
 
 @pytest.mark.parametrize(
@@ -78,6 +80,7 @@ def test_every_duration_option_is_typed_a_timedelta_when_read_and_a_duration_whe
         "maintenance_interval",
         "setup_lock_timeout",
         "wait_for_database",
+        "unhandled_after",
         "shutdown_grace",
     }
     for name, option in durations.items():
@@ -120,6 +123,8 @@ def test_every_duration_option_is_typed_a_timedelta_when_read_and_a_duration_whe
         ({"max_attempts": True}, ["max_attempts", "True"]),
         ({"prefetch": -1}, ["prefetch", "-1", '"auto"']),
         ({"prefetch": "fast"}, ["prefetch", "'fast'"]),
+        ({"unknown_names": "ignore"}, ["unknown_names", "'ignore'", "accept", "refuse"]),
+        ({"unhandled_after": -5}, ["unhandled_after", "-5"]),
     ],
     ids=lambda value: "-".join(value) if isinstance(value, list) else None,
 )
@@ -484,3 +489,35 @@ async def test_log_records_of_a_job_name_it_by_id_name_and_attempt(
     assert failed, [r.getMessage() for r in caplog.records]
     record = failed[0]
     assert (record.job_id, record.job, record.attempt) == (str(job_id), "Flaky", 1)  # type: ignore[attr-defined]
+
+
+async def test_a_queue_refusing_unknown_names_raises_naming_the_name_and_queues_nothing(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(unknown_names="refuse")
+    queue.handle("Known", lambda args: None)
+    with pytest.raises(OptionsError) as raised:
+        await queue.enqueue("Knwon2", {"nhs": SECRET})
+    message = str(raised.value)
+    assert "'Knwon2'" in message and 'unknown_names="accept"' in message
+    assert "@queue.handler('Knwon2')" in message and SECRET not in message
+    with pytest.raises(OptionsError, match="Knwon2"):
+        await queue.enqueue_all([NewJob("Known", {}), NewJob("Knwon2", {})])
+    sync = queue.sync()
+    try:
+        with pytest.raises(OptionsError, match="Knwon2"):
+            sync.enqueue("Knwon2", {})
+        with pytest.raises(OptionsError, match="Knwon2"):
+            sync.enqueue_all([NewJob("Knwon2", {})])
+    finally:
+        sync.close()
+    assert admin.execute("SELECT count(*) FROM axa_queue").fetchone() == (0,)
+    await queue.enqueue("Known", {})
+    assert admin.execute("SELECT name FROM axa_queue").fetchall() == [("Known",)]
+
+
+async def test_by_default_a_queue_accepts_a_name_it_has_no_handler_for(make_queue, admin) -> None:
+    queue = await make_queue()
+    await queue.enqueue("Elsewhere", {})
+    await queue.enqueue_all([NewJob("Elsewhere", {})])
+    assert admin.execute("SELECT count(*) FROM axa_queue").fetchone() == (2,)

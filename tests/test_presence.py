@@ -1,23 +1,76 @@
 """Worker processes record themselves in `axa_workers`: a row at start, refreshed with
-the heartbeat, deleted at a clean stop, and removed by housekeeping long after a
-process died; `axa-queue workers` lists them."""
+the heartbeat, deleted at a clean stop, shown as gone once silent for three heartbeat
+intervals, and removed by housekeeping long after a process died; `axa-queue workers`
+lists them. The job names no live process handles, with jobs waiting past
+`unhandled_after`, are warned about (the worker's log, `counts`)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
+import re
+import signal
 import socket
+import sys
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 
 from axa_queue import maintenance
 from axa_queue.cli import main
-from axa_queue.presence import workers_on
+from axa_queue.db.calls import run_async
+from axa_queue.presence import (
+    GONE_AFTER_BEATS,
+    Unhandled,
+    handled_names,
+    unhandled_call,
+    workers_call,
+    workers_on,
+)
+from axa_queue.worker.housekeeping import Housekeeping
 from conftest import eventually, later, running
+
+WORKER = """
+import asyncio, sys
+from axa_queue import Queue, QueueOptions
+
+async def main():
+    queue = Queue(sys.argv[1], QueueOptions(heartbeat_interval=0.2, poll_interval=0.05))
+    queue.handle("Beat", lambda args: None)
+    async with queue:
+        await queue.run()
+
+asyncio.run(main())
+"""
+"""A worker process with a short heartbeat (and the default stale_after, an hour)."""
+
+
+def _worker_row(
+    admin: psycopg.Connection[Any], names: list[str], ago: str, beat_ms: int | None
+) -> uuid.UUID:
+    """Insert a worker process's row last heard from `ago` (an interval)."""
+    one = uuid.uuid4()
+    admin.execute(
+        "INSERT INTO axa_workers (id, host, pid, names, loops, version, seen_at, beat_ms) "
+        "VALUES (%s, 'h', 1, %s, 1, 'x', now() - %s::interval, %s)",
+        (one, names, ago, beat_ms),
+    )
+    return one
+
+
+def _waiting(admin: psycopg.Connection[Any], name: str, ago: str, count: int = 1) -> None:
+    """Queue `count` jobs of `name`, due since `ago` (an interval)."""
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, run_at) SELECT gen_random_uuid(), %s, "
+        "'{}'::jsonb, now() - %s::interval - g * interval '1 ms' FROM generate_series(1, %s) g",
+        (name, ago, count),
+    )
 
 
 def _rows(admin: psycopg.Connection[Any]) -> list[Any]:
@@ -100,3 +153,176 @@ def test_the_workers_command_lists_processes_as_a_table_and_as_json(dsn, admin) 
     assert row["host"] == "web-1" and row["names"] == ["Report", "Mail"] and row["running"] == 2
     admin.execute("DELETE FROM axa_workers")
     assert "no worker processes" in runner.invoke(main, ["workers"]).output
+
+
+async def test_a_worker_process_killed_is_shown_gone_within_three_heartbeats(
+    dsn, make_queue, admin
+) -> None:
+    queue = await make_queue()
+    process = await asyncio.create_subprocess_exec(sys.executable, "-c", WORKER, dsn)
+    try:
+
+        async def listed() -> list[Any]:
+            async with queue.connection() as conn:
+                return [w for w in await workers_on(conn) if w.pid == process.pid]
+
+        await eventually(lambda: _listed_once(listed))
+        stale = queue.options.stale_after.total_seconds()
+        [info] = await listed()
+        assert info.beat == pytest.approx(0.2) and info.state(stale) == "live"
+        process.send_signal(signal.SIGKILL)  # no clean stop: the row stays
+        assert await asyncio.wait_for(process.wait(), 15) == -signal.SIGKILL
+
+        async def gone() -> bool:
+            return [w.state(stale) for w in await listed()] == ["gone"]
+
+        await eventually(gone)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    # Judged on the database's clock from its last heartbeat: live until three beats
+    # have passed (though stale_after is an hour), gone from then on.
+    [dead] = await listed()
+    last = admin.execute("SELECT seen_at FROM axa_workers WHERE pid = %s", (process.pid,))
+    [(seen_at,)] = last.fetchall()
+    async with queue.connection() as conn:
+        for beats, state in ((GONE_AFTER_BEATS - 0.5, "live"), (GONE_AFTER_BEATS + 0.1, "gone")):
+            at = seen_at + timedelta(seconds=beats * 0.2)
+            [moved] = [w for w in await run_async(conn, workers_call(at)) if w.id == dead.id]
+            assert moved.state(stale) == state, beats
+    assert stale < 3600 and dead.gone_after(stale) == pytest.approx(0.6)
+
+
+async def _listed_once(listed: Any) -> bool:
+    return len(await listed()) == 1
+
+
+def test_a_row_without_a_heartbeat_interval_is_judged_by_stale_after(dsn, admin) -> None:
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    assert runner.invoke(main, ["setup"]).exit_code == 0
+    _worker_row(admin, ["Old"], "10 minutes", None)  # an older version's row
+    _worker_row(admin, ["Killed"], "10 seconds", 1000)
+    _worker_row(admin, ["Fine"], "1 second", 1000)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        found = {w.names[0]: w for w in workers_on(conn)}
+    assert {name: w.state(3600) for name, w in found.items()} == {
+        "Old": "live",
+        "Killed": "gone",
+        "Fine": "live",
+    }
+    assert found["Old"].state(300) == "gone"
+    assert handled_names(found.values(), 3600) == {"Old", "Fine"}
+    table = runner.invoke(main, ["workers"])
+    assert table.exit_code == 0, table.output
+    assert "STATE" in table.output and table.output.count("gone") == 1
+
+
+def test_jobs_waiting_past_the_threshold_under_a_name_no_live_worker_handles_are_unhandled(
+    dsn, admin
+) -> None:
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    assert runner.invoke(main, ["setup"]).exit_code == 0
+    _worker_row(admin, ["Known"], "1 second", 60_000)
+    _worker_row(admin, ["Knwon2"], "10 minutes", 1000)  # gone: it handles nothing now
+    _waiting(admin, "Known", "20 minutes", 3)  # handled, however long it waits
+    _waiting(admin, "Knwon2", "20 minutes", 2)
+    _waiting(admin, "Knwon2", "1 minute")  # not waiting long enough to count
+    _waiting(admin, "Fresh", "1 minute")  # nobody handles it, but not for long yet
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, status, run_at) VALUES "
+        "(gen_random_uuid(), 'Done', '{}', 'completed', now() - interval '1 day')"
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        workers = workers_on(conn)
+        handled = handled_names(workers, 3600)
+        assert handled == {"Known"}
+        [found] = run_sync_call(conn, unhandled_call(handled, 600))
+        assert (found.name, found.jobs) == ("Knwon2", 2) and found.oldest >= 1200
+        assert [u.name for u in run_sync_call(conn, unhandled_call(handled, 0))] == [
+            "Fresh",
+            "Knwon2",
+        ]
+        assert run_sync_call(conn, unhandled_call({"Known", "Knwon2", "Fresh"}, 0)) == []
+
+    shown = runner.invoke(main, ["counts", "--by-name"])
+    assert shown.exit_code == 0, shown.output
+    assert "HANDLED" in shown.output
+    rows = {line.split()[0]: line.split()[-1] for line in shown.output.splitlines()[1:5]}
+    assert rows == {"Done": "no", "Fresh": "no", "Known": "yes", "Knwon2": "no"}
+    assert "warning: Knwon2 has 2 jobs waiting for more than 10.0 min" in shown.output
+    assert "Fresh has" not in shown.output
+    as_json = json.loads(runner.invoke(main, ["counts", "--by-name", "--json"]).output)
+    assert as_json["Knwon2"]["handled"] is False and as_json["Knwon2"]["unhandled_jobs"] == 2
+    assert as_json["Known"]["handled"] is True and as_json["Known"]["ready"] == 3
+    totals = runner.invoke(main, ["counts"])
+    assert "warning: Knwon2 has 2 jobs" in totals.output
+
+
+def run_sync_call(conn: psycopg.Connection[Any], call: Any) -> list[Unhandled]:
+    from axa_queue.db.calls import run_sync
+
+    found: list[Unhandled] = run_sync(conn, call)
+    return found
+
+
+def test_the_unhandled_names_are_found_without_reading_the_handled_backlog(dsn, admin) -> None:
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    assert runner.invoke(main, ["setup"]).exit_code == 0
+    _waiting(admin, "Busy", "1 hour", 50_000)
+    _waiting(admin, "Knwon2", "1 hour", 3)
+    admin.execute("ANALYZE axa_queue")
+    call = unhandled_call({"Busy"}, 600)
+    plan = "\n".join(
+        row[0]
+        for row in admin.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + call.query, call.params
+        ).fetchall()
+    )
+    assert "axa_queue_pick" in plan and "Seq Scan" not in plan, plan
+    top = next(line for line in plan.splitlines() if "Buffers:" in line)  # the whole plan's
+    touched = sum(int(n) for n in re.findall(r"(?:hit|read)=(\d+)", top))
+    pages = admin.execute(
+        "SELECT relpages FROM pg_class WHERE oid = 'axa_queue_pick'::regclass"
+    ).fetchone()
+    # A few probes per name, where counting the handled name's backlog reads its index.
+    assert pages is not None and 0 < touched < pages[0] / 4, (pages, plan)
+
+
+async def test_each_worker_warns_once_per_name_nobody_handles_until_it_is_handled_again(
+    make_queue, admin, caplog
+) -> None:
+    rounds = {"n": 0}
+    warn = Housekeeping.warn_unhandled
+
+    async def counted(self: Housekeeping) -> Any:
+        found = await warn(self)
+        rounds["n"] += 1
+        return found
+
+    queue = await make_queue(unhandled_after=60, maintenance_interval=0.05)
+    queue.handle("Known", lambda args: None)
+    _waiting(admin, "Knwon2", "5 minutes", 2)
+    _waiting(admin, "Knwon3", "10 seconds")  # under the threshold
+    _waiting(admin, "Known", "5 minutes", 50)  # its own: never warned of, row written or not
+    caplog.set_level(logging.WARNING, logger="axa_queue.worker")
+
+    def warnings() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if getattr(r, "jobs", None) is not None]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Housekeeping, "warn_unhandled", counted)
+        async with running(queue):
+            await eventually(lambda: rounds["n"] >= 3)
+            [line] = warnings()
+            assert line.job == "Knwon2" and line.jobs == 2  # type: ignore[attr-defined]
+            assert "'Knwon2'" in line.getMessage() and "no live worker" in line.getMessage()
+            helper = _worker_row(admin, ["Knwon2"], "0 seconds", 3_600_000)
+            seen = rounds["n"]
+            await eventually(lambda: rounds["n"] >= seen + 2)
+            assert len(warnings()) == 1
+            admin.execute("DELETE FROM axa_workers WHERE id = %s", (helper,))
+            await eventually(lambda: len(warnings()) == 2)
+            seen = rounds["n"]
+            await eventually(lambda: rounds["n"] >= seen + 2)
+            assert len(warnings()) == 2

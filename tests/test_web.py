@@ -617,3 +617,53 @@ def test_axa_queue_web_refuses_a_short_or_missing_token_file(tables: str, tmp_pa
     assert missing.exit_code == 1 and "cannot read the token file" in missing.output
     header = runner.invoke(main, ["web", "--trust-header", "X-User"])
     assert header.exit_code == 2 and "--trusted-proxy" in header.output
+
+
+def _worker(admin: psycopg.Connection[Any], names: list[str], ago: str, beat_ms: int) -> None:
+    admin.execute(
+        "INSERT INTO axa_workers (id, host, pid, names, loops, version, seen_at, beat_ms) "
+        "VALUES (%s, 'web-1', 4242, %s, 1, 'x', now() - %s::interval, %s)",
+        (uuid.uuid4(), names, ago, beat_ms),
+    )
+
+
+def test_the_overview_warns_of_names_no_live_worker_handles_and_the_workers_page_of_gone_ones(
+    board: TestClient, admin
+) -> None:
+    seed(admin, "Known", "queued", 2)
+    seed(admin, "Knwon2", "queued", 3)
+    seed(admin, "Fresh", "queued")
+    admin.execute(
+        "UPDATE axa_queue SET run_at = now() - interval '20 minutes' WHERE name <> 'Fresh'"
+    )
+    _worker(admin, ["Known"], "1 second", 60_000)
+    for page in ("/", "/live"):
+        html = board.get(page).text
+        warning = html[
+            html.index('id="unhandled"') : html.index("</section>", html.index('id="unhandled"'))
+        ]
+        assert 'data-name="Knwon2"' in warning and "3 jobs" in warning, page
+        assert "Known<" not in warning and "Fresh" not in warning, page
+        assert "10.0 min" in warning
+        handled = dict(
+            re.findall(r'<tr data-name="(\w+)">.*?<td class="handled">(\w+)</td>', html, re.S)
+        )
+        assert handled == {"Known": "yes", "Knwon2": "no", "Fresh": "no"}, page
+    names = board.get("/names").text
+    assert '<td class="handled">yes</td>' in names
+    workers = board.get("/workers").text
+    assert 'class="state-live"' in workers and "state-gone" not in workers
+    # Its worker gone (silent for more than three of its one-second heartbeats), nobody
+    # handles Known either; a worker with the name handles Knwon2 again.
+    admin.execute("UPDATE axa_workers SET seen_at = now() - interval '5 seconds'")
+    _worker(admin, ["Knwon2"], "0 seconds", 60_000)
+    admin.execute("UPDATE axa_workers SET beat_ms = 1000 WHERE names = '{Known}'")
+    html = board.get("/").text
+    warning = html[
+        html.index('id="unhandled"') : html.index("</section>", html.index('id="unhandled"'))
+    ]
+    assert 'data-name="Known"' in warning and 'data-name="Knwon2"' not in warning
+    workers = board.get("/workers").text
+    assert workers.count('class="state-gone"') == 1 and workers.count('class="state-live"') == 1
+    admin.execute("DELETE FROM axa_queue")
+    assert 'id="unhandled"' not in board.get("/").text

@@ -16,6 +16,8 @@ Two kinds of numbers:
 
     axa_queue_jobs{job="Report",state="ready"} 12
     axa_queue_oldest_ready_seconds{job="Report"} 3.2
+    axa_queue_unhandled_jobs{job="Reprot"} 4
+    axa_queue_workers{state="live"} 3
     axa_queue_database_up 1
     axa_queue_runs_total{job="Report",outcome="completed"} 5120
     axa_queue_run_seconds_bucket{job="Report",le="0.5"} 4990
@@ -69,6 +71,7 @@ from .jobs.reads import (
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
+from .presence import Unhandled, WorkerInfo, unhandled_steps
 from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:
@@ -91,6 +94,9 @@ log = logging.getLogger("axa_queue.metrics")
 
 STATES = ("ready", "waiting", "running", "completed", "failed", "cancelled", "needs_review")
 """The `state` label of `axa_queue_jobs`: the fields of `Counts`."""
+
+WORKER_STATES = ("live", "gone")
+"""The `state` label of `axa_queue_workers` (`WorkerInfo.state`)."""
 
 OUTCOMES = ("completed", "retried", "failed", "lost", "cancelled")
 """The `outcome` label of `axa_queue_runs_total`."""
@@ -179,7 +185,9 @@ class RunMetrics:
 
 class QueueCollector(Collector):
     """Jobs in each state and the oldest ready job's age, for every job name, as of the
-    last `refresh()`, plus `axa_queue_database_up` (whether that refresh worked).
+    last `refresh()`, the worker processes live and gone, the jobs of names no live
+    process handles (only names with such jobs), plus `axa_queue_database_up` (whether
+    that refresh worked).
 
     Jobs not finished (ready, waiting, running, in review) are counted at every refresh
     from their partial indexes, cheap however many finished rows the table keeps; the
@@ -196,6 +204,10 @@ class QueueCollector(Collector):
         self.finished: dict[str, FinishedCounts] = {}
         self.paused: list[str] = []
         """The job names paused at the last refresh."""
+        self.workers: list[WorkerInfo] = []
+        """The worker processes' rows at the last refresh."""
+        self.unhandled: list[Unhandled] = []
+        """The names no live process handles whose jobs waited past `unhandled_after`."""
         self.up = False
         self.refreshed_at: float | None = None
         """When the last refresh worked (`time.time()`)."""
@@ -211,6 +223,14 @@ class QueueCollector(Collector):
             async with self.queue.pool.connection() as conn:
                 live = await run_async(conn, live_counts_by_name_call())
                 paused = [one.name for one in await run_async(conn, paused_call())]
+                options = self.queue.options
+                workers, unhandled = await run_async(
+                    conn,
+                    unhandled_steps(
+                        options.stale_after.total_seconds(),
+                        options.unhandled_after.total_seconds(),
+                    ),
+                )
                 if finished:
                     self.finished = await run_async(conn, finished_counts_by_name_call())
                     self.finished_at = time.monotonic()
@@ -218,6 +238,7 @@ class QueueCollector(Collector):
             self.up = False
             raise
         self.live, self.paused, self.up, self.refreshed_at = live, paused, True, time.time()
+        self.workers, self.unhandled = workers, unhandled
         self.counts = {name: self._merged(name) for name in sorted({*live, *self.finished})}
 
     def _merged(self, name: str) -> Counts:
@@ -259,13 +280,21 @@ class QueueCollector(Collector):
 
     def describe(self) -> list[Metric]:
         """The metric families, without values (so registering does no I/O)."""
-        return list(self._families({}, []))
+        return list(self._families({}, [], None, []))
 
     def collect(self) -> Iterator[Metric]:
         """The metric families with the last counts."""
-        yield from self._families(self.counts, self.paused)
+        stale = self.queue.options.stale_after.total_seconds()
+        states = None if self.refreshed_at is None else [one.state(stale) for one in self.workers]
+        yield from self._families(self.counts, self.paused, states, self.unhandled)
 
-    def _families(self, snapshot: dict[str, Counts], paused_names: list[str]) -> Iterator[Metric]:
+    def _families(
+        self,
+        snapshot: dict[str, Counts],
+        paused_names: list[str],
+        worker_states: list[str] | None,
+        unhandled_names: list[Unhandled],
+    ) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
             "axa_queue_jobs",
             "Jobs in the table by job name and state (ready: queued and due; waiting: "
@@ -291,6 +320,25 @@ class QueueCollector(Collector):
         for name in paused_names:
             paused.add_metric([name], 1.0)
         yield paused
+        workers = GaugeMetricFamily(
+            "axa_queue_workers",
+            "axa-queue worker processes by state: live, or gone (silent for 3 heartbeat "
+            "intervals: killed, or cut off; removed after an hour).",
+            labels=["state"],
+        )
+        unhandled = GaugeMetricFamily(
+            "axa_queue_unhandled_jobs",
+            "Jobs due for longer than unhandled_after under a job name no live worker "
+            "process handles (only names with such jobs).",
+            labels=["job"],
+        )
+        if worker_states is not None:
+            for state in WORKER_STATES:
+                workers.add_metric([state], float(worker_states.count(state)))
+        for one in unhandled_names:
+            unhandled.add_metric([one.name], float(one.jobs))
+        yield workers
+        yield unhandled
         yield GaugeMetricFamily(
             "axa_queue_database_up",
             "1 when the last count of jobs reached the database, else 0.",

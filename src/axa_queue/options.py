@@ -33,6 +33,7 @@ __all__ = [
     "OptionalDurationOption",
     "Pooler",
     "QueueOptions",
+    "UnknownNames",
     "dsn_from_environment",
     "to_seconds",
     "to_timedelta",
@@ -58,6 +59,12 @@ POOLER_VARIABLE = "AXA_QUEUE_POOLER"
 """The environment variable that says the pooler when `QueueOptions.pooler` is not set."""
 
 _POOLERS: tuple[str, ...] = get_args(Pooler)
+
+UnknownNames = Literal["accept", "refuse"]
+"""What `enqueue` does with a job name the queue has no handler for: queue it (another
+process may handle it), or refuse it with an `OptionsError`."""
+
+_UNKNOWN_NAMES: tuple[str, ...] = get_args(UnknownNames)
 
 SCHEMA_VARIABLE = "AXA_QUEUE_SCHEMA"
 """The environment variable that names the schema when `QueueOptions.schema` is not set."""
@@ -264,6 +271,16 @@ class QueueOptions:
     failed, will retry`). Off by default: a traceback shows source lines and every
     exception message in the chain in full, which may hold whatever the handler put in
     them (`axa-queue worker --log-tracebacks` turns it on)."""
+    unhandled_after: DurationOption = DurationOption(timedelta(minutes=10))
+    """How long a job may wait, due, under a job name no live worker process handles
+    before it is warned about: on the dashboard, in `axa-queue counts`, by the
+    `axa_queue_unhandled_jobs` metric and in each worker's log (once per name)."""
+    unknown_names: UnknownNames = "accept"
+    """What `enqueue` and `enqueue_all` (of `Queue` and `SyncQueue`) do with a job name
+    this queue has no handler for: `"accept"` queues it (another process may handle
+    it); `"refuse"` raises `OptionsError`, for an application that queues and works in
+    one codebase, so a misspelt name fails at once instead of waiting for ever.
+    `enqueue_on` does not look."""
 
     def __post_init__(self) -> None:
         _positive_int("workers", self.workers)
@@ -296,6 +313,11 @@ class QueueOptions:
         if self.mode is not None and self.mode not in _MODES:
             raise OptionsError(
                 f"expected mode to be one of {', '.join(_MODES)}, got: {self.mode!r}"
+            )
+        if self.unknown_names not in _UNKNOWN_NAMES:
+            raise OptionsError(
+                f"expected unknown_names to be one of {', '.join(_UNKNOWN_NAMES)}, "
+                f"got: {self.unknown_names!r}"
             )
         if self.pooler is not None and self.pooler not in _POOLERS:
             raise OptionsError(

@@ -3,13 +3,19 @@
 A worker process makes its row when it starts, refreshes its last heartbeat and jobs in
 progress once per `heartbeat_interval` (`worker.presence`), and deletes it when it stops
 cleanly; housekeeping removes the rows of processes silent for `FORGET_AFTER`. Readers
-call a process live while it was heard from within `stale_after`. The Rust crate's
-workers write no row: they simply do not appear.
+call a process gone once it has been silent for `GONE_AFTER_BEATS` of its heartbeat
+intervals (killed, its host lost, or cut off from the database), live until then; a row
+that records no interval (written by an older version) is judged by `stale_after`
+instead. The Rust crate's workers write no row: they simply do not appear.
+
+The job names no live process handles (`handled_names`) whose jobs have waited for
+longer than `QueueOptions.unhandled_after` are `unhandled_call`'s: what `counts`, the
+dashboard, the metrics and each worker's housekeeping warn about.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, overload
@@ -19,14 +25,32 @@ import psycopg
 
 from . import sql
 from .db.adapters import run
-from .db.calls import Call, Connection, Row
+from .db.calls import Call, Connection, Row, Steps, ask
 from .jobs.model import moment
 
-__all__ = ["FORGET_AFTER", "WorkerInfo", "workers_call", "workers_on"]
+__all__ = [
+    "FORGET_AFTER",
+    "GONE_AFTER_BEATS",
+    "UNHANDLED_CAP",
+    "Unhandled",
+    "WorkerInfo",
+    "handled_names",
+    "unhandled_call",
+    "unhandled_steps",
+    "workers_call",
+    "workers_on",
+]
 
 FORGET_AFTER = 3600.0
 """Seconds after which housekeeping removes the row of a worker process never heard from
 again (killed, or its host lost): long enough to see on the dashboard that it died."""
+
+UNHANDLED_CAP = 10_000
+"""The most jobs of one name `unhandled_call` counts: past it, "at least this many"."""
+
+GONE_AFTER_BEATS = 3
+"""Heartbeat intervals a process may miss before it is shown as gone: one late beat (a
+slow write, a busy host) is not a death, three in a row are."""
 
 
 @dataclass(frozen=True)
@@ -50,10 +74,22 @@ class WorkerInfo:
     """Its last heartbeat, on the database's clock."""
     silent: float
     """Seconds since `seen_at`, on the database's clock."""
+    beat: float | None = None
+    """Its heartbeat interval in seconds, or `None` in a row written by a version that
+    did not record it."""
+
+    def gone_after(self, stale_after: float) -> float:
+        """Seconds of silence after which it is gone: `GONE_AFTER_BEATS` heartbeat
+        intervals, or `stale_after` when its row does not say its interval."""
+        return stale_after if self.beat is None else GONE_AFTER_BEATS * self.beat
 
     def live(self, stale_after: float) -> bool:
-        """Whether it was heard from within `stale_after` seconds."""
-        return self.silent < stale_after
+        """Whether it was heard from lately (see `gone_after`)."""
+        return self.silent < self.gone_after(stale_after)
+
+    def state(self, stale_after: float) -> str:
+        """`"live"`, or `"gone"` once silent for `gone_after(stale_after)` seconds."""
+        return "live" if self.live(stale_after) else "gone"
 
 
 def _read(rows: list[Row], _count: int) -> list[WorkerInfo]:
@@ -69,6 +105,7 @@ def _read(rows: list[Row], _count: int) -> list[WorkerInfo]:
             started_at=moment(r.started_at),
             seen_at=moment(r.seen_at),
             silent=max(0.0, float(r.silent)),
+            beat=None if r.beat_ms is None else r.beat_ms / 1000,
         )
         for r in rows
     ]
@@ -87,3 +124,43 @@ def workers_on(conn: Connection) -> list[WorkerInfo] | Awaitable[list[WorkerInfo
     """Every worker process that has a row (live ones, and those silent for less than
     `FORGET_AFTER`), by host and pid."""
     return run(conn, workers_call())
+
+
+def handled_names(workers: Iterable[WorkerInfo], stale_after: float) -> frozenset[str]:
+    """The job names some live process of `workers` handles."""
+    return frozenset(name for one in workers if one.live(stale_after) for name in one.names)
+
+
+@dataclass(frozen=True)
+class Unhandled:
+    """A job name no live worker process handles, with jobs waiting for it."""
+
+    name: str
+    jobs: int
+    """Its jobs due for longer than the threshold asked (`unhandled_after`), counted up
+    to `UNHANDLED_CAP`."""
+    oldest: float
+    """Seconds the oldest of those counted has been due."""
+
+
+def unhandled_call(
+    handled: Iterable[str], after: float, now: datetime | None = None
+) -> Call[list[Unhandled]]:
+    """The call that reads the names not in `handled` with jobs due for longer than
+    `after` seconds, by name."""
+    return Call(
+        sql.UNHANDLED_JOBS,
+        {"handled": sorted(handled), "after": after, "cap": UNHANDLED_CAP, "now": now},
+        lambda rows, _n: [Unhandled(r.name, r.jobs, max(0.0, float(r.oldest))) for r in rows],
+    )
+
+
+def unhandled_steps(
+    stale_after: float, after: float, here: Iterable[str] = ()
+) -> Steps[tuple[list[WorkerInfo], list[Unhandled]]]:
+    """Read the worker processes, then the names none of the live ones handles (nor
+    `here`: the caller's own, a worker whose row may not be written yet) whose jobs have
+    been due for longer than `after` seconds (two small statements)."""
+    found = yield from ask(workers_call())
+    handled = handled_names(found, stale_after) | frozenset(here)
+    return found, (yield from ask(unhandled_call(handled, after)))

@@ -264,8 +264,10 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
 
         In the `inline` or `background` mode (`QueueOptions.mode`, `AXA_QUEUE_MODE`) the
         job's handler runs in this process instead, now in the caller or as a task, and
-        nothing is stored; the id returned is its run's (`JobContext.id`); see `modes`."""
-        job = self.registry.filled(as_new_job(job, args, **options))
+        nothing is stored; the id returned is its run's (`JobContext.id`); see `modes`.
+        With `QueueOptions(unknown_names="refuse")`, a name this queue has no handler for
+        raises `OptionsError`."""
+        job = self.registry.filled(as_new_job(job, args, **options), self.options.unknown_names)
         mode = self.options.resolved_mode()
         if mode == "queue":
             return await self._run(enqueue_work(job))
@@ -277,7 +279,7 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         In the `inline` mode each job runs in turn, in the caller, and the first to
         raise stops the rest; in the `background` mode each starts as a task (see
         `enqueue`)."""
-        batch = [self.registry.filled(job) for job in jobs]
+        batch = [self.registry.filled(job, self.options.unknown_names) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
             return await self._run(enqueue_all_work(batch))

@@ -142,7 +142,7 @@ class SyncQueue(Connected):
         The `inline` and `background` modes run its handler here instead, as `Queue.enqueue`
         says: inline in this very thread (an async handler on an event loop of its own),
         in the background in a thread of its own."""
-        job = self.registry.filled(as_new_job(job, args, **options))
+        job = self.registry.filled(as_new_job(job, args, **options), self.options.unknown_names)
         mode = self.options.resolved_mode()
         if mode == "queue":
             return self._run(enqueue_work(job))
@@ -151,7 +151,7 @@ class SyncQueue(Connected):
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
         """Queue every job in one statement: all or none. Ids in order. The `inline` and
         `background` modes run each in turn, as `Queue.enqueue_all` says."""
-        batch = [self.registry.filled(job) for job in jobs]
+        batch = [self.registry.filled(job, self.options.unknown_names) for job in jobs]
         mode = self.options.resolved_mode()
         if mode == "queue":
             return self._run(enqueue_all_work(batch))

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from datetime import datetime
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from uuid import UUID
 
@@ -12,9 +13,10 @@ import click
 from rich.table import Table
 
 from .. import readable
+from ..db.calls import run_async
 from ..errors import JobNotFoundError
 from ..jobs.model import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
-from ..presence import WorkerInfo, workers_on
+from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, workers_on
 from ..queue import Queue
 from ..schedules.schedule import ScheduleInfo
 from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
@@ -236,55 +238,111 @@ def _job_table(info: JobInfo) -> Printed:
 
 
 @click.command()
-@click.option("--by-name", is_flag=True, help="One row per job name.")
+@click.option(
+    "--by-name", is_flag=True, help="One row per job name, with whether a live worker handles it."
+)
 @json_option
 @dsn_option
 def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
     """Count the jobs in each state (ready: queued and due; waiting: queued for later),
-    and say which job names are paused."""
+    say which job names are paused, and warn of names whose jobs have waited for longer
+    than unhandled_after (10 minutes) with no live worker handling them.
 
-    async def work(queue: Queue) -> Counts | dict[str, Counts]:
-        return await (queue.counts_by_name() if by_name else queue.counts())
+    With --by-name, the HANDLED column says whether a live axa-queue worker process
+    handles each name (the Rust crate's workers record themselves nowhere: a name only
+    they handle says no); the JSON gives each name's "handled" and "unhandled_jobs" too.
+    """
 
-    async def paused_too(queue: Queue) -> tuple[Counts | dict[str, Counts], list[str]]:
-        return await work(queue), [one.name for one in await queue.paused()]
+    async def work(queue: Queue) -> _Looked:
+        found = await (queue.counts_by_name() if by_name else queue.counts())
+        paused = [one.name for one in await queue.paused()]
+        options = queue.options
+        async with queue.connection() as conn:
+            workers, unhandled = await run_async(
+                conn,
+                unhandled_steps(
+                    options.stale_after.total_seconds(), options.unhandled_after.total_seconds()
+                ),
+            )
+        handled = handled_names(workers, options.stale_after.total_seconds())
+        return _Looked(found, paused, handled, unhandled, options.unhandled_after)
 
     if as_json:
-        answer(dsn, work, lambda found: "", as_json=True)
+        answer(dsn, lambda queue: _json_of(work, queue), lambda found: "", as_json=True)
     else:
-        answer(dsn, paused_too, lambda found: _counts_table(*found))
+        answer(dsn, work, _counts_table)
 
 
-def _counts_table(found: Counts | dict[str, Counts], paused: list[str]) -> Printed | list[Printed]:
+@dataclasses.dataclass(frozen=True)
+class _Looked:
+    """What `counts` read: the counts, the paused names, the names live workers
+    handle, the names nobody handles with jobs
+    waiting past `unhandled_after`."""
+
+    counts: Counts | dict[str, Counts]
+    paused: list[str]
+    handled: frozenset[str]
+    unhandled: list[Unhandled]
+    after: timedelta
+
+
+async def _json_of(work: Callable[[Queue], Awaitable[_Looked]], queue: Queue) -> Any:
+    """The counts as `--json` prints them: as before for the totals; by name, each
+    name's counts with whether a live worker handles it and its jobs waiting unhandled."""
+    found = await work(queue)
+    if isinstance(found.counts, Counts):
+        return found.counts
+    waiting = {one.name: one.jobs for one in found.unhandled}
+    return {
+        name: {
+            **dataclasses.asdict(one),
+            "handled": name in found.handled,
+            "unhandled_jobs": waiting.get(name, 0),
+        }
+        for name, one in found.counts.items()
+    }
+
+
+def _counts_table(found: _Looked) -> Printed | list[Printed]:
     states = [f.name for f in dataclasses.fields(Counts) if f.name != "oldest_ready_seconds"]
+    paused = found.paused
     said = (
         [f"paused (not claimed until resumed): {', '.join(shown(n) for n in paused)}"]
         if paused
         else []
     )
-    if isinstance(found, Counts):
+    said += [
+        f"warning: {shown(one.name)} has {one.jobs} "
+        f"{'job' if one.jobs == 1 else 'jobs'} waiting for more than "
+        f"{readable.seconds(found.after)} (the oldest {readable.seconds(one.oldest)}) and no "
+        "live worker handles that name: start one with its handler, or cancel them"
+        for one in found.unhandled
+    ]
+    if isinstance(found.counts, Counts):
         table = Table(box=None, header_style="bold")
         table.add_column("STATE")
         table.add_column("JOBS", justify="right")
         for state in states:
-            table.add_row(state, str(getattr(found, state)))
+            table.add_row(state, str(getattr(found.counts, state)))
         return [
             table,
-            f"oldest ready job has waited {readable.seconds(found.oldest_ready_seconds)}",
+            f"oldest ready job has waited {readable.seconds(found.counts.oldest_ready_seconds)}",
             *said,
         ]
-    if not found:
+    if not found.counts:
         return ["no jobs", *said]
     table = Table(box=None, header_style="bold")
     table.add_column("NAME")
     for state in states:
         table.add_column(state.upper().replace("_", " "), justify="right")
     table.add_column("OLDEST READY", justify="right")
-    for name, one in sorted(found.items()):
+    table.add_column("HANDLED")
+    for name, one in sorted(found.counts.items()):
         table.add_row(
             shown(name) + (" (paused)" if name in paused else ""),
             *(str(getattr(one, state)) for state in states),
             readable.seconds(one.oldest_ready_seconds),
+            "yes" if name in found.handled else "no",
         )
     return [table, *said]
 
@@ -330,7 +388,9 @@ def _schedules_table(found: list[ScheduleInfo]) -> Printed:
 @dsn_option
 def workers(as_json: bool, dsn: str | None) -> None:
     """List the worker processes: host, pid, the job names they handle, their loops,
-    jobs in progress and last heartbeat; LIVE unless silent for the queue's stale_after.
+    jobs in progress, last heartbeat and STATE: live, or gone once silent for 3 of its
+    heartbeat intervals (killed, or cut off from the database; a process of an older
+    version, which records no interval: for the queue's stale_after).
 
     Each axa-queue worker process records itself while it runs; the Rust crate's
     workers do not appear.
@@ -346,7 +406,7 @@ def workers(as_json: bool, dsn: str | None) -> None:
         if not found:
             return "no worker processes"
         table = Table(box=None, header_style="bold")
-        for column in ("HOST", "PID", "NAMES", "LOOPS", "RUNNING", "SEEN", "LIVE", "VERSION"):
+        for column in ("HOST", "PID", "NAMES", "LOOPS", "RUNNING", "SEEN", "STATE", "VERSION"):
             table.add_column(column, no_wrap=column != "NAMES")
         for one in found:
             table.add_row(
@@ -356,7 +416,7 @@ def workers(as_json: bool, dsn: str | None) -> None:
                 str(one.loops),
                 str(one.running),
                 f"{when(one.seen_at)} ({readable.seconds(one.silent)} ago)",
-                "yes" if one.live(stale["seconds"]) else "no",
+                one.state(stale["seconds"]),
                 shown(one.version),
             )
         return table

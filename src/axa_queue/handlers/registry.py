@@ -65,11 +65,21 @@ class Registry:
     middleware: list[Middleware] = field(default_factory=list)
     """Wrapped around every run, the first outermost (see `middleware`)."""
 
-    def filled(self, job: NewJob) -> NewJob:
+    def filled(self, job: NewJob, unknown_names: str = "accept") -> NewJob:
         """`job` with its handler's defaults where it leaves them unset, when this
-        process has its handler (`Policy.fill`); else `job` itself."""
+        process has its handler (`Policy.fill`); else `job` itself, or, when
+        `unknown_names` is `"refuse"` (`QueueOptions.unknown_names`), an `OptionsError`."""
         handler = self.handlers.get(job.name)
-        return job if handler is None else handler.policy.fill(job)
+        if handler is not None:
+            return handler.policy.fill(job)
+        if unknown_names == "refuse":
+            raise OptionsError(
+                f"cannot queue job name {job.name!r}: this queue has no handler for it and "
+                'its QueueOptions.unknown_names is "refuse"; register a handler for it '
+                f'(@queue.handler({job.name!r})), or give unknown_names="accept" to queue '
+                "jobs that other processes handle"
+            )
+        return job
 
     def attempt_limits(self, default: int) -> AttemptLimits:
         """The effective attempt limit of jobs here (`limits.AttemptLimits`): a job's own,

@@ -146,7 +146,7 @@ CHECK_ACTS = naming.statement(
 """Fails unless the acts table has every column."""
 
 CHECK_WORKERS = naming.statement(
-    "SELECT id, host, pid, names, loops, running, version, started_at, seen_at FROM {axa_workers} LIMIT 0"
+    "SELECT id, host, pid, names, loops, running, version, started_at, seen_at, beat_ms FROM {axa_workers} LIMIT 0"
 )
 """Fails unless the worker processes table has every column."""
 

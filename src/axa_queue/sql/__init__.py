@@ -259,6 +259,9 @@ from .web import (
     WEB_LIVE_COUNTS as WEB_LIVE_COUNTS,
 )
 from .workers import (
+    UNHANDLED_JOBS as UNHANDLED_JOBS,
+)
+from .workers import (
     WORKER_GONE as WORKER_GONE,
 )
 from .workers import (

@@ -1,6 +1,8 @@
 """The pages of counts by name: the overview (`/`), its live part that htmx fetches
 again every two seconds (`/live`), and every name's counts a page at a time (`/names`).
-Each refreshes the charts' history (`history`) as it reads the counts."""
+Each refreshes the charts' history (`history`) as it reads the counts, and says which
+names a live worker process handles, warning of those whose jobs have waited for
+longer than `unhandled_after` with none to handle them (`presence`)."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..acts import paused_call
+from ..presence import handled_names, unhandled_call, workers_call
 from . import charts, params
 from .board import Dashboard
 from .history import DAY, HOUR, Tally
@@ -63,6 +66,10 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
         lambda since, until: board.read(finished_call(since, until)), totals["ready"]
     )
     recent = history.recent_by_name()
+    options = board.queue.options
+    workers = await board.read(workers_call())
+    handled = handled_names(workers, options.stale_after.total_seconds())
+    unhandled = await board.read(unhandled_call(handled, options.unhandled_after.total_seconds()))
     by_name = {one.name: one for one in live}
     rows: list[dict[str, Any]] = []
     for name in by_name.keys() | recent.keys():
@@ -79,6 +86,7 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
                 "failed": done.failed,
                 "cancelled": done.cancelled,
                 "oldest": counts.oldest_ready_seconds if counts else 0.0,
+                "handled": name in handled,
             }
         )
     rows.sort(key=_by_backlog)
@@ -93,6 +101,8 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
         "capped": capped,
         "estimated": estimated,
         "cap": COUNT_CAP,
+        "unhandled": unhandled,
+        "unhandled_after": options.unhandled_after.total_seconds(),
     }
 
 

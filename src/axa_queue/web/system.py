@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..acts import ActKind
-from ..presence import WorkerInfo, workers_call
+from ..presence import GONE_AFTER_BEATS, WorkerInfo, workers_call
 from ..schedules.schedule import schedules_call
 from . import params
 from .board import Dashboard
@@ -36,10 +36,10 @@ async def schedules(board: Dashboard, request: Request) -> Response:
 
 
 async def workers(board: Dashboard, request: Request) -> Response:
-    """The workers that said they are present, and after how long one is stale."""
+    """The workers that said they are present, each live or gone."""
     found: list[WorkerInfo] = await board.read(workers_call())
     stale = board.queue.options.stale_after.total_seconds()
-    return board.page(request, "workers.html", workers=found, stale=stale)
+    return board.page(request, "workers.html", workers=found, stale=stale, beats=GONE_AFTER_BEATS)
 
 
 async def acts(board: Dashboard, request: Request) -> Response:

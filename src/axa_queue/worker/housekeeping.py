@@ -1,10 +1,16 @@
 """Housekeeping: the maintenance loop (`maintenance.run_once` every
-`maintenance_interval`), the worker's own stale recovery, and the moves of finished
-jobs to the history (`maintenance.move_history` every `history.move_interval`).
+`maintenance_interval`), the worker's own stale recovery, the moves of finished jobs
+to the history (`maintenance.move_history` every `history.move_interval`), and a warning
+in the log for each job name whose jobs wait with no live worker process to handle them.
 
 Stale recovery runs on the side connection, only once it has been connected for
 `stale_after` (every live worker has had that long to report in since the database
 came back), and never takes back a run this process holds.
+
+The warning about a name nobody handles (`presence.unhandled_steps`: jobs due for
+longer than `unhandled_after`, no live process with a handler for it) is logged once
+per name by each process, and again only after the name was handled, or had no such
+jobs, for a round.
 """
 
 from __future__ import annotations
@@ -16,9 +22,11 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from .. import history, maintenance
+from ..db.calls import run_async
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
+from ..presence import unhandled_steps
 from . import decisions
 from .connections import Connections
 from .state import State
@@ -50,6 +58,8 @@ class Housekeeping:
         self.stale = options.stale_after.total_seconds()
         self.attempts = registry.attempt_limits(options.max_attempts)
         """What stale recovery counts attempts against (`limits.AttemptLimits`)."""
+        self.warned: set[str] = set()
+        """The job names this process has warned about, no live worker handling them."""
 
     async def loop(self) -> None:
         """The rounds and the moves, side by side, until cancelled."""
@@ -90,6 +100,7 @@ class Housekeeping:
                     self.pool, self.options, self.registry.schedules
                 )
                 failure = await self.recover_stale() or failure
+                failure = await self.warn_unhandled() or failure
             except Exception as error:  # a bug, or anything the database driver raised
                 failure = error
                 log.error(
@@ -135,4 +146,40 @@ class Housekeeping:
             )
             return error
         maintenance.log_recovered(recovered)
+        return None
+
+    async def warn_unhandled(self) -> psycopg.Error | None:
+        """Log a warning for each job name whose jobs have been due for longer than
+        `unhandled_after` with no live worker process handling it, once per name until
+        it is handled again. Returns the error that stopped it, if any."""
+        try:
+            async with self.pool.connection() as conn:
+                _, found = await run_async(
+                    conn,
+                    unhandled_steps(
+                        self.stale,
+                        self.options.unhandled_after.total_seconds(),
+                        self.registry.handlers,  # its own names, its row written or not
+                    ),
+                )
+        except psycopg.Error as error:
+            log.error(
+                "could not look for job names no worker handles (%s)",
+                kind(error),
+                extra={"error": first_line(error)},
+            )
+            return error
+        for one in found:
+            if one.name not in self.warned:
+                log.warning(
+                    "jobs of %r wait with no live worker handling that name (%d due for "
+                    "longer than %g s, the oldest %.0f s): start a worker with a handler "
+                    "for it, or cancel them if the name is a mistake",
+                    one.name,
+                    one.jobs,
+                    self.options.unhandled_after.total_seconds(),
+                    one.oldest,
+                    extra={"job": one.name, "jobs": one.jobs, "oldest_seconds": one.oldest},
+                )
+        self.warned = {one.name for one in found}
         return None

@@ -2,7 +2,8 @@
 
 Made when the worker starts and refreshed once per `heartbeat_interval` with its jobs in
 progress (`sql.WORKER_SEEN`: one primary-key upsert on the side connection, whatever the
-number of jobs), deleted when the worker stops cleanly (`sql.WORKER_GONE`). It only
+number of jobs) and the interval itself (readers call a process silent for three of them
+gone), deleted when the worker stops cleanly (`sql.WORKER_GONE`). It only
 informs people (the `workers` command, the dashboard): a failure is logged once and
 tried again at the next beat, and never stops a job.
 """
@@ -65,6 +66,7 @@ class Presence:
             "loops": self.options.workers,
             "running": self.state.active,
             "version": _version(),
+            "beat_ms": max(1, round(self.every() * 1000)),
             "now": self.connections.now(),
         }
 
@@ -84,9 +86,14 @@ class Presence:
         self.failing = False
         return True
 
+    def every(self) -> float:
+        """Seconds between writes: the heartbeat interval, recorded with the row so
+        readers know when this process has missed too many."""
+        return max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+
     async def loop(self) -> None:
         """Make the row at once, then refresh it every heartbeat interval."""
-        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+        every = self.every()
         while True:
             await self.seen()
             await asyncio.sleep(every)
