@@ -87,16 +87,6 @@ ending, never a row this statement also ends (a row changes once per statement).
 
 # --- The claim ---------------------------------------------------------------------------
 
-_LEVELS = """levels(priority) AS (
-        (SELECT priority FROM {axa_queue} WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT q.priority FROM {axa_queue} q
-                WHERE q.status = 'queued' AND q.priority < levels.priority
-                ORDER BY q.priority DESC LIMIT 1)
-        FROM levels WHERE levels.priority IS NOT NULL"""
-"""The priority levels of queued jobs, highest first, one index probe each (a loose
-index scan), so the claim reads `axa_queue_pick` per (name, level) in order."""
-
 _WANTED = """wanted AS (
         SELECT w.name, least(w.cap, %(free)s) AS cap
         FROM json_to_recordset(%(wanted)s::json) AS w(name text, cap int)
@@ -154,38 +144,68 @@ _NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
 refused (recovery queued it again) is never claimed by the statement that carried its
 ending. `CLAIM`, with no endings, has no such fence."""
 
+_TOP = "32768"
+"""A level above every priority (`smallint` stops at 32767): where each name's walk
+down its levels starts."""
 
-_CANDIDATES = Template("""candidates AS MATERIALIZED (
-        SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
-        FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
-            SELECT id, priority, run_at FROM {axa_queue}
-            WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
-              AND run_at <= now()$fence
-              AND id <> ALL(%(losing)s::uuid[])
-            ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
-        ) j WHERE levels.priority IS NOT NULL""")
-"""For each (name, level), the oldest due jobs, at most the name's cap, locked, skipping
-rows others hold; never a job in `losing` (a run of this process that lost its claim,
-until its job's fate is written), nor one the `$fence` excludes (`_NOT_ENDING`, or
-nothing). Due is judged by `now()` itself, which the planner can estimate. A
-`string.Template` filled with this module's own pieces only: `$` marks its one slot, so
-the statement's other marks (`{axa_queue}`, `%(losing)s`) pass through as they are."""
+_LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
+        SELECT w.name, w.cap, $top, 0, NULL::uuid[], NULL::timestamptz[]
+        FROM wanted w WHERE w.cap > 0
+        UNION ALL
+        SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs
+        FROM levels l
+        CROSS JOIN LATERAL (
+            SELECT priority, run_at FROM {axa_queue}
+            WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority < l.priority
+            ORDER BY name, priority DESC, run_at LIMIT 1
+        ) f
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS n, array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
+                SELECT id, run_at FROM {axa_queue}
+                WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority = f.priority
+                  AND run_at >= f.run_at AND run_at <= now() AND f.run_at <= now()$fence
+                  AND id <> ALL(%(losing)s::uuid[])
+                ORDER BY name, priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
+            ) t
+        ) j
+        WHERE l.got < l.cap""")
+"""Each wanted name's priority levels, highest first, walked down in its own part of
+`axa_queue_pick` and nowhere else, until the name has its `cap` of jobs or no level
+is left; at each level, the oldest due jobs it still needs, locked, skipping rows
+others hold (`ids`, and their `runs`; `got` counts them from the top).
+
+A level is found by one probe, `f`: the first queued entry of the name below the level
+above, in index order; its `run_at` is where the level's jobs start. The jobs are then
+read from that entry on (`run_at >= f.run_at`: the statement has one snapshot, so no
+queued row of the level sorts before the one the probe saw), up to `now()`: dead
+entries in front of a level (jobs finished while vacuum was held back) are walked once,
+by the probe, never again by the scan, and delayed jobs are never read (a level whose
+first entry is not due is an empty range, left at once). Never a job in `losing` (a
+run of this process that lost its claim, until its job's fate is written), nor one the
+`$fence` excludes (`_NOT_ENDING`, or nothing). Due is judged by `now()` itself, which
+the planner can estimate.
+
+Every way in names the name (`name = l.name`, the first column of `axa_queue_pick`),
+so jobs of other names are never read, whatever the statistics say (see `EXCHANGE`).
+The anchor is a level above every priority (`_TOP`), so the probe and the scan are
+written once. A `string.Template` filled with this module's own pieces only: `$`
+marks its slots, so the statement's other marks (`{axa_queue}`, `%(losing)s`) pass
+through as they are."""
 
 
-def _candidates(fence: str) -> str:
-    """`_CANDIDATES` fenced by `fence`."""
-    return _CANDIDATES.substitute(fence=fence)
+def _levels(fence: str) -> str:
+    """`_LEVELS` fenced by `fence`."""
+    return _LEVELS.substitute(top=_TOP, fence=fence)
 
 
 _PICKED = """picked AS MATERIALIZED (
         SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
-            SELECT id, priority, run_at, cap,
-                   row_number() OVER (PARTITION BY name ORDER BY priority DESC, run_at) AS n
-            FROM candidates
-        ) c WHERE n <= cap ORDER BY priority DESC, run_at LIMIT %(free)s"""
-"""The jobs claimed, at most `free`, at most `cap` of each name, highest priority then
-oldest first, ranked in that order (the ranks past `idle` are claimed ahead);
-MATERIALIZED, so no more rows change than it picks."""
+            SELECT j.id, l.priority, j.run_at
+            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs) AS j(id, run_at)
+        ) c ORDER BY priority DESC, run_at LIMIT %(free)s"""
+"""The jobs claimed, at most `free` (at most `cap` of each name: `levels` took no
+more), highest priority then oldest first, ranked in that order (the ranks past `idle`
+are claimed ahead); MATERIALIZED, so no more rows change than it picks."""
 
 _CLAIMED = """claimed AS (
         UPDATE {axa_queue} q
@@ -253,9 +273,8 @@ EXCHANGE = statement(
             _ENDINGS,
             _FINISHED,
             _MARKED,
-            _LEVELS,
             _WANTED,
-            _candidates(_NOT_ENDING),
+            _levels(_NOT_ENDING),
             _PICKED,
             _CLAIMED,
         ],
@@ -364,9 +383,8 @@ EXCHANGE_LIMITED = statement(
             _ENDINGS,
             _FINISHED,
             _MARKED,
-            _LEVELS,
             _WANTED_GLOBAL,
-            _candidates(_NOT_ENDING),
+            _levels(_NOT_ENDING),
             _PICKED,
             _CLAIMED,
         ],
@@ -395,10 +413,9 @@ EXCHANGE_RATED = statement(
             _ENDINGS,
             _FINISHED,
             _MARKED,
-            _LEVELS,
             _GATES,
             _WANTED_RATED,
-            _candidates(_NOT_ENDING),
+            _levels(_NOT_ENDING),
             _PICKED,
             _CLAIMED,
             _TAKEN,
@@ -449,7 +466,7 @@ A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(
-        [_LEVELS, _WANTED, _candidates(""), _PICKED, _CLAIMED],
+        [_WANTED, _levels(""), _PICKED, _CLAIMED],
         [_CLAIMED_ROWS],
     )
 )
