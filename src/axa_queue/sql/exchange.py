@@ -172,25 +172,32 @@ _LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
 """Each wanted name's priority levels, highest first, walked down in its own part of
 `axa_queue_pick` and nowhere else, until the name has its `cap` of jobs or no level
 is left; at each level, the oldest due jobs it still needs, locked, skipping rows
-others hold (`ids`, and their `runs`; `got` counts them from the top).
+others hold (`ids`, and their `runs`; `got` counts them from the top). A name whose
+cap is filled walks no further, and locks no more rows than it may claim.
 
 A level is found by one probe, `f`: the first queued entry of the name below the level
-above, in index order; its `run_at` is where the level's jobs start. The jobs are then
-read from that entry on (`run_at >= f.run_at`: the statement has one snapshot, so no
-queued row of the level sorts before the one the probe saw), up to `now()`: dead
-entries in front of a level (jobs finished while vacuum was held back) are walked once,
-by the probe, never again by the scan, and delayed jobs are never read (a level whose
-first entry is not due is an empty range, left at once). Never a job in `losing` (a
-run of this process that lost its claim, until its job's fate is written), nor one the
-`$fence` excludes (`_NOT_ENDING`, or nothing). Due is judged by `now()` itself, which
-the planner can estimate.
+above, in index order (an index-only scan); its `run_at` is where the level's jobs
+start. The jobs are then read from that entry on (`run_at >= f.run_at`: the statement
+has one snapshot, so no queued row of the level sorts before the one the probe saw),
+up to `now()`: dead entries in front of a level (jobs finished while vacuum was held
+back) are walked once, by the probe, never again by the scan, and delayed jobs are
+never read (a level whose first entry is not due is not scanned at all: `f.run_at <=
+now()` is a one-time test). Never a job in `losing` (a run of this process that lost
+its claim, until its job's fate is written), nor one the `$fence` excludes
+(`_NOT_ENDING`, or nothing). Due is judged by `now()` itself, which the planner can
+estimate.
 
-Every way in names the name (`name = l.name`, the first column of `axa_queue_pick`),
-so jobs of other names are never read, whatever the statistics say (see `EXCHANGE`).
-The anchor is a level above every priority (`_TOP`), so the probe and the scan are
-written once. A `string.Template` filled with this module's own pieces only: `$`
-marks its slots, so the statement's other marks (`{axa_queue}`, `%(losing)s`) pass
-through as they are."""
+Both the probe and the scan ask for `axa_queue_pick`'s own order, `name, priority
+DESC, run_at`, and name the name by `= ANY(ARRAY[l.name])`, which (unlike `=`) the
+planner does not fold into a constant, so the order keeps its first column: no other
+index gives it without a sort, and the exchange connection plans without sorts where
+an index gives the order (`session.CLAIM_SETTINGS`). So jobs of other names are never
+read, whatever the statistics say (with statistics taken while next to no job was
+queued every partial index of queued jobs looks empty, and the planner read
+`axa_queue_ready` whole). The anchor is a level above every priority (`_TOP`), so the
+probe and the scan are written once. A `string.Template` filled with this module's own
+pieces only: `$` marks its slots, so the statement's other marks (`{axa_queue}`,
+`%(losing)s`) pass through as they are."""
 
 
 def _levels(fence: str) -> str:
@@ -287,9 +294,16 @@ jobs of the wanted names, highest priority then oldest first, at most `cap` of e
 
 Rows with a name are the jobs claimed, with the trace context stored when each was
 queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
-not returned had lost its claim). The claim walks the priority levels with a recursive
-CTE and scans `axa_queue_pick` per (name, level), so delayed jobs and jobs of other names
-are never read; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
+not returned had lost its claim). The claim walks each wanted name's priority levels
+in that name's own part of `axa_queue_pick` (`levels`: a probe finds each level's first
+queued entry, the scan of the level starts at it and stops at now(), and a name's walk
+stops once it has its cap), so finished and delayed jobs and jobs of other names are
+never read, and dead entries in front of a level (jobs finished while vacuum is held
+back) are walked once. The exchange loop's connection plans it without sorts
+(`session.CLAIM_SETTINGS`), and only `axa_queue_pick` gives the order the probe and the
+scan ask for (`name` compared by `= ANY(ARRAY[...])`, which keeps it in the order), so
+no statistics send it through `axa_queue_claim` or `axa_queue_ready`, which hold every
+name's jobs. It picks in a MATERIALIZED CTE, so no more than `free` rows change, and
 updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
 into a hash join over the whole table. Writing endings and claiming together halves the
 statements per job: the loop that frees a place writes its ending and fills the place.
