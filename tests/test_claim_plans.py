@@ -1,11 +1,12 @@
 """The claim's plan on full tables, whatever the statistics say: each statement that
 claims (`EXCHANGE`, `EXCHANGE_LIMITED`, `EXCHANGE_RATED`, `CLAIM`), prepared as the
-workers prepare it (a generic plan, the library's session settings), reads a name's
-jobs only through that name's part of `axa_queue_pick`, and touches about as many
-buffers on a table full of finished, delayed and other names' jobs as on one holding
-only the name's ready jobs; under a held snapshot, no more than the single-index floor
-(`bench/floor.py`) in the same state. Asserted from `EXPLAIN (ANALYZE, BUFFERS)`, in a
-transaction rolled back (EXPLAIN ANALYZE really claims), never from a time."""
+worker's exchange connection prepares it (a generic plan, the session settings and
+`CLAIM_SETTINGS`), reads a name's jobs only through that name's part of
+`axa_queue_pick`, and touches at most twice the buffers on a table full of finished,
+delayed and other names' jobs as on one holding only the name's ready jobs; under a
+held snapshot, walks dead entries once, as the single-index floor (`bench/floor.py`)
+does in the same state. Asserted from `EXPLAIN (ANALYZE, BUFFERS)`, in a transaction
+rolled back (EXPLAIN ANALYZE really claims), never from a time."""
 
 from __future__ import annotations
 
@@ -77,6 +78,8 @@ class Plan:
     levels: set[str]
     """How the claim's own part (`CTE levels`) reads `axa_queue`: index names, or
     "Seq Scan"."""
+    walked: int
+    """Buffers of the claim's index scans of `axa_queue` (its probes and scans)."""
     scans: int
     """Buffers of the claim's scans of its levels (each from the first entry its probe
     found), apart from the probes (`Index Only Scan`)."""
@@ -100,12 +103,12 @@ def _claim_part(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _claim_part(child)
 
 
-def _scans(node: dict[str, Any]) -> int:
-    """Buffers of the plain index scans under `node`."""
+def _scans(node: dict[str, Any], kinds: tuple[str, ...] = ("Index Scan",)) -> int:
+    """Buffers of the index scans of `axa_queue` under `node` (of the `kinds` given)."""
     own = 0
-    if node["Node Type"] == "Index Scan":
+    if node["Node Type"] in kinds and node.get("Relation Name") == "axa_queue":
         own = int(node["Shared Hit Blocks"] + node["Shared Read Blocks"])
-    return own + sum(_scans(child) for child in node.get("Plans", ()))
+    return own + sum(_scans(child, kinds) for child in node.get("Plans", ()))
 
 
 def _updated(node: dict[str, Any]) -> int:
@@ -169,6 +172,9 @@ class Claims:
             claimed=_updated(top),
             indexes=set(_reads(top)),
             levels={way for part in _claim_part(top) for way in _reads(part)},
+            walked=sum(
+                _scans(part, ("Index Scan", "Index Only Scan")) for part in _claim_part(top)
+            ),
             scans=sum(_scans(part) for part in _claim_part(top)),
             text=json.dumps(found[0], indent=1),
         )
@@ -396,6 +402,39 @@ def test_dead_entries_in_front_of_a_level_are_walked_once_as_the_floor_walks_the
     ).fetchone() or (0, 0)
     limits = only_ready[statement].buffers - only_ready["EXCHANGE"].buffers
     assert plan.buffers <= floor_buffers + (pick - claim) + limits + 8, plan.text
+
+
+@pytest.fixture(scope="module")
+def filled_above(database_url: str) -> Iterator[Claims]:
+    """`A`'s 20 ready jobs at priority 1 and, below them, 5,000 at priority 0 finished
+    while a `REPEATABLE READ` snapshot is held (dead entries no one can remove yet) and
+    5 ready."""
+    with table(database_url) as conn:
+        jobs(conn, 20, priority="1")
+        jobs(conn, 5_000, seconds="-600 - g / 100.0")
+        jobs(conn, 5)
+        conn.execute("ANALYZE axa_queue")
+        with psycopg.connect(conn.info.dsn) as holder:
+            holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            holder.execute("SELECT count(*) FROM axa_queue")
+            conn.execute(
+                "UPDATE axa_queue SET status = 'completed', started_at = now(), attempts = 1 "
+                "WHERE priority = 0 AND run_at < now() - interval '500 seconds'"
+            )
+            yield Claims(conn)
+            holder.rollback()
+
+
+@pytest.mark.parametrize("statement", STATEMENTS)
+def test_a_name_whose_cap_is_filled_walks_no_lower_level(
+    statement: str, filled_above: Claims
+) -> None:
+    # Ten of the 20 jobs at priority 1 fill the cap: the level below, 5,000 dead entries
+    # in front of its 5 jobs, is never probed.
+    plan = filled_above.explain(statement)
+    assert plan.claimed == 10, plan.text
+    assert plan.levels == {"axa_queue_pick"}, plan.text
+    assert plan.walked <= 30, plan.text
 
 
 async def test_the_exchange_connection_plans_its_claims_without_sorts(dsn: str) -> None:
