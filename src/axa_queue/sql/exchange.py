@@ -144,12 +144,8 @@ _NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
 refused (recovery queued it again) is never claimed by the statement that carried its
 ending. `CLAIM`, with no endings, has no such fence."""
 
-_TOP = "32768"
-"""A level above every priority (`smallint` stops at 32767): where each name's walk
-down its levels starts."""
-
 _LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
-        SELECT w.name, w.cap, $top, 0, NULL::uuid[], NULL::timestamptz[]
+        SELECT w.name, w.cap, 32768, 0, NULL::uuid[], NULL::timestamptz[]
         FROM wanted w WHERE w.cap > 0
         UNION ALL
         SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs
@@ -169,40 +165,22 @@ _LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
             ) t
         ) j
         WHERE l.got < l.cap""")
-"""Each wanted name's priority levels, highest first, walked down in its own part of
-`axa_queue_pick` and nowhere else, until the name has its `cap` of jobs or no level
-is left; at each level, the oldest due jobs it still needs, locked, skipping rows
-others hold (`ids`, and their `runs`; `got` counts them from the top). A name whose
-cap is filled walks no further, and locks no more rows than it may claim.
-
-A level is found by one probe, `f`: the first queued entry of the name below the level
-above, in index order (an index-only scan); its `run_at` is where the level's jobs
-start. The jobs are then read from that entry on (`run_at >= f.run_at`: the statement
-has one snapshot, so no queued row of the level sorts before the one the probe saw),
-up to `now()`: dead entries in front of a level (jobs finished while vacuum was held
-back) are walked once, by the probe, never again by the scan, and delayed jobs are
-never read (a level whose first entry is not due is not scanned at all: `f.run_at <=
+"""Each wanted name's levels, highest first, walked down in its own part of
+`axa_queue_pick` until it has its `cap` of jobs (then no further: no more rows locked
+than it may claim) or no level is left. The anchor is a level above every priority
+(`smallint` stops at 32767). A probe, `f`, finds the next level's first queued entry
+(an index-only scan); the level's oldest due jobs it still needs are read from that
+entry on (one snapshot: no queued row of the level sorts before it) up to `now()`,
+locked, skipping rows others hold (`ids`, `runs`; `got` counts them). So dead entries
+in front of a level (jobs finished while vacuum was held back) are walked once, and
+delayed jobs never (a level whose first entry is not due is not scanned: `f.run_at <=
 now()` is a one-time test). Never a job in `losing` (a run of this process that lost
-its claim, until its job's fate is written), nor one the `$fence` excludes
-(`_NOT_ENDING`, or nothing). Due is judged by `now()` itself, which the planner can
-estimate.
-
-Both the probe and the scan ask for `axa_queue_pick`'s own order, `name, priority
-DESC, run_at`, and name the name by `= ANY(ARRAY[l.name])`, which (unlike `=`) the
-planner does not fold into a constant, so the order keeps its first column: no other
-index gives it without a sort, and the exchange connection plans without sorts where
-an index gives the order (`session.CLAIM_SETTINGS`). So jobs of other names are never
-read, whatever the statistics say (with statistics taken while next to no job was
-queued every partial index of queued jobs looks empty, and the planner read
-`axa_queue_ready` whole). The anchor is a level above every priority (`_TOP`), so the
-probe and the scan are written once. A `string.Template` filled with this module's own
-pieces only: `$` marks its slots, so the statement's other marks (`{axa_queue}`,
-`%(losing)s`) pass through as they are."""
-
-
-def _levels(fence: str) -> str:
-    """`_LEVELS` fenced by `fence`."""
-    return _LEVELS.substitute(top=_TOP, fence=fence)
+its claim, until its job's fate is written), nor one the `$fence` excludes. Both ask
+for the index's own order, the name compared by `= ANY(ARRAY[...])`, which the planner
+keeps in the order (an `=` it would fold away): no other index gives it without a
+sort, and the exchange connection plans without sorts where an index gives the order
+(`session.CLAIM_SETTINGS`), so no statistics send it through another index. A
+`string.Template`, filled with `fence=` (`$` marks its slot, other marks pass through)."""
 
 
 _PICKED = """picked AS MATERIALIZED (
@@ -281,7 +259,7 @@ EXCHANGE = statement(
             _FINISHED,
             _MARKED,
             _WANTED,
-            _levels(_NOT_ENDING),
+            _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
         ],
@@ -295,15 +273,9 @@ jobs of the wanted names, highest priority then oldest first, at most `cap` of e
 Rows with a name are the jobs claimed, with the trace context stored when each was
 queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
 not returned had lost its claim). The claim walks each wanted name's priority levels
-in that name's own part of `axa_queue_pick` (`levels`: a probe finds each level's first
-queued entry, the scan of the level starts at it and stops at now(), and a name's walk
-stops once it has its cap), so finished and delayed jobs and jobs of other names are
-never read, and dead entries in front of a level (jobs finished while vacuum is held
-back) are walked once. The exchange loop's connection plans it without sorts
-(`session.CLAIM_SETTINGS`), and only `axa_queue_pick` gives the order the probe and the
-scan ask for (`name` compared by `= ANY(ARRAY[...])`, which keeps it in the order), so
-no statistics send it through `axa_queue_claim` or `axa_queue_ready`, which hold every
-name's jobs. It picks in a MATERIALIZED CTE, so no more than `free` rows change, and
+in its own part of `axa_queue_pick` (`levels`), so finished and delayed jobs and other
+names' jobs are never read, whatever the statistics say, and dead entries are walked
+once; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
 updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
 into a hash join over the whole table. Writing endings and claiming together halves the
 statements per job: the loop that frees a place writes its ending and fills the place.
@@ -398,7 +370,7 @@ EXCHANGE_LIMITED = statement(
             _FINISHED,
             _MARKED,
             _WANTED_GLOBAL,
-            _levels(_NOT_ENDING),
+            _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
         ],
@@ -429,7 +401,7 @@ EXCHANGE_RATED = statement(
             _MARKED,
             _GATES,
             _WANTED_RATED,
-            _levels(_NOT_ENDING),
+            _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
             _TAKEN,
@@ -480,7 +452,7 @@ A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(
-        [_WANTED, _levels(""), _PICKED, _CLAIMED],
+        [_WANTED, _LEVELS.substitute(fence=""), _PICKED, _CLAIMED],
         [_CLAIMED_ROWS],
     )
 )
