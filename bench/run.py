@@ -1270,7 +1270,8 @@ def claim_big_table(
     the newer ready jobs' name is limited (`queue.limit`).
 
     The statement is PREPAREd on a connection with the library's session settings
-    (`SESSION_SETTINGS`: no JIT, generic plans), as the library's connections run it.
+    (`SESSION_SETTINGS`: no JIT, generic plans) and the exchange connection's
+    (`CLAIM_SETTINGS`: no sort where an index gives the order), as the worker runs it.
     """
     crate = crate_claim()
     plans: dict[str, str] = {}
@@ -1300,8 +1301,9 @@ def claim_big_table(
                 (JOB, delayed),
             )
 
-            for conn in (explainer, library):
+            for conn in (explainer, library):  # as the worker's exchange connection
                 conn.execute(axa_sql.SESSION_SETTINGS)
+                conn.execute(axa_sql.CLAIM_SETTINGS)
             prepare_claim(explainer)
             if crate is not None:
                 explainer.execute(
@@ -1384,6 +1386,7 @@ def claim_backlog(
         explainer.execute("ANALYZE axa_queue")
         floor.checkpoint(explainer)
         explainer.execute(axa_sql.SESSION_SETTINGS)
+        explainer.execute(axa_sql.CLAIM_SETTINGS)
         prepare_claim(explainer)
         if crate is not None:
             explainer.execute(pgsql.SQL("PREPARE bench_crate_claim(text[]) AS ") + pgsql.SQL(crate))

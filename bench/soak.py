@@ -405,6 +405,7 @@ class ClaimProbe:
         self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
         if side == "axa":
             self.conn.execute(axa_sql.SESSION_SETTINGS)
+            self.conn.execute(axa_sql.CLAIM_SETTINGS)  # as the exchange connection plans
             bench.prepare_claim(self.conn, axa_sql.CLAIM)
             free = config.loops
             params = bench.claim_params(free, [soak_worker.JOB], [free])

@@ -223,12 +223,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
             pgsql.Literal(json.dumps([wanted]))
         )
         plan = _generic_plan(admin, statement, types, claim)
-        candidates = plan.split("CTE candidates")[1].split("CTE picked")[0]
-        assert "axa_queue_pick" in candidates, plan
-        assert "axa_queue_ready" not in candidates, plan
+        levels = plan.split("CTE levels")[1].split("CTE picked")[0]
+        assert "axa_queue_pick" in levels, plan
+        assert "axa_queue_ready" not in levels and "axa_queue_claim" not in levels, plan
     # Which jobs are due is judged by now() itself, never a parameter (see EXCHANGE).
     for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED, sql.EXCHANGE_RATED):
-        assert "AND run_at <= now() AND id <> ALL" in statement
+        assert "AND run_at <= now() AND f.run_at <= now() AND id <> ALL" in statement
 
 
 async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(
@@ -409,29 +409,27 @@ def rows(statement: str) -> str:
 
 
 def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
-    claim = ["levels", "wanted", "candidates", "picked", "claimed"]
+    claim = ["wanted", "levels", "picked", "claimed"]
     shapes = {
         "EXCHANGE": ["endings", "finished", "marked", *claim],
         "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim],
-        "EXCHANGE_RATED": [
-            "endings", "finished", "marked", "levels", "gates", *claim[1:], "taken", "stamped",
-        ],
+        "EXCHANGE_RATED": ["endings", "finished", "marked", "gates", *claim, "taken", "stamped"],
         "CLAIM": claim,
-    }  # fmt: skip
+    }
     parts = {name: ctes(getattr(sql, name)) for name in shapes}
     assert {name: list(found) for name, found in parts.items()} == shapes
     # Every piece is written once: the same text in each variant that has it, but for
     # `wanted` (plain, gated by global limits, behind the rate gates) and the claim's
     # fence against the statement's own endings, which `CLAIM` has none of.
-    for piece in ("endings", "finished", "marked", "levels", "picked", "claimed"):
+    for piece in ("endings", "finished", "marked", "picked", "claimed"):
         assert len({found[piece] for found in parts.values() if piece in found}) == 1, piece
     wanted = {name: found["wanted"] for name, found in parts.items()}
     assert wanted["EXCHANGE"] == wanted["CLAIM"] and len(set(wanted.values())) == 3
     assert "axa_queue_room" in wanted["EXCHANGE_LIMITED"]
     assert "axa_queue_rate_room" in parts["EXCHANGE_RATED"]["gates"]
-    fenced = {found["candidates"] for name, found in parts.items() if name != "CLAIM"}
+    fenced = {found["levels"] for name, found in parts.items() if name != "CLAIM"}
     assert len(fenced) == 1
-    assert parts["CLAIM"]["candidates"] == fenced.pop().replace(
+    assert parts["CLAIM"]["levels"] == fenced.pop().replace(
         " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
     )
     assert rows(sql.EXCHANGE) == rows(sql.EXCHANGE_LIMITED)
@@ -445,7 +443,7 @@ def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None
     # nothing of the endings or the start marks for PostgreSQL to set up.
     for part in ("endings", "finished", "marked", "axa_queue_done"):
         assert part not in sql.CLAIM
-    assert sql.CLAIM.split("), wanted AS (")[1] in sql.EXCHANGE.replace(
+    assert sql.CLAIM.split("WITH RECURSIVE wanted AS (")[1] in sql.EXCHANGE.replace(
         " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
     ).replace("\n    WHERE (SELECT count(*) FROM marked) >= 0", "").replace(
         """    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,

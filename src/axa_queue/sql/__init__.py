@@ -208,6 +208,9 @@ from .schedules import (
     SCHEDULES_SEEN as SCHEDULES_SEEN,
 )
 from .session import (
+    CLAIM_SETTINGS as CLAIM_SETTINGS,
+)
+from .session import (
     CURRENT_SCHEMA as CURRENT_SCHEMA,
 )
 from .session import (

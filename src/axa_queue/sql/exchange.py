@@ -87,16 +87,6 @@ ending, never a row this statement also ends (a row changes once per statement).
 
 # --- The claim ---------------------------------------------------------------------------
 
-_LEVELS = """levels(priority) AS (
-        (SELECT priority FROM {axa_queue} WHERE status = 'queued' ORDER BY priority DESC LIMIT 1)
-        UNION ALL
-        SELECT (SELECT q.priority FROM {axa_queue} q
-                WHERE q.status = 'queued' AND q.priority < levels.priority
-                ORDER BY q.priority DESC LIMIT 1)
-        FROM levels WHERE levels.priority IS NOT NULL"""
-"""The priority levels of queued jobs, highest first, one index probe each (a loose
-index scan), so the claim reads `axa_queue_pick` per (name, level) in order."""
-
 _UNPAUSED = """
           AND NOT EXISTS (SELECT FROM {axa_paused} p WHERE p.name = w.name)"""
 """A wanted name is claimed only while no person paused it (`axa_paused`, migration 9):
@@ -167,38 +157,53 @@ _NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
 refused (recovery queued it again) is never claimed by the statement that carried its
 ending. `CLAIM`, with no endings, has no such fence."""
 
-
-_CANDIDATES = Template("""candidates AS MATERIALIZED (
-        SELECT j.id, j.priority, j.run_at, wanted.name, wanted.cap
-        FROM wanted CROSS JOIN levels CROSS JOIN LATERAL (
-            SELECT id, priority, run_at FROM {axa_queue}
-            WHERE status = 'queued' AND name = wanted.name AND priority = levels.priority
-              AND run_at <= now()$fence
-              AND id <> ALL(%(losing)s::uuid[])
-            ORDER BY run_at LIMIT wanted.cap FOR UPDATE SKIP LOCKED
-        ) j WHERE levels.priority IS NOT NULL""")
-"""For each (name, level), the oldest due jobs, at most the name's cap, locked, skipping
-rows others hold; never a job in `losing` (a run of this process that lost its claim,
-until its job's fate is written), nor one the `$fence` excludes (`_NOT_ENDING`, or
-nothing). Due is judged by `now()` itself, which the planner can estimate. A
-`string.Template` filled with this module's own pieces only: `$` marks its one slot, so
-the statement's other marks (`{axa_queue}`, `%(losing)s`) pass through as they are."""
-
-
-def _candidates(fence: str) -> str:
-    """`_CANDIDATES` fenced by `fence`."""
-    return _CANDIDATES.substitute(fence=fence)
+_LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
+        SELECT w.name, w.cap, 32768, 0, NULL::uuid[], NULL::timestamptz[]
+        FROM wanted w WHERE w.cap > 0
+        UNION ALL
+        SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs
+        FROM levels l
+        CROSS JOIN LATERAL (
+            SELECT priority, run_at FROM {axa_queue}
+            WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority < l.priority
+            ORDER BY name, priority DESC, run_at LIMIT 1
+        ) f
+        CROSS JOIN LATERAL (
+            SELECT count(*) AS n, array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
+                SELECT id, run_at FROM {axa_queue}
+                WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority = f.priority
+                  AND run_at >= f.run_at AND run_at <= now() AND f.run_at <= now()$fence
+                  AND id <> ALL(%(losing)s::uuid[])
+                ORDER BY name, priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
+            ) t
+        ) j
+        WHERE l.got < l.cap""")
+"""Each wanted name's levels, highest first, walked down in its own part of
+`axa_queue_pick` until it has its `cap` of jobs (then no further: no more rows locked
+than it may claim) or no level is left. The anchor is a level above every priority
+(`smallint` stops at 32767). A probe, `f`, finds the next level's first queued entry
+(an index-only scan); the level's oldest due jobs it still needs are read from that
+entry on (one snapshot: no queued row of the level sorts before it) up to `now()`,
+locked, skipping rows others hold (`ids`, `runs`; `got` counts them). So dead entries
+in front of a level (jobs finished while vacuum was held back) are walked once, and
+delayed jobs never (a level whose first entry is not due is not scanned: `f.run_at <=
+now()` is a one-time test). Never a job in `losing` (a run of this process that lost
+its claim, until its job's fate is written), nor one the `$fence` excludes. Both ask
+for the index's own order, the name compared by `= ANY(ARRAY[...])`, which the planner
+keeps in the order (an `=` it would fold away): no other index gives it without a
+sort, and the exchange connection plans without sorts where an index gives the order
+(`session.CLAIM_SETTINGS`), so no statistics send it through another index. A
+`string.Template`, filled with `fence=` (`$` marks its slot, other marks pass through)."""
 
 
 _PICKED = """picked AS MATERIALIZED (
         SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
-            SELECT id, priority, run_at, cap,
-                   row_number() OVER (PARTITION BY name ORDER BY priority DESC, run_at) AS n
-            FROM candidates
-        ) c WHERE n <= cap ORDER BY priority DESC, run_at LIMIT %(free)s"""
-"""The jobs claimed, at most `free`, at most `cap` of each name, highest priority then
-oldest first, ranked in that order (the ranks past `idle` are claimed ahead);
-MATERIALIZED, so no more rows change than it picks."""
+            SELECT j.id, l.priority, j.run_at
+            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs) AS j(id, run_at)
+        ) c ORDER BY priority DESC, run_at LIMIT %(free)s"""
+"""The jobs claimed, at most `free` (at most `cap` of each name: `levels` took no
+more), highest priority then oldest first, ranked in that order (the ranks past `idle`
+are claimed ahead); MATERIALIZED, so no more rows change than it picks."""
 
 _CLAIMED = """claimed AS (
         UPDATE {axa_queue} q
@@ -266,9 +271,8 @@ EXCHANGE = statement(
             _ENDINGS,
             _FINISHED,
             _MARKED,
-            _LEVELS,
             _WANTED,
-            _candidates(_NOT_ENDING),
+            _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
         ],
@@ -281,9 +285,10 @@ jobs of the wanted names, highest priority then oldest first, at most `cap` of e
 
 Rows with a name are the jobs claimed, with the trace context stored when each was
 queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
-not returned had lost its claim). The claim walks the priority levels with a recursive
-CTE and scans `axa_queue_pick` per (name, level), so delayed jobs and jobs of other names
-are never read; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
+not returned had lost its claim). The claim walks each wanted name's priority levels
+in its own part of `axa_queue_pick` (`levels`), so finished and delayed jobs and other
+names' jobs are never read, whatever the statistics say, and dead entries are walked
+once; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
 updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
 into a hash join over the whole table. Writing endings and claiming together halves the
 statements per job: the loop that frees a place writes its ending and fills the place.
@@ -395,9 +400,8 @@ EXCHANGE_LIMITED = statement(
             _ENDINGS,
             _FINISHED,
             _MARKED,
-            _LEVELS,
             _WANTED_GLOBAL,
-            _candidates(_NOT_ENDING),
+            _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
         ],
@@ -426,10 +430,9 @@ EXCHANGE_RATED = statement(
             _ENDINGS,
             _FINISHED,
             _MARKED,
-            _LEVELS,
             _GATES,
             _WANTED_RATED,
-            _candidates(_NOT_ENDING),
+            _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
             _TAKEN,
@@ -480,7 +483,7 @@ A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(
-        [_LEVELS, _WANTED, _candidates(""), _PICKED, _CLAIMED],
+        [_WANTED, _LEVELS.substitute(fence=""), _PICKED, _CLAIMED],
         [_CLAIMED_ROWS],
     )
 )

@@ -4,7 +4,14 @@ whether the database answers."""
 
 from __future__ import annotations
 
-__all__ = ["CURRENT_SCHEMA", "LOCAL_SEARCH_PATH", "PING", "SEARCH_PATH", "SESSION_SETTINGS"]
+__all__ = [
+    "CLAIM_SETTINGS",
+    "CURRENT_SCHEMA",
+    "LOCAL_SEARCH_PATH",
+    "PING",
+    "SEARCH_PATH",
+    "SESSION_SETTINGS",
+]
 
 CURRENT_SCHEMA = "SELECT current_schema()"
 """The schema the tables resolve to, which notifications name (unless the queue is
@@ -27,3 +34,14 @@ SESSION_SETTINGS = "SET jit = off; SET plan_cache_mode = force_generic_plan"
 """The claim's estimates can tempt the JIT, which costs far more than the query. Set
 only on connections that are the queue's own: never behind a transaction pooler, where
 they would stay on a server connection other clients then use (see `pooler`)."""
+
+CLAIM_SETTINGS = "SET enable_sort = off"
+"""The exchange loop's own connection, which sends nothing but the claim statements
+(`EXCHANGE` and its variants), plans them without a sort wherever an index gives the
+order. The claim reads each name's levels `ORDER BY name, priority DESC, run_at`, an
+order only `axa_queue_pick` gives; with statistics taken while next to no job was
+queued, every partial index of queued jobs looks empty to the planner, and it would
+as soon read `axa_queue_ready` or `axa_queue_claim` (shallower) whole and sort what it
+found: every queued job of every name. A sort it cannot avoid (the ranking in
+`picked`) it still makes. Set after `SESSION_SETTINGS`, on that connection only, and
+like them never behind a transaction pooler."""

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import namedtuple_row
 
+from .. import sql
 from ..db.connector import Connector
 
 __all__ = ["Connections"]
@@ -57,8 +58,14 @@ class Connections:
         return self.connector.clock
 
     async def for_exchange(self) -> psycopg.AsyncConnection[Any]:
+        """The exchange loop's connection, made on first use and after it broke, which
+        plans its claims without sorts (`sql.CLAIM_SETTINGS`) where it may keep a
+        session setting."""
         if self.exchange is None or self.exchange.closed:
-            self.exchange = await self.connector.connect()
+            conn = await self.connector.connect()
+            if self.connector.keeps_session_state():
+                await conn.execute(sql.CLAIM_SETTINGS)
+            self.exchange = conn
         return self.exchange
 
     async def exchange_broke(self, conn: psycopg.AsyncConnection[Any]) -> None:
