@@ -401,7 +401,9 @@ def test_dead_entries_in_front_of_a_level_are_walked_once_as_the_floor_walks_the
         "pg_relation_size('axa_queue_claim') / 8192"
     ).fetchone() or (0, 0)
     limits = only_ready[statement].buffers - only_ready["EXCHANGE"].buffers
-    assert plan.buffers <= floor_buffers + (pick - claim) + limits + 8, plan.text
+    # The constant: the scan's own descent, and a page or two more of the rate slots
+    # than the table of 5 jobs read (their pages depend on what ran before).
+    assert plan.buffers <= floor_buffers + (pick - claim) + limits + 16, plan.text
 
 
 @pytest.fixture(scope="module")
