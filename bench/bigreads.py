@@ -321,7 +321,9 @@ def measure(dsn: str, runs: int, say: Callable[[str], None]) -> list[Timed]:
 
         started = time.perf_counter()
         page("/")()  # the first fills the charts' day of history: timed apart
-        say(f"  (the first overview, filling a day of charts: {(time.perf_counter() - started) * 1000:.0f} ms)")
+        say(
+            f"  (the first overview, filling a day of charts: {(time.perf_counter() - started) * 1000:.0f} ms)"
+        )
         for path in (
             "/",
             "/live",
@@ -375,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
             ).fetchone()
         assert sizes is not None
         say(f"{sizes[0]} day partitions, database {sizes[1]}; {given.runs} runs each")
-        say(f"{'read':<26} {'median ms':>10} {'first ms':>10} {'stmts':>5} {'buffers':>11} {'exec ms':>10}")
+        say(
+            f"{'read':<26} {'median ms':>10} {'first ms':>10} {'stmts':>5} {'buffers':>11} {'exec ms':>10}"
+        )
         measure(dsn, given.runs, say)
     return 0
 
