@@ -14,6 +14,7 @@ from rich.table import Table
 from .. import readable
 from ..errors import JobNotFoundError
 from ..jobs.model import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
+from ..jobs.reads import EXACT_UP_TO
 from ..presence import WorkerInfo, workers_on
 from ..queue import Queue
 from ..schedules.schedule import ScheduleInfo
@@ -256,18 +257,33 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
 
 
 def _counts_table(found: Counts | dict[str, Counts], paused: list[str]) -> Printed | list[Printed]:
-    states = [f.name for f in dataclasses.fields(Counts) if f.name != "oldest_ready_seconds"]
+    states = [
+        f.name
+        for f in dataclasses.fields(Counts)
+        if f.name not in ("oldest_ready_seconds", "estimated")
+    ]
     said = (
         [f"paused (not claimed until resumed): {', '.join(shown(n) for n in paused)}"]
         if paused
         else []
     )
+    some = [found] if isinstance(found, Counts) else list(found.values())
+    if any(one.estimated for one in some):
+        said.append(
+            f"~ an estimate, not a count: a state of more than {EXACT_UP_TO:,} jobs is "
+            "estimated from the tables' statistics (see docs/performance.md)"
+        )
+
+    def number(one: Counts, state: str) -> str:
+        value = getattr(one, state)
+        return f"~{value}" if state in one.estimated else str(value)
+
     if isinstance(found, Counts):
         table = Table(box=None, header_style="bold")
         table.add_column("STATE")
         table.add_column("JOBS", justify="right")
         for state in states:
-            table.add_row(state, str(getattr(found, state)))
+            table.add_row(state, number(found, state))
         return [
             table,
             f"oldest ready job has waited {readable.seconds(found.oldest_ready_seconds)}",
@@ -283,7 +299,7 @@ def _counts_table(found: Counts | dict[str, Counts], paused: list[str]) -> Print
     for name, one in sorted(found.items()):
         table.add_row(
             shown(name) + (" (paused)" if name in paused else ""),
-            *(str(getattr(one, state)) for state in states),
+            *(number(one, state) for state in states),
             readable.seconds(one.oldest_ready_seconds),
         )
     return [table, *said]

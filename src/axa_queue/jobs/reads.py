@@ -7,6 +7,7 @@ the one who asks for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -121,13 +122,16 @@ def counts_from(row: Row) -> Counts:
     )
 
 
+def _plan_rows(rows: list[Row], _n: int) -> int:
+    plan = rows[0].QUERY_PLAN
+    if isinstance(plan, str):  # asyncpg gives `json` as text
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
 def _estimate(key: str) -> Call[int]:
     """The planner's estimate of one count (`sql.COUNT_ESTIMATES`)."""
-    return Call(
-        sql.COUNT_ESTIMATES[key],
-        (),
-        lambda rows, _n: int(rows[0].QUERY_PLAN[0]["Plan"]["Plan Rows"]),
-    )
+    return Call(sql.COUNT_ESTIMATES[key], (), _plan_rows)
 
 
 def _over(counted: dict[str, int], cap: int) -> list[str]:
