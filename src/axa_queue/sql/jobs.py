@@ -204,57 +204,96 @@ RESULT = statement("""SELECT status, result FROM {axa_queue} WHERE id = %(id)s
 or not: only for `Queue.result`, which returns it to its caller and never shows it."""
 
 _JOBS_BRANCH = """(SELECT {columns}, {table}.created_at AS sort_at FROM {{{table}}}
-         WHERE {state}
-           AND (%(name)s::text IS NULL OR name = %(name)s)
+         WHERE {test}
          ORDER BY {table}.created_at DESC, id LIMIT %(limit)s)"""
-"""One branch of `JOBS`: the newest `limit` jobs of one state test in one table."""
+"""One branch of `JOBS`: the newest `limit` jobs of one test in one table."""
 
-_JOBS_STATES = (
-    ("axa_queue", "status = 'queued' AND (%(state)s::text IS NULL OR %(state)s::text = 'queued')"),
+
+def _asked(state: str) -> str:
+    """The one-time filter of a branch of `state`: no state asked, or this one."""
+    return f"(%(state)s::text IS NULL OR %(state)s::text = '{state}')"
+
+
+_ANY_NAME = "(%(name)s::text IS NULL OR name = %(name)s)"
+
+_JOBS_TESTS = (
+    ("axa_queue", f"status = 'running' AND {_asked('running')} AND {_ANY_NAME}"),
+    ("axa_queue", f"status = 'needs_review' AND {_asked('needs_review')} AND {_ANY_NAME}"),
     (
         "axa_queue",
-        "status = 'running' AND (%(state)s::text IS NULL OR %(state)s::text = 'running')",
+        "status IN ('completed', 'failed', 'cancelled') "
+        f"AND (%(state)s::text IS NULL OR status = %(state)s) AND {_ANY_NAME}",
     ),
-    (
-        "axa_queue",
-        "status = 'needs_review' AND (%(state)s::text IS NULL OR %(state)s::text = 'needs_review')",
-    ),
-    (
-        "axa_queue",
-        "status IN ('completed', 'failed', 'cancelled') AND (%(state)s::text IS NULL OR status = %(state)s)",
-    ),
-    (
-        "axa_queue_history",
-        "(%(state)s::text IS NULL OR %(state)s::text IN ('completed', 'failed', 'cancelled'))"
-        " AND (%(state)s::text IS NULL OR status = %(state)s)",
+    *(
+        ("axa_queue_history", f"status = '{state}' AND {_asked(state)} AND {name}")
+        for state in ("completed", "failed", "cancelled")
+        for name in ("%(name)s::text IS NULL", "%(name)s::text IS NOT NULL AND name = %(name)s")
     ),
 )
-"""`JOBS`' branches: each state of `axa_queue` through its partial index, and the history."""
+"""`JOBS`' branches but the queued jobs': each state of `axa_queue` through
+its partial index, and each finished state of the history without a name (through
+`axa_queue_history_status_created`) and with one (`axa_queue_history_name_created`)."""
+
+_QUEUED = (
+    """(SELECT q.* FROM queued_names n CROSS JOIN LATERAL (
+            SELECT """  # noqa: S608
+    + _JOB_COLUMNS
+    + """, axa_queue.created_at AS sort_at FROM {axa_queue}
+            WHERE status = 'queued' AND name = n.name
+            ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s) q
+         ORDER BY q.sort_at DESC, q.id LIMIT %(limit)s)"""
+)
+"""The queued jobs' branch: the newest `limit` of each name asked (`queued_names`)."""
 
 JOBS = statement(
-    """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
+    """WITH RECURSIVE names AS (
+        (SELECT name FROM {axa_queue}
+         WHERE status = 'queued' AND """  # noqa: S608
+    + _asked("queued")
+    + """ AND %(name)s::text IS NULL
+         ORDER BY name LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.name FROM {axa_queue} q WHERE q.status = 'queued' AND q.name > names.name
+                ORDER BY q.name LIMIT 1)
+        FROM names WHERE names.name IS NOT NULL
+    ), queued_names AS (
+        SELECT name FROM names WHERE name IS NOT NULL
+        UNION ALL
+        SELECT %(name)s::text WHERE %(name)s::text IS NOT NULL AND """
+    + _asked("queued")
+    + """
+    )
+    SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
     unique_for_ms, given_back, run_at, started_at, created_at, updated_at
     FROM (
-        """  # noqa: S608
+        """
     + "\n        UNION ALL\n        ".join(
-        _JOBS_BRANCH.format(columns=_JOB_COLUMNS, table=table, state=state)
-        for table, state in _JOBS_STATES
+        [_QUEUED]
+        + [
+            _JOBS_BRANCH.format(columns=_JOB_COLUMNS, table=table, test=test)
+            for table, test in _JOBS_TESTS
+        ]
     )
     + """
     ) jobs ORDER BY sort_at DESC, id LIMIT %(limit)s"""
 )
 """The newest jobs (by creation), moved or not, optionally of one state and name,
 without their arguments; times as epoch seconds, as `JOB` reads them, so one odd row
-never breaks the listing. The newest `limit` of each branch, then the newest of all.
-Each branch names its status as a literal, so even a generic plan (the queue's
-connections force them) reads its partial index, and its `%(state)s` test is a
-one-time filter that skips it unread when another state is asked for: queued jobs
-newest first through `axa_queue_queued_created` (a page of a backlog of millions), the
-running, in review and finished jobs still in `axa_queue` (few: they move after
-`keep_recent`) sorted as read, and the moved ones through `axa_queue_history_created`,
-each day partition's newest merged (migration 12). A name is a filter on those walks:
-it reads the newest jobs until it has `limit` of that name, cheap for a name among the
-recent jobs, longer for a rare one."""
+never breaks the listing. The newest `limit` of each branch, then the newest of all:
+never a sort of every row (figures in docs/performance.md).
+
+Each branch names its status as a literal and tests the name as an equality or not at
+all, so even a generic plan (the queue's connections force them) reads the index made
+for it (migration 12), and its `%(state)s` and `%(name)s` tests are one-time filters
+that skip it unread when it is not asked for: the running, in review and finished jobs still in
+`axa_queue` (few: they move after `keep_recent`) sorted as read; each finished state
+of the history through `axa_queue_history_status_created`, or, of one name,
+`axa_queue_history_name_created` (each day partition's newest, merged). Queued jobs
+are read through `axa_queue_queued_created` (name, then newest first): the names with
+queued jobs found by skipping from one to the next in it (`names`, a loose index scan,
+one probe a name), or the name asked, then the newest `limit` of each name: a page of
+each name, never a walk of every queued job (the names with queued jobs times `limit`
+rows at most, for a backlog of millions)."""
 
 TASK_RESULT = statement(
     """SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
