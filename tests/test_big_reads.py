@@ -8,7 +8,7 @@ many rows and buffers; never a time.
 
 from __future__ import annotations
 
-import asyncio
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -37,14 +37,11 @@ def seed(admin: psycopg.Connection[Any], moved: int, ready: int) -> None:
     """`moved` finished jobs in the history over the last three days (9 in 10
     completed), `ready` queued ones, a few running and in review, analyzed."""
     with psycopg.connect(admin.info.dsn, autocommit=True) as conn:
-
-        async def days() -> None:
-            async with await psycopg.AsyncConnection.connect(
-                admin.info.dsn, autocommit=True
-            ) as aconn:
-                await history.make_days(aconn, 5 * 86400.0)
-
-        asyncio.run(days())
+        # The day partitions, as `history.make_days` makes them (its statement).
+        conn.execute(
+            sql.HISTORY_DAYS,
+            {"now": None, "retention": 5 * 86400.0, "most": 1000, "ahead": history.AHEAD_DAYS},
+        )
         conn.execute(
             """INSERT INTO axa_queue_history (id, name, args, status, run_at, created_at,
                    updated_at, attempts, priority, given_back)
@@ -253,3 +250,32 @@ def test_the_cli_marks_estimated_counts(admin, dsn: str) -> None:
     assert "completed" in shown.output and "~ an estimate, not a count" in shown.output
     as_json = runner.invoke(main, ["counts", "--json"], catch_exceptions=False)
     assert json.loads(as_json.output)["estimated"] == ["ready"]
+
+
+async def test_estimated_counts_read_the_same_on_an_asyncpg_connection(
+    admin, dsn: str, schema: str
+) -> None:
+    import asyncpg
+
+    from axa_queue.db.adapters import run
+
+    setup(admin)
+    seed(admin, moved=3000, ready=1500)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        expected = run_sync(conn, counts_call(cap=1000))
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    raw = await asyncpg.connect(
+        host=parts.get("host", "127.0.0.1"),
+        port=int(parts.get("port", 5432)),
+        user=parts.get("user"),
+        database=parts.get("dbname"),
+        server_settings={"search_path": schema},
+    )
+    try:
+        found = await run(raw, counts_call(cap=1000))
+    finally:
+        await raw.close()
+    assert found.estimated == expected.estimated == ("ready", "completed", "failed", "cancelled")
+    assert dataclasses.replace(found, oldest_ready_seconds=0) == dataclasses.replace(
+        expected, oldest_ready_seconds=0
+    )  # the oldest ready job's wait grew meanwhile
