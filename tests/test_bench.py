@@ -153,3 +153,16 @@ def test_the_dashboard_benchmark_runs_on_a_small_table(database_url: str, capsys
     )
     printed = capsys.readouterr().out
     assert "overview (every refresh)" in printed and "jobs (the slowest of its pages)" in printed
+
+
+def test_the_big_reads_benchmark_runs_on_small_tables(database_url: str, capsys) -> None:
+    import bigreads  # bench/bigreads.py
+
+    assert (
+        bigreads.main(["--dsn", database_url, "--history", "3000", "--ready", "300", "--runs", "1"])
+        == 0
+    )
+    printed = capsys.readouterr()
+    for read in ("counts()", "counts_by_name()", "jobs(state=queued)", "/live", "/failed"):
+        assert read in printed.out
+    assert "could not" not in printed.err  # every statement explained

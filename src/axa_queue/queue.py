@@ -339,11 +339,12 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         return await self._run(jobs_call(state, name, limit))
 
     async def counts(self) -> Counts:
-        """How many jobs are in each state."""
+        """How many jobs are in each state: counted up to 10,000 a state, past that the
+        planner's estimate, named in `Counts.estimated`."""
         return await self._run(counts_call())
 
     async def counts_by_name(self) -> dict[str, Counts]:
-        """How many jobs of each name are in each state."""
+        """How many jobs of each name are in each state (estimates as `counts`)."""
         return await self._run(counts_by_name_call())
 
     async def acts(self, job_id: UUID | str) -> list[Act]:

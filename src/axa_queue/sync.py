@@ -204,11 +204,12 @@ class SyncQueue(Connected):
         return self._run(jobs_call(state, name, limit))
 
     def counts(self) -> Counts:
-        """How many jobs are in each state."""
+        """How many jobs are in each state: counted up to 10,000 a state, past that the
+        planner's estimate, named in `Counts.estimated`."""
         return self._run(counts_call())
 
     def counts_by_name(self) -> dict[str, Counts]:
-        """How many jobs of each name are in each state."""
+        """How many jobs of each name are in each state (estimates as `counts`)."""
         return self._run(counts_by_name_call())
 
     def acts(self, job_id: UUID | str) -> list[Act]:

@@ -16,6 +16,7 @@ from .. import readable
 from ..db.calls import run_async
 from ..errors import JobNotFoundError
 from ..jobs.model import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
+from ..jobs.reads import EXACT_UP_TO
 from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, workers_on
 from ..queue import Queue
 from ..schedules.schedule import ScheduleInfo
@@ -304,7 +305,11 @@ async def _json_of(work: Callable[[Queue], Awaitable[_Looked]], queue: Queue) ->
 
 
 def _counts_table(found: _Looked) -> Printed | list[Printed]:
-    states = [f.name for f in dataclasses.fields(Counts) if f.name != "oldest_ready_seconds"]
+    states = [
+        f.name
+        for f in dataclasses.fields(Counts)
+        if f.name not in ("oldest_ready_seconds", "estimated")
+    ]
     paused = found.paused
     said = (
         [f"paused (not claimed until resumed): {', '.join(shown(n) for n in paused)}"]
@@ -318,12 +323,23 @@ def _counts_table(found: _Looked) -> Printed | list[Printed]:
         "live worker handles that name: start one with its handler, or cancel them"
         for one in found.unhandled
     ]
+    some = [found.counts] if isinstance(found.counts, Counts) else list(found.counts.values())
+    if any(one.estimated for one in some):
+        said.append(
+            f"~ an estimate, not a count: a state of more than {EXACT_UP_TO:,} jobs is "
+            "estimated from the tables' statistics (see docs/performance.md)"
+        )
+
+    def number(one: Counts, state: str) -> str:
+        value = getattr(one, state)
+        return f"~{value}" if state in one.estimated else str(value)
+
     if isinstance(found.counts, Counts):
         table = Table(box=None, header_style="bold")
         table.add_column("STATE")
         table.add_column("JOBS", justify="right")
         for state in states:
-            table.add_row(state, str(getattr(found.counts, state)))
+            table.add_row(state, number(found.counts, state))
         return [
             table,
             f"oldest ready job has waited {readable.seconds(found.counts.oldest_ready_seconds)}",
@@ -340,7 +356,7 @@ def _counts_table(found: _Looked) -> Printed | list[Printed]:
     for name, one in sorted(found.counts.items()):
         table.add_row(
             shown(name) + (" (paused)" if name in paused else ""),
-            *(str(getattr(one, state)) for state in states),
+            *(number(one, state) for state in states),
             readable.seconds(one.oldest_ready_seconds),
             "yes" if name in found.handled else "no",
         )

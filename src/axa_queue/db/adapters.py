@@ -452,5 +452,7 @@ def _asyncpg_value(value: Any) -> Any:
 
 @functools.lru_cache(maxsize=256)
 def _row_type(names: tuple[str, ...]) -> Any:
-    """A named tuple for rows of these columns, so they are read by name as psycopg's are."""
-    return namedtuple("Row", names)
+    """A named tuple for rows of these columns, so they are read by name as psycopg's are
+    (a name that is no identifier, `EXPLAIN`'s `QUERY PLAN`, with `_` for what is not a
+    letter or digit, as psycopg's `namedtuple_row` has it)."""
+    return namedtuple("Row", [re.sub(r"\W", "_", name) for name in names])

@@ -408,7 +408,8 @@ class JobInfo:
 
 @dataclass(frozen=True)
 class Counts:
-    """How many jobs are in each state, and how long the oldest ready job has waited."""
+    """How many jobs are in each state, and how long the oldest ready job has waited;
+    `estimated` names the numbers that are estimates (states of more than 10,000 jobs)."""
 
     ready: int = 0
     """Queued and due."""
@@ -422,6 +423,12 @@ class Counts:
     """Stopped after losing their claim, waiting for a person; never purged."""
     oldest_ready_seconds: float = 0.0
     """Seconds the oldest ready job has waited, or zero. Rising means nothing runs them."""
+    estimated: tuple[str, ...] = ()
+    """The fields above that are the planner's estimates, not counts, in field order: a
+    state holding more than `jobs.reads.EXACT_UP_TO` jobs (10,000) is not counted, which
+    would read every one of them, but estimated from the tables' statistics (and, for
+    one name's counts, that name's share of the rows read). Empty: every number is
+    exact."""
 
 
 class JobOptions(TypedDict, total=False):

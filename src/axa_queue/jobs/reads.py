@@ -7,6 +7,7 @@ the one who asks for it.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, overload
@@ -14,11 +15,13 @@ from uuid import UUID
 
 from .. import sql
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
-from ..db.calls import Call, Row
+from ..db.calls import Call, Row, Steps, Work, ask
 from ..errors import JobNotFoundError, NoResultError, OptionsError
 from .model import Counts, JobInfo, JobState, job_id_of, moment, optional_moment
 
 __all__ = [
+    "EXACT_UP_TO",
+    "SAMPLE_ROWS",
     "FinishedCounts",
     "LiveCounts",
     "counts_by_name_call",
@@ -94,8 +97,19 @@ def jobs_call(
     )
 
 
+EXACT_UP_TO = 10_000
+"""The most jobs of one state `counts` and `counts_by_name` count (reading at most one
+more): past it, the state's number is the planner's estimate, named in
+`Counts.estimated`. The history counts as one: past this many moved jobs in all, its
+three states are estimated."""
+
+_STATES = ("ready", "waiting", "running", "needs_review", "completed", "failed", "cancelled")
+_FINISHED = ("completed", "failed", "cancelled")
+
+
 def counts_from(row: Row) -> Counts:
-    """Read the counts columns of a row of `sql.COUNTS` or `sql.COUNTS_BY_NAME`, by name."""
+    """Read the counts columns of a row (`ready` ... `needs_review`, `oldest`), by name,
+    every number exact."""
     return Counts(
         ready=row.ready,
         waiting=row.waiting,
@@ -108,18 +122,119 @@ def counts_from(row: Row) -> Counts:
     )
 
 
-def counts_call(now: datetime | None = None) -> Call[Counts]:
-    """The call that counts jobs in each state."""
-    return Call(sql.COUNTS, {"now": now}, lambda rows, _n: counts_from(rows[0]))
+def _plan_rows(rows: list[Row], _n: int) -> int:
+    plan = rows[0].QUERY_PLAN
+    if isinstance(plan, str):  # asyncpg gives `json` as text
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
 
 
-def counts_by_name_call() -> Call[dict[str, Counts]]:
-    """The call that counts jobs in each state for each job name."""
-    return Call(
-        sql.COUNTS_BY_NAME,
-        {"now": None},
-        lambda rows, _n: {row.name: counts_from(row) for row in rows},
+def _estimate(key: str) -> Call[int]:
+    """The planner's estimate of one count (`sql.COUNT_ESTIMATES`)."""
+    return Call(sql.COUNT_ESTIMATES[key], (), _plan_rows)
+
+
+def _over(counted: dict[str, int], cap: int) -> list[str]:
+    """The groups read to their cap: live states by name, and `hot` (the finished jobs
+    still in `axa_queue`) and `moved` (the history) as a whole."""
+    over = [s for s in ("ready", "waiting", "running", "needs_review") if counted[s] > cap]
+    if sum(counted[s] for s in _FINISHED) > cap:
+        over.append("hot")
+    if sum(counted[f"moved_{s}"] for s in _FINISHED) > cap:
+        over.append("moved")
+    return over
+
+
+_KEYS = (*_STATES, *(f"moved_{s}" for s in _FINISHED))
+"""What the bounded reads count: the states in `axa_queue`, and the history's (`moved_`)."""
+
+
+def _group(key: str) -> str:
+    """The group a count is read in (see `_over`)."""
+    return "moved" if key.startswith("moved_") else "hot" if key in _FINISHED else key
+
+
+def _estimates(over: list[str], counted: dict[str, int]) -> Steps[dict[str, int]]:
+    """Each count of `_KEYS`: as read where its group was not read to the cap, else the
+    planner's estimate (at least what was read)."""
+    totals = {key: int(counted[key]) for key in _KEYS}
+    for key in _KEYS:
+        if _group(key) in over:
+            totals[key] = max(totals[key], (yield from ask(_estimate(key))))
+    return totals
+
+
+def _estimated_states(over: list[str]) -> tuple[str, ...]:
+    named = set(over) | (set(_FINISHED) if {"hot", "moved"} & set(over) else set())
+    return tuple(s for s in _STATES if s in named)
+
+
+def _counts(now: datetime | None, cap: int) -> Steps[Counts]:
+    row = yield from ask(Call(sql.COUNTS, {"now": now, "cap": cap}, lambda rows, _n: rows[0]))
+    counted = row._asdict()
+    over = _over(counted, cap)
+    totals = yield from _estimates(over, counted)
+    return Counts(
+        **{s: totals[s] + totals.get(f"moved_{s}", 0) for s in _STATES},
+        oldest_ready_seconds=row.oldest or 0.0,
+        estimated=_estimated_states(over),
     )
+
+
+def counts_call(now: datetime | None = None, cap: int = EXACT_UP_TO) -> Work[Counts]:
+    """The work that counts jobs in each state: exactly up to `cap` jobs of a state,
+    past it the planner's estimate (named in `Counts.estimated`)."""
+    return _counts(now, cap)
+
+
+SAMPLE_ROWS = 2 * EXACT_UP_TO
+"""About how many of the history's rows `counts_by_name` samples past the cap."""
+
+
+def _counts_by_name(cap: int) -> Steps[dict[str, Counts]]:
+    rows = yield from ask(
+        Call(sql.COUNTS_BY_NAME, {"now": None, "cap": cap}, lambda rows, _n: rows)
+    )
+    by_name = {row.name: row._asdict() for row in rows}
+    counted = {key: sum(int(one[key]) for one in by_name.values()) for key in _KEYS}
+    over = _over(counted, cap)
+    totals = yield from _estimates(over, counted)
+    # Each name's share of a count: of the rows read, scaled to the estimate; the
+    # history's, read to its cap, from a sample of its pages instead of its first rows.
+    share = {
+        name: {key: float(one[key]) * totals[key] / max(counted[key], 1) for key in _KEYS}
+        for name, one in by_name.items()
+    }
+    if "moved" in over:
+        pages = yield from ask(_estimate("moved"))
+        percent = min(100.0, 100.0 * SAMPLE_ROWS / max(pages, 1))
+        sample = yield from ask(
+            Call(sql.COUNTS_SAMPLE_MOVED, {"percent": percent}, lambda rows, _n: rows)
+        )
+        sampled = {s: sum(int(r.n) for r in sample if r.status == s) for s in _FINISHED}
+        for one in share.values():
+            for state in _FINISHED:
+                one[f"moved_{state}"] = 0.0
+        for r in sample:
+            one = share.setdefault(r.name, dict.fromkeys(_KEYS, 0.0))
+            key = f"moved_{r.status}"
+            one[key] += totals[key] * int(r.n) / max(sampled[r.status], 1)
+    estimated = _estimated_states(over)
+    return {
+        name: Counts(
+            **{s: round(share[name][s] + share[name].get(f"moved_{s}", 0.0)) for s in _STATES},
+            oldest_ready_seconds=(by_name[name]["oldest"] if name in by_name else None) or 0.0,
+            estimated=estimated,
+        )
+        for name in sorted(share)
+    }
+
+
+def counts_by_name_call(cap: int = EXACT_UP_TO) -> Work[dict[str, Counts]]:
+    """The work that counts jobs in each state for each job name, as `counts_call`
+    does: past the cap, a state's total estimated and shared among the names as the
+    rows read (the history: a sample of its pages) share it."""
+    return _counts_by_name(cap)
 
 
 LiveCounts = tuple[int, int, int, int, float]

@@ -87,10 +87,16 @@ from .history import (
     HISTORY_PURGEABLE as HISTORY_PURGEABLE,
 )
 from .jobs import (
+    COUNT_ESTIMATES as COUNT_ESTIMATES,
+)
+from .jobs import (
     COUNTS as COUNTS,
 )
 from .jobs import (
     COUNTS_BY_NAME as COUNTS_BY_NAME,
+)
+from .jobs import (
+    COUNTS_SAMPLE_MOVED as COUNTS_SAMPLE_MOVED,
 )
 from .jobs import (
     ENQUEUE as ENQUEUE,

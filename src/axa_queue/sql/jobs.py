@@ -4,10 +4,13 @@ COPY, with unique keys), reading them back and counting them."""
 from __future__ import annotations
 
 from .naming import statement
+from .web import WEB_ESTIMATE_READY, WEB_ESTIMATE_WAITING
 
 __all__ = [
     "COUNTS",
     "COUNTS_BY_NAME",
+    "COUNTS_SAMPLE_MOVED",
+    "COUNT_ESTIMATES",
     "ENQUEUE",
     "ENQUEUE_COPY",
     "ENQUEUE_MANY",
@@ -200,27 +203,97 @@ RESULT = statement("""SELECT status, result FROM {axa_queue} WHERE id = %(id)s
 """One job's state and result (a completed run's return value as JSON, or NULL), moved
 or not: only for `Queue.result`, which returns it to its caller and never shows it."""
 
+_JOBS_BRANCH = """(SELECT {columns}, {table}.created_at AS sort_at FROM {{{table}}}
+         WHERE {test}
+         ORDER BY {table}.created_at DESC, id LIMIT %(limit)s)"""
+"""One branch of `JOBS`: the newest `limit` jobs of one test in one table."""
+
+
+def _asked(state: str) -> str:
+    """The one-time filter of a branch of `state`: no state asked, or this one."""
+    return f"(%(state)s::text IS NULL OR %(state)s::text = '{state}')"
+
+
+_ANY_NAME = "(%(name)s::text IS NULL OR name = %(name)s)"
+
+_JOBS_TESTS = (
+    ("axa_queue", f"status = 'running' AND {_asked('running')} AND {_ANY_NAME}"),
+    ("axa_queue", f"status = 'needs_review' AND {_asked('needs_review')} AND {_ANY_NAME}"),
+    (
+        "axa_queue",
+        "status IN ('completed', 'failed', 'cancelled') "
+        f"AND (%(state)s::text IS NULL OR status = %(state)s) AND {_ANY_NAME}",
+    ),
+    *(
+        ("axa_queue_history", f"status = '{state}' AND {_asked(state)} AND {name}")
+        for state in ("completed", "failed", "cancelled")
+        for name in ("%(name)s::text IS NULL", "%(name)s::text IS NOT NULL AND name = %(name)s")
+    ),
+)
+"""`JOBS`' branches but the queued jobs': each state of `axa_queue` through
+its partial index, and each finished state of the history without a name (through
+`axa_queue_history_status_created`) and with one (`axa_queue_history_name_created`)."""
+
+_QUEUED = (
+    """(SELECT q.* FROM queued_names n CROSS JOIN LATERAL (
+            SELECT """  # noqa: S608
+    + _JOB_COLUMNS
+    + """, axa_queue.created_at AS sort_at FROM {axa_queue}
+            WHERE status = 'queued' AND name = n.name
+            ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s) q
+         ORDER BY q.sort_at DESC, q.id LIMIT %(limit)s)"""
+)
+"""The queued jobs' branch: the newest `limit` of each name asked (`queued_names`)."""
+
 JOBS = statement(
-    """SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
+    """WITH RECURSIVE names AS (
+        (SELECT name FROM {axa_queue}
+         WHERE status = 'queued' AND """  # noqa: S608
+    + _asked("queued")
+    + """ AND %(name)s::text IS NULL
+         ORDER BY name LIMIT 1)
+        UNION ALL
+        SELECT (SELECT q.name FROM {axa_queue} q WHERE q.status = 'queued' AND q.name > names.name
+                ORDER BY q.name LIMIT 1)
+        FROM names WHERE names.name IS NOT NULL
+    ), queued_names AS (
+        SELECT name FROM names WHERE name IS NOT NULL
+        UNION ALL
+        SELECT %(name)s::text WHERE %(name)s::text IS NOT NULL AND """
+    + _asked("queued")
+    + """
+    )
+    SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
     unique_for_ms, given_back, run_at, started_at, created_at, updated_at
     FROM (
-        (SELECT {columns}, axa_queue.created_at AS sort_at FROM {axa_queue}
-         WHERE (%(state)s::text IS NULL OR status = %(state)s)
-           AND (%(name)s::text IS NULL OR name = %(name)s)
-         ORDER BY axa_queue.created_at DESC, id LIMIT %(limit)s)
-        UNION ALL
-        (SELECT {columns}, axa_queue_history.created_at AS sort_at FROM {axa_queue_history}
-         WHERE (%(state)s::text IS NULL OR %(state)s::text IN ('completed', 'failed', 'cancelled'))
-           AND (%(state)s::text IS NULL OR status = %(state)s)
-           AND (%(name)s::text IS NULL OR name = %(name)s)
-         ORDER BY axa_queue_history.created_at DESC, id LIMIT %(limit)s)
-    ) jobs ORDER BY sort_at DESC, id LIMIT %(limit)s""",
-    columns=_JOB_COLUMNS,
+        """
+    + "\n        UNION ALL\n        ".join(
+        [_QUEUED]
+        + [
+            _JOBS_BRANCH.format(columns=_JOB_COLUMNS, table=table, test=test)
+            for table, test in _JOBS_TESTS
+        ]
+    )
+    + """
+    ) jobs ORDER BY sort_at DESC, id LIMIT %(limit)s"""
 )
-"""The newest jobs, moved or not, optionally of one state and name, without their
-arguments; times as epoch seconds, as `JOB` reads them, so one odd row never breaks
-the listing. The newest `limit` of each table, then the newest of both; the history
-is not read for a state that is never there (queued, running, in review)."""
+"""The newest jobs (by creation), moved or not, optionally of one state and name,
+without their arguments; times as epoch seconds, as `JOB` reads them, so one odd row
+never breaks the listing. The newest `limit` of each branch, then the newest of all:
+never a sort of every row (figures in docs/performance.md).
+
+Each branch names its status as a literal and tests the name as an equality or not at
+all, so even a generic plan (the queue's connections force them) reads the index made
+for it (migration 12), and its `%(state)s` and `%(name)s` tests are one-time filters
+that skip it unread when it is not asked for: the running, in review and finished jobs still in
+`axa_queue` (few: they move after `keep_recent`) sorted as read; each finished state
+of the history through `axa_queue_history_status_created`, or, of one name,
+`axa_queue_history_name_created` (each day partition's newest, merged). Queued jobs
+are read through `axa_queue_queued_created` (name, then newest first): the names with
+queued jobs found by skipping from one to the next in it (`names`, a loose index scan,
+one probe a name), or the name asked, then the newest `limit` of each name: a page of
+each name, never a walk of every queued job (the names with queued jobs times `limit`
+rows at most, for a backlog of millions)."""
 
 TASK_RESULT = statement(
     """SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
@@ -237,37 +310,128 @@ Django's `TaskResult` carries for the application's own code (never logged or sh
 times as epoch seconds, as `JOB` reads them."""
 
 
-_COUNTS = """count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
-    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
-    count(*) FILTER (WHERE status = 'running') AS running,
-    count(*) FILTER (WHERE status = 'completed') AS completed,
-    count(*) FILTER (WHERE status = 'failed') AS failed,
-    count(*) FILTER (WHERE status = 'cancelled') AS cancelled,
-    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest"""
-"""The counts of each state, and how long the oldest ready job has waited."""
+_NOW = "COALESCE(%(now)s::timestamptz, now())"
 
-COUNTS = statement(
-    """SELECT {counts} FROM (
-        SELECT name, status, run_at FROM {axa_queue}
-        UNION ALL
-        SELECT name, status, run_at FROM {axa_queue_history}) jobs""",
-    counts=_COUNTS,
+_BOUNDED = (
+    ("ready", f"SELECT name FROM {{axa_queue}} WHERE status = 'queued' AND run_at <= {_NOW}"),  # noqa: S608
+    ("waiting", f"SELECT name FROM {{axa_queue}} WHERE status = 'queued' AND run_at > {_NOW}"),  # noqa: S608
+    ("running", "SELECT name FROM {axa_queue} WHERE status = 'running'"),
+    ("needs_review", "SELECT name FROM {axa_queue} WHERE status = 'needs_review'"),
 )
-"""How many jobs are in each state, moved ones included, and how long the oldest ready
-job has waited (the difference of epoch seconds, which `-infinity`, written by another
-client, cannot fail before PostgreSQL 17; it reads as infinity)."""
+"""The live states' bounded reads: each through its partial index, at most `cap + 1` rows."""
 
-COUNTS_BY_NAME = statement(
-    """SELECT name, {counts} FROM (
-        SELECT name, status, run_at FROM {axa_queue}
+_FINISHED = """count(*) FILTER (WHERE status = 'completed') AS {prefix}completed,
+        count(*) FILTER (WHERE status = 'failed') AS {prefix}failed,
+        count(*) FILTER (WHERE status = 'cancelled') AS {prefix}cancelled"""
+
+
+def _bounded_counts(by_name: bool) -> str:
+    """`COUNTS` (`by_name` false) or `COUNTS_BY_NAME`: every group read at most
+    `cap + 1` rows deep, one statement."""
+    key = "name, " if by_name else ""
+    group = " GROUP BY name" if by_name else ""
+    parts = [
+        f"""(SELECT {key}'{state}' AS state, count(*) AS n FROM ({query} LIMIT %(cap)s + 1) x{group})"""  # noqa: S608
+        for state, query in _BOUNDED[1:]
+    ]
+    live = "\n        UNION ALL\n        ".join(parts)
+    finished = _FINISHED.format(prefix="")
+    moved = _FINISHED.format(prefix="moved_")
+    if not by_name:
+        return f"""SELECT
+    (SELECT count(*) FROM ({_BOUNDED[0][1]} LIMIT %(cap)s + 1) x) AS ready,
+    (SELECT count(*) FROM ({_BOUNDED[1][1]} LIMIT %(cap)s + 1) x) AS waiting,
+    (SELECT count(*) FROM ({_BOUNDED[2][1]} LIMIT %(cap)s + 1) x) AS running,
+    (SELECT count(*) FROM ({_BOUNDED[3][1]} LIMIT %(cap)s + 1) x) AS needs_review,
+    hot.*, moved.*,
+    (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM (SELECT min(run_at) FROM {{axa_queue}}
+        WHERE status = 'queued' AND run_at <= {_NOW})))::float8 AS oldest
+    FROM (SELECT {finished} FROM (SELECT status FROM {{axa_queue}}
+              WHERE status IN ('completed', 'failed', 'cancelled') LIMIT %(cap)s + 1) f) hot,
+         (SELECT {moved} FROM (SELECT status FROM {{axa_queue_history}} LIMIT %(cap)s + 1) m) moved"""  # noqa: S608
+    return f"""SELECT name,
+    COALESCE(sum(n) FILTER (WHERE state = 'ready'), 0)::bigint AS ready,
+    COALESCE(sum(n) FILTER (WHERE state = 'waiting'), 0)::bigint AS waiting,
+    COALESCE(sum(n) FILTER (WHERE state = 'running'), 0)::bigint AS running,
+    COALESCE(sum(n) FILTER (WHERE state = 'needs_review'), 0)::bigint AS needs_review,
+    COALESCE(sum(n) FILTER (WHERE state = 'completed'), 0)::bigint AS completed,
+    COALESCE(sum(n) FILTER (WHERE state = 'failed'), 0)::bigint AS failed,
+    COALESCE(sum(n) FILTER (WHERE state = 'cancelled'), 0)::bigint AS cancelled,
+    COALESCE(sum(n) FILTER (WHERE state = 'moved_completed'), 0)::bigint AS moved_completed,
+    COALESCE(sum(n) FILTER (WHERE state = 'moved_failed'), 0)::bigint AS moved_failed,
+    COALESCE(sum(n) FILTER (WHERE state = 'moved_cancelled'), 0)::bigint AS moved_cancelled,
+    max(oldest) AS oldest
+    FROM (
+        (SELECT name, 'ready' AS state, count(*) AS n,
+                (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM min(run_at)))::float8 AS oldest
+         FROM ({_BOUNDED[0][1].replace("SELECT name", "SELECT name, run_at")}
+               ORDER BY axa_queue.run_at LIMIT %(cap)s + 1) x GROUP BY name)
         UNION ALL
-        SELECT name, status, run_at FROM {axa_queue_history}) jobs
-    GROUP BY name ORDER BY name""",
-    counts=_COUNTS,
-)
-"""The same counts for each job name."""
+        {live.replace("count(*) AS n FROM", "count(*) AS n, NULL::float8 AS oldest FROM")}
+        UNION ALL
+        (SELECT name, status, count(*), NULL::float8 FROM (SELECT name, status FROM {{axa_queue}}
+              WHERE status IN ('completed', 'failed', 'cancelled') LIMIT %(cap)s + 1) f GROUP BY name, status)
+        UNION ALL
+        (SELECT name, 'moved_' || status, count(*), NULL::float8
+         FROM (SELECT name, status FROM {{axa_queue_history}} LIMIT %(cap)s + 1) m GROUP BY name, status)
+    ) counted GROUP BY name ORDER BY name"""  # noqa: S608
+
+
+COUNTS = statement(_bounded_counts(by_name=False))
+"""How many jobs are in each state, moved ones included, each read at most `cap + 1`
+rows deep (so it costs the same on 10 million rows as on 10,000): each live state
+(ready, waiting, running, in review) through its partial index, the finished jobs still
+in `axa_queue` through `axa_queue_finished`, and the history's first `cap + 1` rows,
+whichever they are. A count of `cap` or less is exact; past it, `jobs.reads` takes the
+planner's estimate instead (`COUNT_ESTIMATES`) and says so (`Counts.estimated`); the
+history, past `cap` rows in all, makes its three states estimates. And how long the
+oldest ready job has waited: the first entry of `axa_queue_ready` (the difference of
+epoch seconds, which `-infinity`, written by another client, cannot fail before
+PostgreSQL 17; it reads as infinity)."""
+
+COUNTS_BY_NAME = statement(_bounded_counts(by_name=True))
+"""The same bounded reads for each job name (`moved_*`: in the history): a state read
+to its cap is estimated by `jobs.reads`, the counts read scaled to the state's estimate
+(the history's from `COUNTS_SAMPLE_MOVED`). The oldest ready job of a name is among the
+first `cap + 1` ready ones by due time, or not counted."""
+
+COUNT_ESTIMATES = {
+    "ready": WEB_ESTIMATE_READY,
+    "waiting": WEB_ESTIMATE_WAITING,
+    "running": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'running'"
+    ),
+    "needs_review": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'needs_review'"
+    ),
+    "completed": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'completed'"
+    ),
+    "failed": statement("EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'failed'"),
+    "cancelled": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'cancelled'"
+    ),
+    "moved_completed": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue_history} WHERE status = 'completed'"
+    ),
+    "moved_failed": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue_history} WHERE status = 'failed'"
+    ),
+    "moved_cancelled": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue_history} WHERE status = 'cancelled'"
+    ),
+    "moved": statement("EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue_history}"),
+}
+"""The planner's estimate of each count `COUNTS` reads to its cap (and of the history's
+rows, `moved`), from the tables' statistics as autovacuum's `ANALYZE` keeps them and
+each table's size now (as Oban counts big tables): a plan, never a scan. The history's
+sum its day partitions' estimates."""
+
+COUNTS_SAMPLE_MOVED = statement("""SELECT name, status, count(*) AS n
+    FROM {axa_queue_history} TABLESAMPLE SYSTEM (%(percent)s) GROUP BY name, status""")
+"""A sample of the history's pages (`percent` of each day's, about `2 * cap` rows), for
+`counts_by_name` past the cap: each name's share of a state, scaled to the state's
+estimate. A name seen in none of the pages sampled is not listed."""
 
 LIVE_COUNTS_BY_NAME = statement("""SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,

@@ -12,8 +12,9 @@ table, migration 4 a cron schedule's expression and zone, migration 5 unique key
 migration 6 the global limits' function, migration 7 the rate limits' slots and
 function, migration 8 the columns of runs claimed ahead, migration 9 the paused job
 names, migration 10 the history table finished jobs are moved to, partitioned by day,
-with the functions that make and drop its partitions, and migration 11 each worker
-process's heartbeat interval.
+with the functions that make and drop its partitions, migration 11 each worker
+process's heartbeat interval, and migration 12 the indexes that keep the newest jobs
+(`jobs`) a page's read on millions of rows.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -22,7 +23,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -274,6 +275,21 @@ from .v11 import (
 from .v11 import (
     SETUP_WORKERS_BEAT as SETUP_WORKERS_BEAT,
 )
+from .v12 import (
+    MIGRATION_12 as MIGRATION_12,
+)
+from .v12 import (
+    RECORD_12 as RECORD_12,
+)
+from .v12 import (
+    SETUP_HISTORY_NAME_INDEX as SETUP_HISTORY_NAME_INDEX,
+)
+from .v12 import (
+    SETUP_HISTORY_STATE_INDEX as SETUP_HISTORY_STATE_INDEX,
+)
+from .v12 import (
+    SETUP_QUEUED_CREATED_INDEX as SETUP_QUEUED_CREATED_INDEX,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -289,6 +305,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_9,
     MIGRATION_10,
     MIGRATION_11,
+    MIGRATION_12,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 

@@ -1,0 +1,281 @@
+"""Reads stay bounded on big tables: `jobs` reads a page through the newest-jobs indexes
+(migration 12), `counts` and `counts_by_name` read each state at most `cap + 1` rows
+deep and estimate past that, saying which numbers are estimates. Plans are checked by
+`EXPLAIN (ANALYZE, BUFFERS)` of each statement prepared as the queue's connections
+prepare it (generic plans forced), on tables of a few thousand rows: which index, how
+many rows and buffers; never a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from click.testing import CliRunner
+from psycopg import sql as pgsql
+
+from axa_queue import SyncQueue, history, sql
+from axa_queue.cli import main
+from axa_queue.db.calls import run_sync
+from axa_queue.jobs.reads import counts_by_name_call, counts_call
+from axa_queue.schema import SETUP_STATEMENTS
+
+NAMES = ("alpha", "beta", "gamma")
+
+
+def setup(admin: psycopg.Connection[Any]) -> None:
+    for statement in SETUP_STATEMENTS:
+        admin.execute(statement)
+
+
+def seed(admin: psycopg.Connection[Any], moved: int, ready: int) -> None:
+    """`moved` finished jobs in the history over the last three days (9 in 10
+    completed), `ready` queued ones, a few running and in review, analyzed."""
+    with psycopg.connect(admin.info.dsn, autocommit=True) as conn:
+        # The day partitions, as `history.make_days` makes them (its statement).
+        conn.execute(
+            sql.HISTORY_DAYS,
+            {"now": None, "retention": 5 * 86400.0, "most": 1000, "ahead": history.AHEAD_DAYS},
+        )
+        conn.execute(
+            """INSERT INTO axa_queue_history (id, name, args, status, run_at, created_at,
+                   updated_at, attempts, priority, given_back)
+               SELECT gen_random_uuid(), (%(names)s::text[])[1 + g %% 3], '{}',
+                   CASE WHEN g %% 10 < 9 THEN 'completed' WHEN g %% 20 = 9 THEN 'failed'
+                        ELSE 'cancelled' END, t, t, t, 1, 0, 0
+               FROM generate_series(1, %(n)s) g,
+                    LATERAL (SELECT now() - interval '3 days' * (1 - g::float8 / %(n)s)
+                             - interval '1 hour') x(t)""",
+            {"n": moved, "names": list(NAMES)},
+        )
+        conn.execute(
+            """INSERT INTO axa_queue (id, name, args, run_at, created_at, updated_at)
+               SELECT gen_random_uuid(), (%(names)s::text[])[1 + g %% 3], '{}', t, t, t
+               FROM generate_series(1, %(n)s) g,
+                    LATERAL (SELECT now() - interval '1 hour' * (1 - g::float8 / %(n)s)
+                             - interval '1 second') x(t)""",
+            {"n": ready, "names": list(NAMES)},
+        )
+        conn.execute(
+            """INSERT INTO axa_queue (id, name, args, status, attempts, started_at)
+               SELECT gen_random_uuid(), 'alpha', '{}',
+                   CASE WHEN g <= 5 THEN 'running' ELSE 'needs_review' END, 1, now()
+               FROM generate_series(1, 7) g"""
+        )
+        parts = [
+            r[0]
+            for r in conn.execute(
+                "SELECT inhrelid::regclass::text FROM pg_inherits "
+                "WHERE inhparent = 'axa_queue_history'::regclass"
+            )
+        ]
+        for table in ["axa_queue", *parts]:
+            conn.execute(pgsql.SQL("VACUUM (ANALYZE) {}").format(pgsql.SQL(table)))
+
+
+@pytest.fixture
+def explained(dsn: str) -> Iterator[Any]:
+    """`explained(statement, params)`: the JSON plan of `statement` prepared with
+    `params` under the queue's session settings, run by `EXPLAIN (ANALYZE, BUFFERS)`."""
+    with psycopg.connect(dsn, autocommit=True, prepare_threshold=None) as conn:
+        conn.execute(sql.SESSION_SETTINGS)
+
+        def explain(statement: str, params: dict[str, Any]) -> dict[str, Any]:
+            order: list[str] = []
+
+            def number(found: re.Match[str]) -> str:
+                if found.group(1) not in order:
+                    order.append(found.group(1))
+                return f"${order.index(found.group(1)) + 1}"
+
+            text = re.sub(r"%\((\w+)\)s", number, statement).replace("%%", "%")
+            conn.execute(pgsql.SQL("PREPARE probe AS {}").format(pgsql.SQL(text)))  # type: ignore[arg-type]
+            try:
+                args = pgsql.SQL(", ").join(pgsql.Literal(params[n]) for n in order)
+                row = conn.execute(
+                    pgsql.SQL("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) EXECUTE probe({})").format(
+                        args
+                    )
+                ).fetchone()
+            finally:
+                conn.execute("DEALLOCATE probe")
+            assert row is not None
+            plan: dict[str, Any] = row[0][0]["Plan"]
+            return plan
+
+        yield explain
+
+
+def nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from nodes(child)
+
+
+def buffers(plan: dict[str, Any]) -> int:
+    return int(plan["Shared Hit Blocks"] + plan["Shared Read Blocks"])
+
+
+def pages_of(admin: psycopg.Connection[Any]) -> int:
+    row = admin.execute(
+        "SELECT sum(relpages) FROM pg_class WHERE relname = 'axa_queue' "
+        "OR relname LIKE 'axa\\_queue\\_history\\_2%'"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+ASKED = [
+    (state, name)
+    for state in (None, "completed", "failed", "cancelled", "queued")
+    for name in (None, "alpha", "nobody")
+]
+"""Every kind of `jobs` call: no filter, a state (common, rare, live), a name (common,
+absent), both."""
+
+
+@pytest.mark.parametrize("state, name", ASKED)
+def test_jobs_reads_a_page_through_the_newest_jobs_indexes_never_every_row(
+    admin, dsn: str, explained, state: str | None, name: str | None
+) -> None:
+    setup(admin)
+    seed(admin, moved=6000, ready=3000)
+    pages = pages_of(admin)
+    plan = explained(sql.JOBS, {"state": state, "name": name, "limit": 50})
+    ran = [n for n in nodes(plan) if n.get("Actual Loops", 0) > 0]  # not a branch skipped
+    used = {n.get("Index Name") for n in ran}
+    scanned = {n.get("Relation Name") for n in ran if n["Node Type"] == "Seq Scan"}
+    assert not any(r == "axa_queue" or r.startswith("axa_queue_history") for r in scanned), scanned
+    if state in (None, "queued"):
+        assert "axa_queue_queued_created" in used, used
+    moved = {i for i in used if i and i.startswith("axa_queue_history_2")}
+    if state != "queued":
+        by_name = {i for i in moved if "_name_status_" in i}
+        assert moved and (bool(by_name) if name else not by_name), moved
+    else:
+        assert not moved, moved
+    assert buffers(plan) < pages / 4, (buffers(plan), pages)
+    assert plan["Actual Rows"] == (0 if name == "nobody" else 50)
+
+
+def test_jobs_lists_the_same_newest_jobs_as_a_sort_of_both_tables(admin, dsn: str) -> None:
+    setup(admin)
+    seed(admin, moved=2000, ready=500)
+    truth = [
+        r[0]
+        for r in admin.execute(
+            """SELECT id FROM (SELECT id, created_at FROM axa_queue
+                               UNION ALL SELECT id, created_at FROM axa_queue_history) j
+               ORDER BY created_at DESC, id LIMIT 600"""
+        )
+    ]
+    with SyncQueue(dsn) as queue:
+        assert [j.id for j in queue.jobs(limit=600)] == truth
+        for state, name in ASKED:
+            listed = [j.id for j in queue.jobs(state, name, limit=700)]
+            assert listed == [
+                r[0]
+                for r in admin.execute(
+                    """SELECT id FROM (SELECT id, name, status, created_at FROM axa_queue
+                           UNION ALL SELECT id, name, status, created_at FROM axa_queue_history) j
+                       WHERE (%(state)s::text IS NULL OR status = %(state)s)
+                         AND (%(name)s::text IS NULL OR name = %(name)s)
+                       ORDER BY created_at DESC, id LIMIT 700""",
+                    {"state": state, "name": name},
+                )
+            ], (state, name)
+
+
+def test_counts_are_exact_up_to_the_cap_and_say_so(admin, dsn: str) -> None:
+    setup(admin)
+    seed(admin, moved=900, ready=300)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        counts = run_sync(conn, counts_call())
+        by_name = run_sync(conn, counts_by_name_call())
+    assert (counts.ready, counts.running, counts.needs_review) == (300, 5, 2)
+    assert (counts.completed, counts.failed, counts.cancelled) == (810, 45, 45)
+    assert counts.estimated == ()
+    assert sum(one.completed for one in by_name.values()) == 810
+    assert by_name["alpha"].running == 5
+    assert all(one.estimated == () for one in by_name.values())
+
+
+def test_counts_past_the_cap_are_estimates_named_as_such(admin, dsn: str) -> None:
+    setup(admin)
+    seed(admin, moved=6000, ready=3000)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        counts = run_sync(conn, counts_call(cap=1000))
+        by_name = run_sync(conn, counts_by_name_call(cap=1000))
+    assert counts.estimated == ("ready", "completed", "failed", "cancelled")
+    assert (counts.running, counts.needs_review, counts.waiting) == (5, 2, 0)  # exact
+    # The statistics of an analyzed table: close, not exact.
+    assert 2700 <= counts.ready <= 3300
+    assert 5000 <= counts.completed + counts.failed + counts.cancelled <= 7000
+    assert set(by_name) == set(NAMES)
+    assert all(one.estimated == counts.estimated for one in by_name.values())
+    assert 5000 <= sum(o.completed + o.failed + o.cancelled for o in by_name.values()) <= 7000
+    assert by_name["alpha"].running == 5 and by_name["beta"].running == 0
+
+
+def test_counts_read_each_state_at_most_cap_rows_deep(admin, dsn: str, explained) -> None:
+    setup(admin)
+    seed(admin, moved=6000, ready=3000)
+    pages = pages_of(admin)
+    for statement in (sql.COUNTS, sql.COUNTS_BY_NAME):
+        plan = explained(statement, {"now": None, "cap": 100})
+        read = [n for n in nodes(plan) if "Relation Name" in n]
+        assert read, plan
+        for node in read:
+            assert node["Actual Rows"] * node.get("Actual Loops", 1) <= 101, node
+            if node["Relation Name"] == "axa_queue":
+                assert node["Node Type"] != "Seq Scan", node
+        assert buffers(plan) < pages / 4, (buffers(plan), pages)
+    indexes = {n.get("Index Name") for n in nodes(explained(sql.COUNTS, {"now": None, "cap": 100}))}
+    assert {"axa_queue_ready", "axa_queue_running", "axa_queue_review"} <= indexes, indexes
+
+
+def test_the_cli_marks_estimated_counts(admin, dsn: str) -> None:
+    setup(admin)
+    seed(admin, moved=100, ready=10_050)
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    shown = runner.invoke(main, ["counts"], prog_name="axa-queue", catch_exceptions=False)
+    assert shown.exit_code == 0, shown.output
+    ready = next(line for line in shown.output.splitlines() if line.split()[:1] == ["ready"])
+    assert ready.split()[1].startswith("~"), ready
+    assert "completed" in shown.output and "~ an estimate, not a count" in shown.output
+    as_json = runner.invoke(main, ["counts", "--json"], catch_exceptions=False)
+    assert json.loads(as_json.output)["estimated"] == ["ready"]
+
+
+async def test_estimated_counts_read_the_same_on_an_asyncpg_connection(
+    admin, dsn: str, schema: str
+) -> None:
+    import asyncpg
+
+    from axa_queue.db.adapters import run
+
+    setup(admin)
+    seed(admin, moved=3000, ready=1500)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        expected = run_sync(conn, counts_call(cap=1000))
+    parts = psycopg.conninfo.conninfo_to_dict(dsn)
+    raw = await asyncpg.connect(
+        host=parts.get("host", "127.0.0.1"),
+        port=int(parts.get("port", 5432)),
+        user=parts.get("user"),
+        database=parts.get("dbname"),
+        server_settings={"search_path": schema},
+    )
+    try:
+        found = await run(raw, counts_call(cap=1000))
+    finally:
+        await raw.close()
+    assert found.estimated == expected.estimated == ("ready", "completed", "failed", "cancelled")
+    assert dataclasses.replace(found, oldest_ready_seconds=0) == dataclasses.replace(
+        expected, oldest_ready_seconds=0
+    )  # the oldest ready job's wait grew meanwhile
