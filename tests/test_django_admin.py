@@ -13,7 +13,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from djangotest import django_db, migrated, tasks  # noqa: F401
-from test_history import move_all
+from moves import move_all
 
 pytestmark = pytest.mark.usefixtures("migrated")
 

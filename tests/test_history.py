@@ -20,27 +20,9 @@ from axa_queue import JobState, Queue, cancel, history, retry, sql
 from axa_queue.cli import main
 from axa_queue.web import create_app
 from conftest import acting_role, later, running
+from moves import WEEK, move_all
 from test_compat import crate_claim, crate_enqueue
 from test_web import ORIGIN, SECRET, TOKEN, csrf_of, seed, signed_in
-
-WEEK = 7 * 86400.0
-
-
-def move_all(admin: psycopg.Connection[Any], keep: float = 0.0, now: Any = None) -> int:
-    """Move every finished job older than `keep` seconds, on a sync connection, as
-    `history.move` does; returns how many moved."""
-    row = admin.execute(
-        sql.HISTORY_DAYS,
-        {"now": now, "retention": WEEK, "most": history.MOST_DAYS, "ahead": history.AHEAD_DAYS},
-    ).fetchone()
-    assert row is not None
-    params = {"keep": keep, "since": row[1], "batch": history.MOVE_BATCH, "now": now}
-    total = 0
-    while True:
-        moved = admin.execute(sql.HISTORY_MOVE, params).rowcount
-        total += moved
-        if moved < history.MOVE_BATCH:
-            return total
 
 
 def seed_finished(admin: psycopg.Connection[Any], count: int, ago: str = "1 hour") -> None:

@@ -1,0 +1,31 @@
+"""Moving every finished job to the history on a sync connection, as `history.move`
+does: for tests of the history and of what reads it (the Django admin, whose tests run
+where the dashboard's extra may not be installed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from axa_queue import history, sql
+
+WEEK = 7 * 86400.0
+"""A retention of a week, in seconds."""
+
+
+def move_all(admin: psycopg.Connection[Any], keep: float = 0.0, now: Any = None) -> int:
+    """Move every finished job older than `keep` seconds, on a sync connection, as
+    `history.move` does; returns how many moved."""
+    row = admin.execute(
+        sql.HISTORY_DAYS,
+        {"now": now, "retention": WEEK, "most": history.MOST_DAYS, "ahead": history.AHEAD_DAYS},
+    ).fetchone()
+    assert row is not None
+    params = {"keep": keep, "since": row[1], "batch": history.MOVE_BATCH, "now": now}
+    total = 0
+    while True:
+        moved = admin.execute(sql.HISTORY_MOVE, params).rowcount
+        total += moved
+        if moved < history.MOVE_BATCH:
+            return total
