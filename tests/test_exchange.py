@@ -172,16 +172,18 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     )
     names = [
         "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts",
+        "starts", "started_attempts", "worker", "host", "pid",
     ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
-    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
-        pgsql.Literal(f"{{{one}}}")
+    types = (
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
     )
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
-        pgsql.Literal(failed)
-    )
+    as_completed = pgsql.SQL(
+        "{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL"
+    ).format(pgsql.Literal(f"{{{one}}}"))
+    as_failed = pgsql.SQL(
+        "'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL"
+    ).format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]
@@ -200,10 +202,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     admin.execute("ANALYZE axa_queue")
     names = [
         "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts",
+        "starts", "started_attempts", "worker", "host", "pid",
     ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
+    types = (
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
+    )
     # The same with a global limit on the name (`EXCHANGE_LIMITED`: a gate in `wanted`).
     limited = re.sub(
         r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_LIMITED
@@ -219,9 +223,9 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         (limited, {"name": "Backlog", "cap": 10, "global": 5}),
         (rated, {"name": "Backlog", "cap": 10, "global": 5, "rate": 3, "per_ms": 1000}),
     ):
-        claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}'").format(
-            pgsql.Literal(json.dumps([wanted]))
-        )
+        claim = pgsql.SQL(
+            "'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}', NULL, NULL, NULL"
+        ).format(pgsql.Literal(json.dumps([wanted])))
         plan = _generic_plan(admin, statement, types, claim)
         candidates = plan.split("CTE candidates")[1].split("CTE picked")[0]
         assert "axa_queue_pick" in candidates, plan

@@ -8,6 +8,8 @@ why it is there), never by editing another statement's text:
   stamped, and a row saying when to look again;
 - `CLAIM`: the claim alone, nothing to record.
 
+Each keeps the attempts too (`sql.attempts`: `started` per claim, `ended` per ending).
+
 `axa-queue sql --statement EXCHANGE_LIMITED` prints any of them whole.
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from string import Template
 
+from .attempts import KEPT as _KEPT
+from .attempts import STARTED as _STARTED
 from .naming import statement
 
 __all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED"]
@@ -271,6 +275,7 @@ EXCHANGE = statement(
             _candidates(_NOT_ENDING),
             _PICKED,
             _CLAIMED,
+            *_KEPT,
         ],
         [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ],
     )
@@ -400,6 +405,7 @@ EXCHANGE_LIMITED = statement(
             _candidates(_NOT_ENDING),
             _PICKED,
             _CLAIMED,
+            *_KEPT,
         ],
         [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ],
     )
@@ -432,6 +438,7 @@ EXCHANGE_RATED = statement(
             _candidates(_NOT_ENDING),
             _PICKED,
             _CLAIMED,
+            *_KEPT,
             _TAKEN,
             _STAMPED,
         ],
@@ -480,7 +487,7 @@ A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(
-        [_LEVELS, _WANTED, _candidates(""), _PICKED, _CLAIMED],
+        [_LEVELS, _WANTED, _candidates(""), _PICKED, _CLAIMED, _STARTED],
         [_CLAIMED_ROWS],
     )
 )

@@ -11,8 +11,9 @@ INSERT statement; migration 3 adds trace contexts, results and the worker proces
 table, migration 4 a cron schedule's expression and zone, migration 5 unique keys,
 migration 6 the global limits' function, migration 7 the rate limits' slots and
 function, migration 8 the columns of runs claimed ahead, migration 9 the paused job
-names, and migration 10 the history table finished jobs are moved to, partitioned by
-day, with the functions that make and drop its partitions.
+names, migration 10 the history table finished jobs are moved to, partitioned by
+day, with the functions that make and drop its partitions, and migration 13 the
+attempts table, a row per run (migrations 11 and 12 come from other branches).
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -21,7 +22,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v13`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -264,6 +265,18 @@ from .v10 import (
 from .v10 import (
     SETUP_HISTORY_ID_INDEX as SETUP_HISTORY_ID_INDEX,
 )
+from .v13 import (
+    ATTEMPTS_COLUMNS as ATTEMPTS_COLUMNS,
+)
+from .v13 import (
+    MIGRATION_13 as MIGRATION_13,
+)
+from .v13 import (
+    RECORD_13 as RECORD_13,
+)
+from .v13 import (
+    SETUP_ATTEMPTS_TABLE as SETUP_ATTEMPTS_TABLE,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -278,6 +291,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_8,
     MIGRATION_9,
     MIGRATION_10,
+    MIGRATION_13,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
