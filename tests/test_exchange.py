@@ -415,19 +415,29 @@ def rows(statement: str) -> str:
 def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
     claim = ["levels", "wanted", "candidates", "picked", "claimed"]
     shapes = {
-        "EXCHANGE": ["endings", "finished", "marked", *claim],
-        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim],
+        "EXCHANGE": ["endings", "finished", "marked", *claim, "started", "ended"],
+        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim, "started", "ended"],
         "EXCHANGE_RATED": [
-            "endings", "finished", "marked", "levels", "gates", *claim[1:], "taken", "stamped",
+            "endings", "finished", "marked", "levels", "gates", *claim[1:], "started", "ended",
+            "taken", "stamped",
         ],
-        "CLAIM": claim,
+        "CLAIM": [*claim, "started"],
     }  # fmt: skip
     parts = {name: ctes(getattr(sql, name)) for name in shapes}
     assert {name: list(found) for name, found in parts.items()} == shapes
     # Every piece is written once: the same text in each variant that has it, but for
     # `wanted` (plain, gated by global limits, behind the rate gates) and the claim's
     # fence against the statement's own endings, which `CLAIM` has none of.
-    for piece in ("endings", "finished", "marked", "levels", "picked", "claimed"):
+    for piece in (
+        "endings",
+        "finished",
+        "marked",
+        "levels",
+        "picked",
+        "claimed",
+        "started",
+        "ended",
+    ):
         assert len({found[piece] for found in parts.values() if piece in found}) == 1, piece
     wanted = {name: found["wanted"] for name, found in parts.items()}
     assert wanted["EXCHANGE"] == wanted["CLAIM"] and len(set(wanted.values())) == 3
@@ -449,7 +459,11 @@ def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None
     # nothing of the endings or the start marks for PostgreSQL to set up.
     for part in ("endings", "finished", "marked", "axa_queue_done"):
         assert part not in sql.CLAIM
-    assert sql.CLAIM.split("), wanted AS (")[1] in sql.EXCHANGE.replace(
+    from axa_queue.sql.attempts import ENDED
+
+    ended = "\n    ), " + ENDED.replace("{axa_queue_attempts}", "axa_queue_attempts")
+    assert ended in sql.EXCHANGE
+    assert sql.CLAIM.split("), wanted AS (")[1] in sql.EXCHANGE.replace(ended, "").replace(
         " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
     ).replace("\n    WHERE (SELECT count(*) FROM marked) >= 0", "").replace(
         """    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,

@@ -4,6 +4,7 @@ error and worker, as `Attempt`s, through `attempts_on` on any connection, and in
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, overload
 from uuid import UUID
@@ -38,7 +39,10 @@ def attempt_of(row: Row | Mapping[str, Any]) -> Attempt:
 
 
 def runs_of(runs: Any) -> tuple[Attempt, ...]:
-    """`sql.JOB`'s `runs` column (a JSON array, or `None` from a statement without it)."""
+    """`sql.JOB`'s `runs` column (a JSON array, or `None` from a statement without it;
+    its text, from a driver that leaves `json` undecoded: asyncpg)."""
+    if isinstance(runs, (str, bytes)):
+        runs = json.loads(runs)
     return tuple(attempt_of(one) for one in runs or ())
 
 
