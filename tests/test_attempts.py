@@ -175,6 +175,24 @@ async def test_cancelling_a_running_job_ends_its_attempt_cancelled(make_queue, a
     assert row.ended_at >= row.started_at
 
 
+def test_cancel_all_ends_each_running_jobs_attempt_cancelled_and_leaves_queued_ones_none(
+    admin,
+) -> None:
+    from axa_queue import SETUP_STATEMENTS, cancel_all
+
+    for statement in SETUP_STATEMENTS:
+        admin.execute(statement)
+    ids = [uuid.uuid4() for _ in range(3)]
+    for job_id in ids:
+        admin.execute("INSERT INTO axa_queue (id, name, args) VALUES (%s, 'Bulk', '{}')", (job_id,))
+    claim(admin, "Bulk")
+    claim(admin, "Bulk")
+    result = cancel_all(admin, by="ops:bob", reason="incident_42", name="Bulk")
+    assert result.changed == 3
+    outcomes = sorted(r.outcome for j in ids for r in rows_of(admin, j))
+    assert outcomes == ["cancelled", "cancelled"]  # the queued job had no run
+
+
 async def test_stale_recovery_ends_an_abandoned_run_and_keeps_who_ran_it(make_queue, admin) -> None:
     queue = await make_queue(max_attempts=3)
     job_id = await queue.enqueue("Crashy", {})
