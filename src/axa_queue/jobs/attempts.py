@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
+from decimal import Decimal
 from typing import Any, overload
 from uuid import UUID
 
@@ -15,6 +16,12 @@ from ..db.calls import Call, Row
 from .model import Attempt, job_id_of, optional_moment
 
 __all__ = ["attempt_of", "attempts_call", "attempts_on", "runs_of"]
+
+
+def _epoch(value: Any) -> Any:
+    """Epoch seconds as `optional_moment` takes them: JSON writes an infinite `numeric`
+    (a time of `infinity`, written by another client) as the text `"Infinity"`."""
+    return Decimal(value) if isinstance(value, str) else value
 
 
 def attempt_of(row: Row | Mapping[str, Any]) -> Attempt:
@@ -27,8 +34,8 @@ def attempt_of(row: Row | Mapping[str, Any]) -> Attempt:
     return Attempt(
         attempt=get("attempt"),
         outcome=get("outcome"),
-        started_at=optional_moment(get("started_at")),
-        ended_at=optional_moment(get("ended_at")),
+        started_at=optional_moment(_epoch(get("started_at"))),
+        ended_at=optional_moment(_epoch(get("ended_at"))),
         error_class=get("error_class"),
         error=get("error"),
         worker=None if worker is None else UUID(str(worker)),
