@@ -534,6 +534,7 @@ def grant_worker(admin, schema: str, role: str) -> None:
         "GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue TO {1}",
         "GRANT SELECT, INSERT ON axa_job_acts TO {1}",
         "GRANT SELECT, DELETE ON axa_queue_history TO {1}",
+        "GRANT SELECT, INSERT, UPDATE ON axa_queue_attempts TO {1}",
     ):
         admin.execute(pgsql.SQL(grant).format(pgsql.Identifier(schema), pgsql.Identifier(role)))
 

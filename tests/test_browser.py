@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import os
 import shutil
 import socket
@@ -258,6 +259,46 @@ def test_cancel_a_queued_job_with_a_reason_and_find_the_act_by_the_signed_in_per
     page.goto(f"{served.url}/acts?by=alice.ops")
     assert page.inner_text("#acts .by") == "alice.ops"
     assert page.inner_text("#acts .reason") == "INC-1234"
+
+
+def exchange(admin: psycopg.Connection[Any], name: str, endings: list[dict[str, Any]]) -> None:
+    """Send `sql.EXCHANGE` as worker process 4242 on host `box-7` does: the `endings`
+    written, then one job of `name` claimed."""
+    from axa_queue import sql
+
+    admin.execute(
+        sql.EXCHANGE,
+        {
+            "completed": "{}", "completed_attempts": "{}", "endings": json.dumps(endings),
+            "free": 1, "wanted": json.dumps([{"name": name, "cap": 1}]), "losing": "{}",
+            "now": None, "idle": 1, "starts": "{}", "started_attempts": "{}",
+            "worker": uuid.UUID(int=7), "host": "box-7", "pid": 4242,
+        },
+    )  # fmt: skip
+
+
+@in_browser
+def test_a_job_page_shows_each_attempt_with_its_error_length_and_worker(
+    page, served, admin
+) -> None:
+    [job] = seed(admin, "Pay", "queued")
+    exchange(admin, "Pay", [])  # attempt 1 claimed
+    failed = {"id": str(job), "attempts": 1, "status": "queued", "delay": 0}
+    exchange(admin, "Pay", [{**failed, "error": "TimeoutError: the gateway took 30 s"}])
+    exchange(admin, "Pay", [])  # attempt 2 claimed
+    exchange(admin, "Pay", [{"id": str(job), "attempts": 2, "status": "completed"}])
+    sign_in(page, served)
+    page.goto(f"{served.url}/jobs/{job}")
+    assert page.inner_text("#job-state") == "completed"
+    first, second = "#attempts tr[data-attempt='1']", "#attempts tr[data-attempt='2']"
+    assert page.inner_text(f"{first} .outcome") == "retried"
+    assert page.inner_text(f"{first} .error-class") == "TimeoutError"
+    assert "the gateway took 30 s" in page.inner_text(f"{first} .error-text")
+    assert page.inner_text(f"{first} .worker") == "box-7:4242"
+    assert page.inner_text(f"{second} .outcome") == "completed"
+    assert page.inner_text(f"{second} .worker") == "box-7:4242"
+    assert page.inner_text(f"{second} .took").endswith(("ms", "s"))
+    assert SECRET not in page.content()
 
 
 @in_browser

@@ -52,6 +52,28 @@ def test_the_admin_lists_jobs_and_acts_without_their_arguments(
     assert staff.get("/admin/axa_queue/job/add/").status_code == 403
 
 
+def test_a_jobs_page_shows_its_attempts_with_their_errors_and_worker(
+    staff: Client, admin: psycopg.Connection[Any]
+) -> None:
+    result = tasks.send_email.enqueue([SECRET], SECRET, SECRET, SECRET)
+    job_id = uuid.UUID(result.id)
+    admin.execute(
+        "INSERT INTO axa_queue_attempts (job_id, attempt, host, pid, started_at, ended_at, "
+        "outcome, error_class, error) VALUES "
+        "(%s, 1, 'box-1', 4242, now() - interval '2 s', now() - interval '1 s', 'retried', "
+        "'ValueError', 'ValueError: the partner answered 502'), "
+        "(%s, 2, 'box-2', 77, now() - interval '1 s', now(), 'completed', NULL, NULL)",
+        (job_id, job_id),
+    )
+    admin.execute(
+        "UPDATE axa_queue SET status = 'completed', attempts = 2 WHERE id = %s", (job_id,)
+    )
+    page = staff.get(f"/admin/axa_queue/job/{result.id}/change/").content.decode()
+    assert "Attempts kept" in page and "ValueError: the partner answered 502" in page
+    assert "box-1:4242" in page and "box-2:77" in page and "retried" in page
+    assert SECRET not in page
+
+
 def test_cancel_asks_for_a_reason_then_records_the_user_and_the_reason(
     staff: Client, admin: psycopg.Connection[Any]
 ) -> None:

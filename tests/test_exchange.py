@@ -172,16 +172,18 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     )
     names = [
         "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts",
+        "starts", "started_attempts", "worker", "host", "pid",
     ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
-    as_completed = pgsql.SQL("{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
-        pgsql.Literal(f"{{{one}}}")
+    types = (
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
     )
-    as_failed = pgsql.SQL("'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}'").format(
-        pgsql.Literal(failed)
-    )
+    as_completed = pgsql.SQL(
+        "{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL"
+    ).format(pgsql.Literal(f"{{{one}}}"))
+    as_failed = pgsql.SQL(
+        "'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL"
+    ).format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
         finished = plan.split("CTE levels")[0]
@@ -200,10 +202,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     admin.execute("ANALYZE axa_queue")
     names = [
         "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts",
+        "starts", "started_attempts", "worker", "host", "pid",
     ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[]"
+    types = (
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
+    )
     # The same with a global limit on the name (`EXCHANGE_LIMITED`: a gate in `wanted`).
     limited = re.sub(
         r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_LIMITED
@@ -219,9 +223,9 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         (limited, {"name": "Backlog", "cap": 10, "global": 5}),
         (rated, {"name": "Backlog", "cap": 10, "global": 5, "rate": 3, "per_ms": 1000}),
     ):
-        claim = pgsql.SQL("'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}'").format(
-            pgsql.Literal(json.dumps([wanted]))
-        )
+        claim = pgsql.SQL(
+            "'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}', NULL, NULL, NULL"
+        ).format(pgsql.Literal(json.dumps([wanted])))
         plan = _generic_plan(admin, statement, types, claim)
         levels = plan.split("CTE levels")[1].split("CTE picked")[0]
         assert "axa_queue_pick" in levels, plan
@@ -411,17 +415,20 @@ def rows(statement: str) -> str:
 def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
     claim = ["wanted", "levels", "picked", "claimed"]
     shapes = {
-        "EXCHANGE": ["endings", "finished", "marked", *claim],
-        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim],
-        "EXCHANGE_RATED": ["endings", "finished", "marked", "gates", *claim, "taken", "stamped"],
-        "CLAIM": claim,
-    }
+        "EXCHANGE": ["endings", "finished", "marked", *claim, "started", "ended"],
+        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim, "started", "ended"],
+        "EXCHANGE_RATED": [
+            "endings", "finished", "marked", "gates", *claim, "started", "ended",
+            "taken", "stamped",
+        ],
+        "CLAIM": [*claim, "started"],
+    }  # fmt: skip
     parts = {name: ctes(getattr(sql, name)) for name in shapes}
     assert {name: list(found) for name, found in parts.items()} == shapes
     # Every piece is written once: the same text in each variant that has it, but for
     # `wanted` (plain, gated by global limits, behind the rate gates) and the claim's
     # fence against the statement's own endings, which `CLAIM` has none of.
-    for piece in ("endings", "finished", "marked", "picked", "claimed"):
+    for piece in ("endings", "finished", "marked", "picked", "claimed", "started", "ended"):
         assert len({found[piece] for found in parts.values() if piece in found}) == 1, piece
     wanted = {name: found["wanted"] for name, found in parts.items()}
     assert wanted["EXCHANGE"] == wanted["CLAIM"] and len(set(wanted.values())) == 3
@@ -443,9 +450,15 @@ def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None
     # nothing of the endings or the start marks for PostgreSQL to set up.
     for part in ("endings", "finished", "marked", "axa_queue_done"):
         assert part not in sql.CLAIM
+    from axa_queue.sql.attempts import ENDED
+
+    ended = "\n    ), " + ENDED.replace("{axa_queue_attempts}", "axa_queue_attempts")
+    assert ended in sql.EXCHANGE
     assert sql.CLAIM.split("WITH RECURSIVE wanted AS (")[1] in sql.EXCHANGE.replace(
-        " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
-    ).replace("\n    WHERE (SELECT count(*) FROM marked) >= 0", "").replace(
+        ended, ""
+    ).replace(" AND id <> ALL(ARRAY(SELECT id FROM endings))", "").replace(
+        "\n    WHERE (SELECT count(*) FROM marked) >= 0", ""
+    ).replace(
         """    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
            NULL AS priority, NULL AS run_at, NULL AS trace_context, NULL AS ahead FROM finished
     UNION ALL

@@ -600,6 +600,9 @@ def exchange(
             "idle": idle,
             "starts": "{" + ",".join(map(str, starts)) + "}",
             "started_attempts": "{" + ",".join(str(attempts) for _ in starts) + "}",
+            "worker": None,
+            "host": "test",
+            "pid": 1,
         },
     ).fetchall()
 

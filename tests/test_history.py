@@ -388,6 +388,7 @@ def mark_lost(admin: psycopg.Connection[Any], job_id: uuid.UUID, attempts: int) 
     params = {
         "id": job_id, "attempts": attempts, "started": True, "gave_up": False,
         "ending": None, "ending_error": None, "error": "lost its claim", "max": 3, "now": None,
+        "worker": None, "host": "test", "pid": 1,
     }  # fmt: skip
     return admin.cursor(row_factory=namedtuple_row).execute(sql.MARK_LOST, params).fetchone()
 

@@ -254,6 +254,7 @@ async def test_a_queue_given_a_schema_works_through_pgbouncer(
         (schema, "axa_job_acts"),
         (schema, "axa_paused"),
         (schema, "axa_queue"),
+        (schema, "axa_queue_attempts"),
         (schema, "axa_queue_history"),
         (schema, "axa_rate_slots"),
         (schema, "axa_schedule"),

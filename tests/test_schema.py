@@ -21,6 +21,7 @@ from axa_queue import SETUP_STATEMENTS, Queue, QueueOptions, SchemaError, sql
 from axa_queue.cli import main
 from axa_queue.schema import (
     CHECK_ACTS,
+    CHECK_ATTEMPTS,
     CHECK_HISTORY,
     CHECK_PAUSED,
     CHECK_QUEUE,
@@ -210,6 +211,7 @@ def test_the_checked_columns_are_the_declared_ones() -> None:
         CHECK_WORKERS,
         CHECK_PAUSED,
         CHECK_HISTORY,
+        CHECK_ATTEMPTS,
     ):
         found = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
         assert found is not None

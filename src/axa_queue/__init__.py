@@ -51,8 +51,9 @@ from .handlers.handler import JobHandler
 from .handlers.policies import Discard, Exponential, Retry, Snooze
 from .handlers.retries import backoff
 from .health import Health
+from .jobs.attempts import attempts_on
 from .jobs.enqueue import enqueue_all_on, enqueue_on
-from .jobs.model import Counts, Duplicate, JobInfo, JobState, NewJob
+from .jobs.model import Attempt, Counts, Duplicate, JobInfo, JobState, NewJob
 from .jobs.reads import counts_on, job_on, jobs_on
 from .maintenance import Recovered
 from .options import QueueOptions
@@ -72,6 +73,7 @@ __all__ = [
     "ActKind",
     "ActResult",
     "ArgumentsError",
+    "Attempt",
     "AxaQueueError",
     "BulkResult",
     "Counts",
@@ -105,6 +107,7 @@ __all__ = [
     "SyncQueue",
     "WaitTimeoutError",
     "acts_on",
+    "attempts_on",
     "backoff",
     "cancel",
     "cancel_all",

@@ -37,8 +37,10 @@ from .db.connector import Connected, Connector
 from .errors import DrainError, NotOpenError
 from .handlers.registry import Registrations, Registry
 from .jobs import modes
+from .jobs.attempts import attempts_call
 from .jobs.enqueue import enqueue_all_work, enqueue_work
 from .jobs.model import (
+    Attempt,
     Counts,
     JobInfo,
     JobOptions,
@@ -350,6 +352,10 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
     async def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""
         return await self._run(acts_call(job_id_of(job_id)))
+
+    async def attempts(self, job_id: UUID | str) -> list[Attempt]:
+        """Every run of the job, oldest first (see `axa_queue.attempts_on`)."""
+        return await self._run(attempts_call(job_id_of(job_id)))
 
     async def pause(self, name: str, by: str, reason: str) -> ActResult:
         """Pause job name `name` as an act of `by` for `reason`, committed at once: no

@@ -41,8 +41,18 @@ from .db.calls import Work, run_sync
 from .db.connector import Connected, Connector
 from .handlers.registry import Registry
 from .jobs import modes
+from .jobs.attempts import attempts_call
 from .jobs.enqueue import enqueue_all_work, enqueue_work
-from .jobs.model import Counts, JobInfo, JobOptions, JobState, NewJob, as_new_job, job_id_of
+from .jobs.model import (
+    Attempt,
+    Counts,
+    JobInfo,
+    JobOptions,
+    JobState,
+    NewJob,
+    as_new_job,
+    job_id_of,
+)
 from .jobs.reads import counts_by_name_call, counts_call, job_call, jobs_call, result_call
 from .jobs.waits import wait_sync
 from .options import Duration, Mode, QueueOptions
@@ -215,6 +225,10 @@ class SyncQueue(Connected):
     def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""
         return self._run(acts_call(job_id_of(job_id)))
+
+    def attempts(self, job_id: UUID | str) -> list[Attempt]:
+        """Every run of the job, oldest first (see `Queue.attempts`)."""
+        return self._run(attempts_call(job_id_of(job_id)))
 
     def pause(self, name: str, by: str, reason: str) -> ActResult:
         """Pause job name `name`, committed at once (see `Queue.pause`)."""

@@ -15,7 +15,7 @@ from rich.table import Table
 from .. import readable
 from ..db.calls import run_async
 from ..errors import JobNotFoundError
-from ..jobs.model import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
+from ..jobs.model import MAX_ARGS_DEPTH, Attempt, Counts, Duplicate, JobInfo, JobState, NewJob
 from ..jobs.reads import EXACT_UP_TO
 from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, workers_on
 from ..queue import Queue
@@ -200,7 +200,8 @@ def _jobs_table(found: list[JobInfo]) -> Printed:
 @json_option
 @dsn_option
 def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
-    """Show everything the queue knows of one job, but its arguments."""
+    """Show everything the queue knows of one job, but its arguments: its row, and
+    each of its attempts (how it ended, when, how long, which worker, its error)."""
 
     async def work(queue: Queue) -> JobInfo:
         info = await queue.job(job_id)
@@ -208,7 +209,48 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
             raise JobNotFoundError(job_id)
         return info
 
-    answer(dsn, work, _job_table, as_json=as_json)
+    async def as_dict(queue: Queue) -> dict[str, Any]:
+        return _job_json(await work(queue))
+
+    if as_json:
+        answer(dsn, as_dict, lambda found: "", as_json=True)
+    else:
+        answer(dsn, work, lambda info: [_job_table(info), *_runs_table(info.runs)])
+
+
+def _job_json(info: JobInfo) -> dict[str, Any]:
+    """The job as `show --json` prints it: its fields, each run with its length in
+    seconds (`seconds`: from its claim to its ending, `null` while it runs)."""
+    runs = [
+        {
+            **dataclasses.asdict(one),
+            "seconds": None if one.duration is None else one.duration.total_seconds(),
+        }
+        for one in info.runs
+    ]
+    return {**dataclasses.asdict(info), "runs": runs}
+
+
+def _runs_table(runs: tuple[Attempt, ...]) -> list[Printed]:
+    """A job's attempts, a row each, oldest first: how each ended, when, how long it
+    took, the worker process that ran it (host:pid) and its error."""
+    if not runs:
+        return []
+    table = Table(title="attempts", title_justify="left", box=None)
+    for column in ("try", "outcome", "started", "ended", "took", "worker", "error"):
+        table.add_column(column, no_wrap=column != "error")
+    for one in runs:
+        worker = "-" if one.host is None else f"{shown(one.host)}:{one.pid}"
+        table.add_row(
+            str(one.attempt),
+            (one.outcome or "running") + (" (from the job's row)" if one.derived else ""),
+            when(one.started_at),
+            when(one.ended_at),
+            readable.seconds(one.duration),
+            worker,
+            lines(one.error),
+        )
+    return [table]
 
 
 def _job_table(info: JobInfo) -> Printed:

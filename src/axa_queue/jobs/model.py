@@ -28,6 +28,7 @@ __all__ = [
     "MAX_ARGS_DEPTH",
     "MAX_NAME_CHARS",
     "MAX_UNIQUE_KEY_CHARS",
+    "Attempt",
     "Counts",
     "Duplicate",
     "JobInfo",
@@ -375,6 +376,43 @@ class NewJob:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One run of a job (`axa_queue_attempts`): when it started and ended, how, and the
+    worker process that ran it. Never its arguments. Times are in UTC."""
+
+    attempt: int
+    """Its number: the job's `attempts` when it was claimed."""
+    outcome: str | None
+    """How it ended: `completed`, `failed`, `retried` (queued again), `snoozed`,
+    `cancelled` (by a person), `lost` (its claim was gone), `abandoned` (its process
+    went silent: stale recovery), `given back` (claimed ahead, never started); `None`
+    while it runs."""
+    started_at: datetime | None
+    """When it was claimed (`None`: unknown, a run from before its row was kept)."""
+    ended_at: datetime | None
+    """When its ending was written; `None` while it runs."""
+    error_class: str | None = None
+    """The class of what its handler raised (`ValueError`), when it failed so."""
+    error: str | None = None
+    """What its failure said (at most 2,000 characters), or why it was lost."""
+    worker: UUID | None = None
+    """The process that ran it: its id in `axa_workers` (`axa-queue workers`)."""
+    host: str | None = None
+    pid: int | None = None
+    derived: bool = False
+    """Read from its job's row, no row of its own kept: a run the Rust crate made (or
+    one from before attempts were kept), with what that row says (no worker)."""
+
+    @property
+    def duration(self) -> timedelta | None:
+        """How long it ran, from its claim to its ending; `None` while it runs or
+        when its start is unknown."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
+
+
+@dataclass(frozen=True)
 class JobInfo:
     """What the queue knows of one job. Its arguments are left out.
 
@@ -404,6 +442,9 @@ class JobInfo:
     """How many of its attempts were given back, their handler never started: runs
     claimed ahead (`QueueOptions.prefetch`) by a process that died or stopped before it
     started them. Each also raised `max_attempts` by one."""
+    runs: tuple[Attempt, ...] = ()
+    """Its runs, oldest first, each an `Attempt` (read by `job`; lists leave it
+    empty). `attempts` is how many it has had."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from .. import sql
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from ..db.calls import Call, Row, Steps, Work, ask
 from ..errors import JobNotFoundError, NoResultError, OptionsError
+from .attempts import runs_of
 from .model import Counts, JobInfo, JobState, job_id_of, moment, optional_moment
 
 __all__ = [
@@ -57,6 +58,7 @@ def job_info(row: Row) -> JobInfo:
         unique_key=row.unique_key,
         unique_for=None if row.unique_for_ms is None else timedelta(milliseconds=row.unique_for_ms),
         given_back=row.given_back,
+        runs=runs_of(getattr(row, "runs", None)),
     )
 
 

@@ -158,6 +158,11 @@ CHECK_HISTORY = naming.statement(
 )
 """Fails unless the history table has every column."""
 
+CHECK_ATTEMPTS = naming.statement(
+    "SELECT job_id, attempt, worker, host, pid, started_at, ended_at, outcome, error_class, error FROM {axa_queue_attempts} LIMIT 0"
+)
+"""Fails unless the attempts table has every column (the claim and the endings write it)."""
+
 MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
@@ -333,6 +338,7 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_WORKERS, "axa_workers"),
         (CHECK_PAUSED, "axa_paused"),
         (CHECK_HISTORY, "axa_queue_history"),
+        (CHECK_ATTEMPTS, "axa_queue_attempts"),
     ):
         try:
             async with conn.transaction():

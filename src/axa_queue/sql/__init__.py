@@ -9,6 +9,7 @@ what it does, in one module per table or concern:
 - `runs`: a run after its claim (heartbeats, giving back, lost runs);
 - `maintenance`: stale recovery and retention;
 - `history`: the history table's partitions, and moving finished jobs to it;
+- `attempts`: a row per run (the exchange's pieces that keep it), read back and purged;
 - `acts`, `pauses`, `schedules`, `workers`, `web`: a person's acts on jobs and on job
   names, the schedules, the worker processes, the dashboard;
 - `testing`: `drain()` and `axa_queue.testing`.
@@ -55,6 +56,12 @@ from .acts import (
 )
 from .acts import (
     RETRY_MOVED_BATCH as RETRY_MOVED_BATCH,
+)
+from .attempts import (
+    ATTEMPTS as ATTEMPTS,
+)
+from .attempts import (
+    ATTEMPTS_DROP as ATTEMPTS_DROP,
 )
 from .exchange import (
     CLAIM as CLAIM,

@@ -24,11 +24,18 @@ CANCEL = statement("""WITH target AS (
     ), changed AS (
         UPDATE {axa_queue} q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
         FROM target WHERE q.id = target.id
-        RETURNING q.id, q.name, q.attempts, target.status AS was
+        RETURNING q.id, q.name, q.attempts, q.started_at, target.status AS was
     ), kept AS (
         INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
         RETURNING act
+    ), ended AS (
+        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, started_at, ended_at, outcome)
+        SELECT id, attempts, started_at, COALESCE(%(now)s::timestamptz, now()), 'cancelled'
+        FROM changed WHERE was = 'running'
+        ON CONFLICT (job_id, attempt) DO UPDATE
+        SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome
+        WHERE a.ended_at IS NULL
     ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || id::text)
         FROM changed
@@ -50,7 +57,9 @@ would be held until the caller's commit and keep new waiters waiting that long.
 A running job's row becomes `cancelled` under the same attempt: the run's ending is
 then refused by the fence (`status = 'running'`, ours and the crate's alike), its
 heartbeat reports it cancelled (`HEARTBEAT`), and `CANCEL_CHANNEL` tells its process
-at once, on the caller's commit (NOTIFY is transactional: a rollback tells no one)."""
+at once, on the caller's commit (NOTIFY is transactional: a rollback tells no one).
+Its run's attempt row is ended `cancelled` (`ended`: the run writes nothing once
+stopped), unless something ended it first."""
 
 RETRY = statement(
     """WITH target AS (
@@ -152,11 +161,18 @@ CANCEL_BATCH = statement(
     ), changed AS (
         UPDATE {axa_queue} q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
         FROM target WHERE q.id = target.id
-        RETURNING q.id, q.name, q.attempts, target.status AS was
+        RETURNING q.id, q.name, q.attempts, q.started_at, target.status AS was
     ), kept AS (
         INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
         RETURNING act
+    ), ended AS (
+        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, started_at, ended_at, outcome)
+        SELECT id, attempts, started_at, COALESCE(%(now)s::timestamptz, now()), 'cancelled'
+        FROM changed WHERE was = 'running'
+        ON CONFLICT (job_id, attempt) DO UPDATE
+        SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome
+        WHERE a.ended_at IS NULL
     ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' *')
         WHERE EXISTS (SELECT FROM changed)

@@ -8,6 +8,8 @@ why it is there), never by editing another statement's text:
   stamped, and a row saying when to look again;
 - `CLAIM`: the claim alone, nothing to record.
 
+Each keeps the attempts too (`sql.attempts`: `started` per claim, `ended` per ending).
+
 `axa-queue sql --statement EXCHANGE_LIMITED` prints any of them whole.
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from string import Template
 
+from .attempts import KEPT as _KEPT
+from .attempts import STARTED as _STARTED
 from .naming import statement
 
 __all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED"]
@@ -275,6 +279,7 @@ EXCHANGE = statement(
             _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
+            *_KEPT,
         ],
         [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ],
     )
@@ -404,6 +409,7 @@ EXCHANGE_LIMITED = statement(
             _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
+            *_KEPT,
         ],
         [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ],
     )
@@ -435,6 +441,7 @@ EXCHANGE_RATED = statement(
             _LEVELS.substitute(fence=_NOT_ENDING),
             _PICKED,
             _CLAIMED,
+            *_KEPT,
             _TAKEN,
             _STAMPED,
         ],
@@ -483,7 +490,7 @@ A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(
-        [_WANTED, _LEVELS.substitute(fence=""), _PICKED, _CLAIMED],
+        [_WANTED, _LEVELS.substitute(fence=""), _PICKED, _CLAIMED, _STARTED],
         [_CLAIMED_ROWS],
     )
 )

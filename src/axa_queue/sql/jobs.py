@@ -3,6 +3,9 @@ COPY, with unique keys), reading them back and counting them."""
 
 from __future__ import annotations
 
+from string import Template
+
+from .attempts import RUNS
 from .naming import statement
 from .web import WEB_ESTIMATE_READY, WEB_ESTIMATE_WAITING
 
@@ -183,10 +186,11 @@ _JOB_COLUMNS = """id, name, status, attempts, max_attempts, priority, error, tim
 """The columns `JOB` and `JOBS` read: every one but the arguments and the result."""
 
 JOB = statement(
-    """SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
-    UNION ALL
-    SELECT {columns} FROM {axa_queue_history} WHERE id = %(id)s
-    LIMIT 1""",
+    Template("""SELECT j.*, (SELECT COALESCE(json_agg(r ORDER BY r.attempt), '[]') FROM ($runs) r) AS runs
+    FROM (SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
+          UNION ALL
+          SELECT {columns} FROM {axa_queue_history} WHERE id = %(id)s
+          LIMIT 1) j""").substitute(runs=RUNS),
     columns=_JOB_COLUMNS,
 )
 """One job, without its arguments, from `axa_queue` or, moved, from the history (one
@@ -194,7 +198,8 @@ probe of `axa_queue_history_id` per day partition, only when it is not in `axa_q
 Times come as epoch seconds (exact numeric), which any row can be read as: a
 `timestamptz` PostgreSQL holds but Python's `datetime` cannot (`infinity`, past year
 9999, or year 9999 shown in a session time zone east of UTC), written by another
-client, would otherwise fail the read (`jobs.moment` clamps it)."""
+client, would otherwise fail the read (`jobs.moment` clamps it). With its attempts
+(`runs`: a JSON array of `attempts.RUNS`' rows, oldest first), in the same snapshot."""
 
 RESULT = statement("""SELECT status, result FROM {axa_queue} WHERE id = %(id)s
     UNION ALL

@@ -15,7 +15,8 @@ started; past this many give-backs its attempts are burned as any crashed run's,
 such a job fails at last rather than crash worker after worker for ever."""
 
 RECOVER_STALE = statement("""WITH stale AS MATERIALIZED (
-    SELECT id FROM {axa_queue}
+    SELECT id, started_at, ahead = attempts AND given_back < %(give_back)s AS gives_back
+    FROM {axa_queue}
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
       AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
            OR updated_at < pg_postmaster_start_time() - make_interval(secs => %(stale)s))
@@ -41,6 +42,14 @@ RECOVER_STALE = statement("""WITH stale AS MATERIALIZED (
         updated_at = COALESCE(%(now)s::timestamptz, now())
     WHERE id = ANY(ARRAY(SELECT id FROM stale))
     RETURNING id, name, attempts, status
+    ), ended AS (
+        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, started_at, ended_at, outcome, error)
+        SELECT r.id, r.attempts, s.started_at, COALESCE(%(now)s::timestamptz, now()),
+            CASE WHEN s.gives_back THEN 'given back' ELSE 'abandoned' END,
+            CASE WHEN s.gives_back THEN NULL ELSE 'abandoned by its worker' END
+        FROM recovered r JOIN stale s ON s.id = r.id
+        ON CONFLICT (job_id, attempt) DO UPDATE
+        SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
     ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' '
                          || CASE WHEN count(*) > 150 THEN '*' ELSE string_agg(id::text, ' ') END)
@@ -83,7 +92,12 @@ holds. An `UPDATE` that waited for each row as it went would hold the rows it ha
 already taken while waiting, in its own order, and could close a cycle with an
 exchange taking the same process's rows in its two passes (a process silent past
 `stale_after` that speaks again just then): a statement that waits for no lock is in
-no cycle."""
+no cycle.
+
+Each run recovered has its attempt row ended (`ended`): `given back` (its handler never
+started) or `abandoned` (its process went silent), keeping who ran it and when it
+started (written by its claim); a run with no row (the crate's) gets one, its start
+read from the job's row as it was (`stale`)."""
 
 STALE = statement("""SELECT id, name, attempts,
         CASE WHEN (ahead = attempts AND given_back < %(give_back)s)
@@ -101,10 +115,13 @@ PURGE = statement("""WITH doomed AS (
         WHERE status IN ('completed', 'failed', 'cancelled')
           AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)
         LIMIT %(batch)s FOR UPDATE SKIP LOCKED
+    ), attempts_gone AS (
+        DELETE FROM {axa_queue_attempts} WHERE job_id IN (SELECT id FROM doomed)
     )
     DELETE FROM {axa_queue} q USING doomed WHERE q.id = doomed.id""")
 """Delete one bounded batch of finished rows older than the retention period (never a
-job in review); repeated until a batch comes back short."""
+job in review), and their attempts (`attempts_gone`) in the same statement; repeated
+until a batch comes back short (its row count is the jobs')."""
 
 PURGEABLE = statement("""SELECT count(*) AS purgeable FROM {axa_queue}
     WHERE status IN ('completed', 'failed', 'cancelled')

@@ -39,6 +39,7 @@ NAMES = (
     "axa_rate_slots",
     "axa_paused",
     "axa_queue_history",
+    "axa_queue_attempts",
     "axa_queue_notify",
     "axa_job_acts_refuse",
     "axa_job_acts_role",

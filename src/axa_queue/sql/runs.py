@@ -9,16 +9,26 @@ from .naming import statement
 
 __all__ = ["FAIL_UNCLAIMABLE", "GIVE_BACK", "HEARTBEAT", "MARK_LOST"]
 
-GIVE_BACK = statement("""UPDATE {axa_queue} q
-    SET status = 'queued', ahead = NULL, started_at = NULL,
-        run_at = COALESCE(%(now)s::timestamptz, now()),
-        updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
-        max_attempts = LEAST(r.max_attempts + 1, 2147483647), given_back = q.given_back + 1
-    FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::bigint[])
-        AS r(id, attempts, max_attempts)
-    WHERE q.id = ANY(%(ids)s::uuid[]) AND q.id = r.id AND q.attempts = r.attempts
-      AND q.ahead = r.attempts AND q.status = (SELECT 'running')
-    RETURNING q.id::text AS id""")
+GIVE_BACK = statement("""WITH back AS (
+        UPDATE {axa_queue} q
+        SET status = 'queued', ahead = NULL, started_at = NULL,
+            run_at = COALESCE(%(now)s::timestamptz, now()),
+            updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
+            max_attempts = LEAST(r.max_attempts + 1, 2147483647), given_back = q.given_back + 1
+        FROM unnest(%(ids)s::uuid[], %(attempts)s::int[], %(limits)s::bigint[])
+            AS r(id, attempts, max_attempts)
+        WHERE q.id = ANY(%(ids)s::uuid[]) AND q.id = r.id AND q.attempts = r.attempts
+          AND q.ahead = r.attempts AND q.status = (SELECT 'running')
+        RETURNING q.id, q.attempts
+    ), ended AS (
+        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, worker, host, pid, ended_at, outcome)
+        SELECT id, attempts, %(worker)s::uuid, %(host)s::text, %(pid)s::int,
+            COALESCE(%(now)s::timestamptz, clock_timestamp()), 'given back'
+        FROM back
+        ON CONFLICT (job_id, attempt) DO UPDATE
+        SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome
+    )
+    SELECT id::text AS id FROM back""")
 """A stopping worker lets go of runs it claimed ahead and never started (the grace
 period over): queue them again at once, each with its attempt given back, rather than
 leave them to stale recovery. Fenced by the attempt and by `ahead` (never a run whose
@@ -26,7 +36,9 @@ start was marked, nor one given back or claimed again since). `limits` is each r
 limit as its worker read it (the job's `max_attempts`, else its handler's or the
 worker's), raised by one, as stale recovery raises it, but never past the most an
 `integer` holds (so a job at the limit of 2147483647 cannot fail the statement for the
-others); `attempts` is never lowered (it fences every run). Counted in `given_back`.
+others); `attempts` is never lowered (it fences every run). Counted in `given_back`,
+and the run's attempt row ended `given back` (`ended`; the worker's identity as the
+exchange sends it).
 
 It may wait for its rows' locks, holding those it took, but the statements that may
 hold them wait for no lock meanwhile (`HEARTBEAT` and `RECOVER_STALE` skip locked
@@ -146,6 +158,15 @@ MARK_LOST = statement(
             timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
         FROM unmoved
         RETURNING id, status
+    ), ended AS (
+        INSERT INTO {axa_queue_attempts} AS a
+            (job_id, attempt, worker, host, pid, ended_at, outcome, error_class, error)
+        SELECT %(id)s::uuid, %(attempts)s::int, %(worker)s::uuid, %(host)s::text, %(pid)s::int,
+            COALESCE(%(now)s::timestamptz, clock_timestamp()), 'lost', NULL, left(%(error)s, 2000)
+        WHERE EXISTS (SELECT FROM found)
+        ON CONFLICT (job_id, attempt) DO UPDATE
+        SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
+        WHERE a.ended_at IS NULL
     ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || id::text)
         FROM (SELECT * FROM changed UNION ALL SELECT * FROM back) c
@@ -185,6 +206,10 @@ it is not in `axa_queue`, and decided alike: a failed one comes back to `axa_que
 review (deleted from the history and inserted, without its unique key, free since
 before it moved), a completed or cancelled one is left there; the run learns what it
 found (a job a person cancelled under its attempt is told apart from a lost one).
+
+The run's attempt row is ended `lost`, with `error` (why it stopped), unless it is
+ended already (its own ending, written by an exchange whose answer was lost; stale
+recovery's): `ended`, with the worker's identity as the exchange sends it.
 
 A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
 statement is rare, so it does not ask whether anyone waits.

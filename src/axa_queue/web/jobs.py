@@ -129,7 +129,8 @@ async def failed(board: Dashboard, request: Request) -> Response:
 
 
 async def job(board: Dashboard, request: Request) -> Response:
-    """One job and its acts; a 404 page when there is neither."""
+    """One job, its attempts (`JobInfo.runs`, read with it) and its acts; a 404 page
+    when there is neither job nor act."""
     job_id = params.as_job_id(request.path_params["job_id"])
     if job_id is None:
         return board.page(

@@ -229,6 +229,7 @@ class Claims:
             "error": cut_error(text),
             "max": one.limit,  # the run's attempt limit, as its claim resolved it
             "now": self.connections.now(),
+            **self.connections.identity,
         }
         rows: list[Any] = []
         state = self.state

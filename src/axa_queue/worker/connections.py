@@ -19,7 +19,10 @@ times its claims by (the `Connector`'s: a test may move it on).
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from typing import Any
+from uuid import uuid4
 
 import psycopg
 from psycopg.rows import namedtuple_row
@@ -46,6 +49,13 @@ class Connections:
         self.broken_at = -1.0
         """When (`monotonic()`) a connection of this worker last broke: runs heard of
         before must prove their claim before their handler starts."""
+        self.identity: dict[str, Any] = {
+            "worker": uuid4(),
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
+        """Who this process is, as the statements that claim and end runs record it in
+        `axa_queue_attempts` (`worker`: its id in `axa_workers`, `Presence`'s row)."""
 
     def monotonic(self) -> float:
         """The clock the worker times its claims by (`Connector.monotonic`): when each

@@ -271,6 +271,7 @@ class Exchange:
                     "starts": "{" + ",".join(r.id for r in starts) + "}",
                     "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",
                     "now": self.connections.now(),
+                    **self.connections.identity,
                 },
             )
             rows: list[Any] = await cursor.fetchall()

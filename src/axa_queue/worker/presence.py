@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 from importlib import metadata
-from uuid import uuid4
 
 import psycopg
 
@@ -53,15 +50,16 @@ class Presence:
         self.connections = connections
         self.registry = registry
         self.options = options
-        self.id = uuid4()
+        self.id = connections.identity["worker"]
+        """Its id in `axa_workers`: the one its runs' attempts name."""
         self.failing = False
         """Whether the last write failed (logged once, until one goes through)."""
 
     def _params(self) -> dict[str, object]:
         return {
             "id": self.id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
+            "host": self.connections.identity["host"],
+            "pid": self.connections.identity["pid"],
             "names": sorted(self.registry.handlers),
             "loops": self.options.workers,
             "running": self.state.active,

@@ -88,6 +88,7 @@ async def give_back(connections: Connections, runs: list[Run]) -> None:
                 "attempts": "{" + ",".join(str(one.attempts) for one in runs) + "}",
                 "limits": "{" + ",".join(str(one.limit) for one in runs) + "}",
                 "now": connections.now(),
+                **connections.identity,
             },
         )
     except psycopg.Error as error:

@@ -1,5 +1,5 @@
 """The admin: read-only lists of jobs, of the finished jobs moved to the history, and
-of acts (never a job's arguments or result:
+of acts, each job's page with its attempts (never a job's arguments or result:
 the models have no field for them), and two actions on jobs, cancel and retry (which
 releases a job from review), each asking for a reason on a page of its own and
 recording the logged-in user's username as `by`, in the same transaction as Django's
@@ -19,8 +19,10 @@ from django.core.exceptions import ValidationError
 from django.db import connections, transaction
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
-from ... import ActResult, NotACodeError, cancel, retry
+from ... import ActResult, NotACodeError, attempts_on, cancel, retry
 from ...acts import MAX_REASON_CHARS, check_code
 from . import conf
 from .models import Job, JobAct, MovedJob
@@ -98,6 +100,34 @@ def _act(
     return TemplateResponse(request, "admin/axa_queue/act.html", context)
 
 
+def _runs(obj: Any) -> SafeString | str:
+    """A job's attempts as a small table (`axa_queue.attempts_on`, on the queue's
+    database): each run's outcome, start, length, worker (host:pid) and error."""
+    runs = attempts_on(connections[conf.database_alias()], obj.id)
+    if not runs:
+        return "-"
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+        (
+            (
+                one.attempt,
+                one.outcome or "running",
+                "-" if one.started_at is None else one.started_at.isoformat(" ", "seconds"),
+                "-" if one.duration is None else f"{one.duration.total_seconds():.3f} s",
+                "-" if one.host is None else f"{one.host}:{one.pid}",
+                one.error or "",
+            )
+            for one in runs
+        ),
+    )
+    return format_html(
+        "<table><thead><tr><th>try</th><th>outcome</th><th>started</th><th>took</th>"
+        "<th>worker</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+        rows,
+    )
+
+
 @admin.register(Job)
 class JobAdmin(_ReadOnly):
     """Jobs, newest first, by state and name; cancel and retry as actions."""
@@ -118,9 +148,15 @@ class JobAdmin(_ReadOnly):
         "started_at",
         "created_at",
         "updated_at",
+        "runs",
     )
     readonly_fields = fields
     actions = ("cancel_jobs", "retry_jobs")
+
+    @admin.display(description="attempts kept")
+    def runs(self, obj: Any) -> SafeString | str:
+        """Its attempts (`axa_queue_attempts`), oldest first."""
+        return _runs(obj)
 
     def has_act_permission(self, request: HttpRequest) -> bool:
         """Whether the user may cancel and retry jobs."""
@@ -151,6 +187,11 @@ class MovedJobAdmin(_ReadOnly):
     fields = (*JobAdmin.fields, "moved_at")
     readonly_fields = fields
     actions = ("retry_jobs",)
+
+    @admin.display(description="attempts kept")
+    def runs(self, obj: Any) -> SafeString | str:
+        """Its attempts (`axa_queue_attempts`), oldest first."""
+        return _runs(obj)
 
     def has_act_permission(self, request: HttpRequest) -> bool:
         """Whether the user may retry jobs."""

@@ -13,8 +13,9 @@ migration 6 the global limits' function, migration 7 the rate limits' slots and
 function, migration 8 the columns of runs claimed ahead, migration 9 the paused job
 names, migration 10 the history table finished jobs are moved to, partitioned by day,
 with the functions that make and drop its partitions, migration 11 each worker
-process's heartbeat interval, and migration 12 the indexes that keep the newest jobs
-(`jobs`) a page's read on millions of rows.
+process's heartbeat interval, migration 12 the indexes that keep the newest jobs
+(`jobs`) a page's read on millions of rows, and migration 13 the attempts table, a row
+per run.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -23,7 +24,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -290,6 +291,18 @@ from .v12 import (
 from .v12 import (
     SETUP_QUEUED_CREATED_INDEX as SETUP_QUEUED_CREATED_INDEX,
 )
+from .v13 import (
+    ATTEMPTS_COLUMNS as ATTEMPTS_COLUMNS,
+)
+from .v13 import (
+    MIGRATION_13 as MIGRATION_13,
+)
+from .v13 import (
+    RECORD_13 as RECORD_13,
+)
+from .v13 import (
+    SETUP_ATTEMPTS_TABLE as SETUP_ATTEMPTS_TABLE,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -306,6 +319,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_10,
     MIGRATION_11,
     MIGRATION_12,
+    MIGRATION_13,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
