@@ -131,12 +131,9 @@ async def drop_days(
 ) -> int:
     """Drop the history's days that ended more than `older_than_seconds` before `now`;
     returns how many jobs they held, their attempts deleted first (`sql.ATTEMPTS_DROP`).
-    Its own transaction, waiting no longer than
-    `DDL_LOCK_TIMEOUT` for a lock."""
+    Its own transaction, waiting no longer than `DDL_LOCK_TIMEOUT` for a lock."""
     async with conn.transaction():
         await conn.execute(sql.HISTORY_LOCK_TIMEOUT, (f"{round(DDL_LOCK_TIMEOUT * 1000)}ms",))
-        # Their jobs' attempts first, in the same transaction: a drop given up keeps both.
-        await conn.execute(sql.ATTEMPTS_DROP, {"older_than": older_than_seconds, "now": now})
         # Their jobs' attempts first, in the same transaction: a drop given up keeps both.
         await conn.execute(sql.ATTEMPTS_DROP, {"older_than": older_than_seconds, "now": now})
         async with conn.cursor(row_factory=by_name) as cursor:
