@@ -398,7 +398,10 @@ def test_a_role_with_the_documented_grants_passes_check_and_works_but_may_not_se
 
         with caplog.at_level(logging.WARNING, logger="axa_queue"):
             asyncio.run(asyncio.wait_for(work(), 20))
-        assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
+        # axa-queue's own warnings (a permission refused would be one); psycopg's note
+        # that a query cancelled by the stop closed its connection is not about grants.
+        ours = [r for r in caplog.records if r.name.startswith("axa_queue")]
+        assert [r.getMessage() for r in ours if r.levelno >= logging.WARNING] == []
         assert cli("schedules", "--json", dsn=limited).exit_code == 0
         assert cli("setup", dsn=limited).exit_code == 0  # nothing to change: no DDL
         admin.execute("DROP INDEX axa_queue_review")
