@@ -1100,12 +1100,13 @@ def latency_floor(dsn: str, samples: int, *, spacing_ms: float = 5.0, warmup: in
 
 CLAIM_PARAMETERS = (
     "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-    "starts", "started_attempts", "worker", "host", "pid",
+    "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
 )  # fmt: skip
 """`sql.EXCHANGE`'s named parameters, in the order of `$1..$10` of the PREPAREd form."""
 
 CLAIM_TYPES = (
-    "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
+    "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
+    "jsonb, int"
 )
 """Their types, for PREPARE."""
 
@@ -1128,6 +1129,8 @@ def claim_params(free: int, names: list[str], caps: list[int]) -> dict[str, Any]
         "worker": None,
         "host": "bench",
         "pid": 0,
+        "limits": "{}",
+        "max": 1,
     }
 
 

@@ -56,6 +56,8 @@ def claim(admin: psycopg.Connection[Any], name: str, *, idle: int = 1, worker: A
                 "worker": worker or uuid.uuid4(),
                 "host": "test",
                 "pid": 4242,
+                "limits": "{}",
+                "max": None,
             },
         )
         .fetchall()
@@ -262,7 +264,8 @@ async def test_a_lost_run_ends_its_attempt_lost_unless_its_ending_was_written(
         {
             "completed": f"{{{done}}}", "completed_attempts": "{1}", "endings": "[]",
             "free": 0, "wanted": "[]", "losing": "{}", "now": None, "idle": 0,
-            "starts": "{}", "started_attempts": "{}", "worker": None, "host": "test", "pid": 1,
+            "starts": "{}", "started_attempts": "{}", "worker": None, "host": "test", "pid": 1, "limits": "{}",
+            "max": None,
         },
     )  # fmt: skip
     admin.execute(sql.MARK_LOST, {**params, "id": done, "ending": "completed"})
@@ -351,7 +354,8 @@ async def test_the_exchange_writes_attempts_by_primary_key(make_queue, admin) ->
                 "completed": "{}", "completed_attempts": "{}", "endings": failed, "free": 1,
                 "wanted": json.dumps([{"name": "Many", "cap": 1}]), "losing": "{}",
                 "now": None, "idle": 1, "starts": "{}", "started_attempts": "{}",
-                "worker": None, "host": "test", "pid": 1,
+                "worker": None, "host": "test", "pid": 1, "limits": "{}",
+            "max": None,
             },
         ).fetchall()
     )  # fmt: skip

@@ -139,7 +139,7 @@ def test_the_exactly_once_check_catches_a_job_not_run_or_run_twice(database_url:
 def test_placeholders_become_numbered() -> None:
     assert bench.numbered("a %(x)s b %(y)s c %(x)s", ["x", "y"]) == "a $1 b $2 c $1"
     claim = bench.numbered(axa_sql.EXCHANGE, bench.CLAIM_PARAMETERS)
-    assert "%(" not in claim and "$13" in claim and "$14" not in claim
+    assert "%(" not in claim and "$15" in claim and "$16" not in claim
 
 
 def test_the_dashboard_benchmark_runs_on_a_small_table(database_url: str, capsys) -> None:

@@ -273,6 +273,7 @@ def exchange(admin: psycopg.Connection[Any], name: str, endings: list[dict[str, 
             "free": 1, "wanted": json.dumps([{"name": name, "cap": 1}]), "losing": "{}",
             "now": None, "idle": 1, "starts": "{}", "started_attempts": "{}",
             "worker": uuid.UUID(int=7), "host": "box-7", "pid": 4242,
+            "limits": "{}", "max": None,
         },
     )  # fmt: skip
 

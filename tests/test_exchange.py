@@ -172,17 +172,18 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     )
     names = [
         "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts", "worker", "host", "pid",
+        "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
     ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
     types = (
-        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
+        "jsonb, int"
     )
     as_completed = pgsql.SQL(
-        "{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL"
+        "{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL, '{{}}', 1"
     ).format(pgsql.Literal(f"{{{one}}}"))
     as_failed = pgsql.SQL(
-        "'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL"
+        "'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL, '{{}}', 1"
     ).format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
         plan = _generic_plan(admin, numbered, types, values)
@@ -202,11 +203,12 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     admin.execute("ANALYZE axa_queue")
     names = [
         "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts", "worker", "host", "pid",
+        "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
     ]  # fmt: skip
     numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
     types = (
-        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int"
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
+        "jsonb, int"
     )
     # The same with a global limit on the name (`EXCHANGE_LIMITED`: a gate in `wanted`).
     limited = re.sub(
@@ -224,7 +226,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         (rated, {"name": "Backlog", "cap": 10, "global": 5, "rate": 3, "per_ms": 1000}),
     ):
         claim = pgsql.SQL(
-            "'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}', NULL, NULL, NULL"
+            "'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}', NULL, NULL, NULL, '{{}}', 1"
         ).format(pgsql.Literal(json.dumps([wanted])))
         plan = _generic_plan(admin, statement, types, claim)
         levels = plan.split("CTE levels")[1].split("CTE picked")[0]
@@ -311,7 +313,7 @@ async def test_a_stop_past_its_grace_gives_back_the_jobs_claimed_ahead_and_leave
     assert admin.execute(
         "SELECT status, count(*), max(attempts), max(max_attempts), max(given_back) "
         "FROM axa_queue GROUP BY status ORDER BY status"
-    ).fetchall() == [("queued", 3, 1, 2, 1), ("running", 1, 1, None, 0)]
+    ).fetchall() == [("queued", 3, 1, 2, 1), ("running", 1, 1, 1, 0)]  # its limit stored
 
 
 async def test_a_worker_whose_connections_drop_mid_run_reconnects_and_finishes_every_job(

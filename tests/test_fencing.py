@@ -603,6 +603,8 @@ def exchange(
             "worker": None,
             "host": "test",
             "pid": 1,
+            "limits": "{}",
+            "max": None,
         },
     ).fetchall()
 

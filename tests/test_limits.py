@@ -322,3 +322,33 @@ def test_a_handler_called_directly_gets_its_own_attempt_limit() -> None:
     own({})
     plain({})
     assert seen == [5, 2]
+
+
+async def test_the_limit_that_applies_is_stored_when_a_job_is_claimed_and_shown(
+    make_queue, admin, dsn
+) -> None:
+    # Queued without a limit of its own, its handler setting none: the queue's (3) is
+    # the one that applies, and every reader shows it once the job was claimed.
+    from click.testing import CliRunner
+
+    from axa_queue.cli import main
+
+    queue = await make_queue(max_attempts=3)
+    failures: list[int] = []
+
+    @queue.handler("Flaky")
+    async def flaky(args: Any) -> None:
+        failures.append(1)
+        raise RuntimeError("partner down")
+
+    job_id = stored_without_limit(admin, "Flaky")
+    assert (await queue.job(job_id)).max_attempts is None  # type: ignore[union-attr]
+    async with running(queue):
+        await eventually(lambda: len(failures) >= 1)
+    info = await queue.job(job_id)
+    assert info is not None and info.max_attempts == 3
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    shown = await asyncio.to_thread(  # the command runs its own event loop
+        runner.invoke, main, ["show", str(job_id)], prog_name="axa-queue"
+    )
+    assert f"{info.attempts} of 3" in shown.output

@@ -213,6 +213,7 @@ _CLAIMED = """claimed AS (
         UPDATE {axa_queue} q
         SET status = 'running', started_at = COALESCE(%(now)s::timestamptz, clock_timestamp()), updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
             attempts = q.attempts + 1,
+            max_attempts = COALESCE(q.max_attempts, (%(limits)s::jsonb ->> q.name)::int, %(max)s::int),
             ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
                          THEN q.attempts + 1 END
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
@@ -220,7 +221,9 @@ _CLAIMED = """claimed AS (
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
                   q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead"""
 """The picked jobs claimed by primary key, each stamped with `clock_timestamp()` when
-its row is written, its attempt counted, and `ahead` set past the `idle` loops."""
+its row is written, its attempt counted, its attempt limit stored when it had none (the
+one that applies: its handler's, else the queue's, `limits.AttemptLimits.params`, so
+every reader shows `2 of 3`), and `ahead` set past the `idle` loops."""
 
 # --- After the claim: the rate limits' stamps ---------------------------------------------
 

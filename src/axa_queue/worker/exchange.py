@@ -72,6 +72,9 @@ class Exchange:
         self.attempts = registry.attempt_limits(options.max_attempts)
         """Each claimed run's attempt limit (`limits.AttemptLimits`): the job's own, else
         its handler's, else the queue's."""
+        self.claim_limits = self.attempts.params()
+        """The attempt limits the claim stores on a job claimed without one (`max`,
+        `limits`): the same for every statement of this process."""
         self.timeouts = {
             name: to_seconds(h.policy.timeout, "timeout")
             for name, h in registry.handlers.items()
@@ -272,6 +275,7 @@ class Exchange:
                     "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",
                     "now": self.connections.now(),
                     **self.connections.identity,
+                    **self.claim_limits,
                 },
             )
             rows: list[Any] = await cursor.fetchall()
