@@ -56,6 +56,7 @@ UNHANDLED_JOBS = statement("""WITH RECURSIVE names AS (
         FROM (
             SELECT q.run_at FROM {axa_queue} q
             WHERE q.status = 'queued' AND q.name = names.name
+              AND names.name <> ALL(%(handled)s::text[])
               AND q.run_at <= COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)
             ORDER BY q.priority DESC, q.run_at LIMIT %(cap)s
         ) w
@@ -67,5 +68,7 @@ UNHANDLED_JOBS = statement("""WITH RECURSIVE names AS (
 jobs each has and how long the oldest has waited. The queued names are found by a skip
 scan of the `axa_queue_pick` index (one probe per name, however many jobs queue under
 each), and only a name nobody handles has its jobs counted, through the same index: a
-backlog of handled jobs costs nothing. Who is live is judged by the caller from
+backlog of handled jobs costs nothing (the handled names are refused inside the count
+too, a filter on the name alone that PostgreSQL checks before any scan, whatever order
+the plan joins in). Who is live is judged by the caller from
 `WORKERS`, so the rule lives in one place."""
