@@ -17,11 +17,13 @@ __all__ = [
     "RETRY_MOVED_BATCH",
 ]
 
-CANCEL = statement("""WITH target AS (
-        SELECT id, status FROM {axa_queue}
-        WHERE id = %(id)s AND status IN ('queued', 'running')
-        FOR UPDATE
-    ), changed AS (
+
+def _joined(*parts: str) -> str:
+    """A statement made of named pieces (this module's own, never values)."""
+    return "".join(parts)
+
+
+_CANCELLED = """    ), changed AS (
         UPDATE {axa_queue} q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
         FROM target WHERE q.id = target.id
         RETURNING q.id, q.name, q.attempts, q.started_at, target.status AS was
@@ -36,7 +38,21 @@ CANCEL = statement("""WITH target AS (
         ON CONFLICT (job_id, attempt) DO UPDATE
         SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome
         WHERE a.ended_at IS NULL
-    ), told AS (
+"""
+"""A cancel's change, act and attempt, for the jobs in `target` (`CANCEL`, one job;
+`CANCEL_BATCH`, a batch): each queued or running job `cancelled`, its act kept, a
+running one's attempt ended `cancelled`."""
+
+
+CANCEL = statement(
+    _joined(
+        """WITH target AS (
+        SELECT id, status FROM {axa_queue}
+        WHERE id = %(id)s AND status IN ('queued', 'running')
+        FOR UPDATE
+""",
+        _CANCELLED,
+        """    ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' ' || id::text)
         FROM changed
         UNION ALL
@@ -46,7 +62,9 @@ CANCEL = statement("""WITH target AS (
         COALESCE((SELECT status FROM target),
                  (SELECT status FROM {axa_queue} WHERE id = %(id)s),
                  (SELECT status FROM {axa_queue_history} WHERE id = %(id)s LIMIT 1)) AS found,
-        (SELECT count(*) FROM told) AS told""")
+        (SELECT count(*) FROM told) AS told""",
+    )
+)
 """Cancel a queued or running job and keep the act, in one statement; any other state
 changes nothing and writes no act. Returns the act kept (or NULL) and the state it
 found: the state it cancelled (read locked), else the state of the job it left alone,
@@ -145,11 +163,6 @@ how many jobs it matched and changed, and how many it left alone by the state ea
 in (a JSON object, read with the statement's snapshot)."""
 
 
-def _joined(*parts: str) -> str:
-    """A statement made of named pieces (this module's own, never values)."""
-    return "".join(parts)
-
-
 CANCEL_BATCH = statement(
     _joined(
         "WITH ",
@@ -158,22 +171,9 @@ CANCEL_BATCH = statement(
         SELECT id, status FROM {axa_queue}
         WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status IN ('queued', 'running')
         FOR UPDATE
-    ), changed AS (
-        UPDATE {axa_queue} q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
-        FROM target WHERE q.id = target.id
-        RETURNING q.id, q.name, q.attempts, q.started_at, target.status AS was
-    ), kept AS (
-        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
-        SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
-        RETURNING act
-    ), ended AS (
-        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, started_at, ended_at, outcome)
-        SELECT id, attempts, started_at, COALESCE(%(now)s::timestamptz, now()), 'cancelled'
-        FROM changed WHERE was = 'running'
-        ON CONFLICT (job_id, attempt) DO UPDATE
-        SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome
-        WHERE a.ended_at IS NULL
-    ), told AS (
+""",
+        _CANCELLED,
+        """    ), told AS (
         SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' *')
         WHERE EXISTS (SELECT FROM changed)
         UNION ALL
