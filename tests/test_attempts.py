@@ -65,6 +65,26 @@ def claim(admin: psycopg.Connection[Any], name: str, *, idle: int = 1, worker: A
     return row
 
 
+def retried(admin: psycopg.Connection[Any], name: str) -> None:
+    """End every running run of `name` `retried`, due at once, as a worker's exchange does."""
+    running_ = admin.execute(
+        "SELECT id, attempts FROM axa_queue WHERE name = %s AND status = 'running'", (name,)
+    ).fetchall()
+    endings = [
+        {"id": str(i), "attempts": a, "status": "queued", "error": "E: again", "delay": 0}
+        for i, a in running_
+    ]
+    admin.execute(
+        sql.EXCHANGE,
+        {
+            "completed": "{}", "completed_attempts": "{}", "endings": json.dumps(endings),
+            "free": 0, "wanted": "[]", "losing": "{}", "now": None, "idle": 0, "starts": "{}",
+            "started_attempts": "{}", "worker": None, "host": "test", "pid": 1, "limits": "{}",
+            "max": None,
+        },
+    )  # fmt: skip
+
+
 async def test_a_job_that_failed_then_completed_shows_both_attempts_with_errors_durations_and_worker(
     make_queue, admin, dsn: str
 ) -> None:
@@ -269,7 +289,10 @@ async def test_a_lost_run_ends_its_attempt_lost_unless_its_ending_was_written(
         },
     )  # fmt: skip
     admin.execute(sql.MARK_LOST, {**params, "id": done, "ending": "completed"})
-    assert [r.outcome for r in rows_of(admin, done)] == ["completed"]
+    # A completion writes no row (its job's row says it), and a lost run's row is not made
+    # for a job completed under the run's own attempt.
+    assert rows_of(admin, done) == []
+    assert [r.outcome for r in await queue.attempts(done)] == ["completed"]
 
 
 async def test_a_run_the_rust_crate_made_appears_with_what_the_crate_writes(
@@ -312,6 +335,9 @@ async def test_attempts_leave_with_their_job_when_it_is_purged_or_its_day_droppe
     hot, moved, kept = [await queue.enqueue("Gone", {"n": n}) for n in range(3)]
     for _ in range(3):
         claim(admin, "Gone")
+    retried(admin, "Gone")  # each job's first run ended `retried`: a row each
+    for _ in range(3):
+        claim(admin, "Gone")
     finished = (
         "UPDATE axa_queue SET status = 'completed', updated_at = now() - interval '3 days' "
         "WHERE id = %s"
@@ -322,7 +348,7 @@ async def test_attempts_leave_with_their_job_when_it_is_purged_or_its_day_droppe
     assert all(len(rows_of(admin, j)) == 1 for j in (hot, moved, kept))
     assert await queue.purge(older_than=timedelta(days=1)) == 2
     assert rows_of(admin, hot) == [] and rows_of(admin, moved) == []
-    assert [r.outcome for r in rows_of(admin, kept)] == [None]  # still running
+    assert [r.outcome for r in rows_of(admin, kept)] == ["retried"]  # running again
 
     # A drop given up (its lock not had) keeps the attempts with their job.
     admin.execute(finished, (kept,))
@@ -361,3 +387,54 @@ async def test_the_exchange_writes_attempts_by_primary_key(make_queue, admin) ->
     )  # fmt: skip
     assert "Seq Scan on axa_queue_attempts" not in plan, plan
     assert [r.outcome for r in rows_of(admin, job[0])] == ["failed"]
+
+
+async def test_a_claim_and_a_completion_write_no_attempt_row_and_the_jobs_row_names_its_process(
+    make_queue, admin
+) -> None:
+    # The run that ends as nearly every run ends costs no row of `axa_queue_attempts`: the
+    # claim stamps its process on its job's row (migration 18), a completion writes nothing
+    # more, and the attempts are read back from the job's row, process and all.
+    queue = await make_queue()
+    job_id = await queue.enqueue("Quick", {})
+    worker = uuid.uuid4()
+    claim(admin, "Quick", worker=worker)
+    assert rows_of(admin, job_id) == []
+    [run] = await queue.attempts(job_id)
+    assert (run.attempt, run.worker, run.host, run.pid, run.outcome, run.derived) == (
+        1, worker, "test", 4242, None, False,
+    )  # fmt: skip
+    admin.execute(
+        sql.EXCHANGE,
+        {
+            "completed": f"{{{job_id}}}", "completed_attempts": "{1}", "endings": "[]",
+            "free": 0, "wanted": "[]", "losing": "{}", "now": None, "idle": 0,
+            "starts": "{}", "started_attempts": "{}", "worker": None, "host": "test", "pid": 1,
+            "limits": "{}", "max": None,
+        },
+    )  # fmt: skip
+    assert rows_of(admin, job_id) == []
+    [run] = await queue.attempts(job_id)
+    assert (run.worker, run.host, run.pid, run.outcome) == (worker, "test", 4242, "completed")
+    assert run.duration is not None and run.duration >= timedelta(0)
+    # Moved to the history, it still says so.
+    assert (await queue.move_history(timedelta(0))).moved == 1
+    [run] = await queue.attempts(job_id)
+    assert (run.worker, run.host, run.pid, run.outcome) == (worker, "test", 4242, "completed")
+
+
+async def test_a_stamp_left_by_an_earlier_run_never_names_the_process_of_a_crate_run(
+    make_queue, admin
+) -> None:
+    # A run of ours retried, then claimed by the Rust crate (which stamps nothing): the
+    # stamp speaks of attempt 1, so attempt 2 shows no process (`derived`).
+    queue = await make_queue()
+    job_id = await queue.enqueue("Mixed", {})
+    claim(admin, "Mixed", worker=uuid.uuid4())
+    retried(admin, "Mixed")
+    assert admin.execute(crate.CLAIM, crate.params(["Mixed"])).fetchone() is not None
+    first, second = await queue.attempts(job_id)
+    assert (first.outcome, first.host, first.pid) == ("retried", "test", 1)
+    assert (second.attempt, second.worker, second.host, second.pid, second.derived) == (
+        2, None, None, None, True,
+    )  # fmt: skip

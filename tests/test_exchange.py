@@ -417,20 +417,20 @@ def rows(statement: str) -> str:
 def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
     claim = ["wanted", "levels", "picked", "claimed"]
     shapes = {
-        "EXCHANGE": ["endings", "finished", "marked", *claim, "started", "ended"],
-        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim, "started", "ended"],
+        "EXCHANGE": ["endings", "finished", "marked", *claim, "ended"],
+        "EXCHANGE_LIMITED": ["endings", "finished", "marked", *claim, "ended"],
         "EXCHANGE_RATED": [
-            "endings", "finished", "marked", "gates", *claim, "started", "ended",
+            "endings", "finished", "marked", "gates", *claim, "ended",
             "taken", "stamped",
         ],
-        "CLAIM": [*claim, "started"],
+        "CLAIM": claim,
     }  # fmt: skip
     parts = {name: ctes(getattr(sql, name)) for name in shapes}
     assert {name: list(found) for name, found in parts.items()} == shapes
     # Every piece is written once: the same text in each variant that has it, but for
     # `wanted` (plain, gated by global limits, behind the rate gates) and the claim's
     # fence against the statement's own endings, which `CLAIM` has none of.
-    for piece in ("endings", "finished", "marked", "picked", "claimed", "started", "ended"):
+    for piece in ("endings", "finished", "marked", "picked", "claimed", "ended"):
         assert len({found[piece] for found in parts.values() if piece in found}) == 1, piece
     wanted = {name: found["wanted"] for name, found in parts.items()}
     assert wanted["EXCHANGE"] == wanted["CLAIM"] and len(set(wanted.values())) == 3
@@ -454,7 +454,9 @@ def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None
         assert part not in sql.CLAIM
     from axa_queue.sql.attempts import ENDED
 
-    ended = "\n    ), " + ENDED.replace("{axa_queue_attempts}", "axa_queue_attempts")
+    ended = "\n    ), " + ENDED.replace("{axa_queue_attempts}", "axa_queue_attempts").replace(
+        "{axa_queue}", "axa_queue"
+    )
     assert ended in sql.EXCHANGE
     assert sql.CLAIM.split("WITH RECURSIVE wanted AS (")[1] in sql.EXCHANGE.replace(
         ended, ""

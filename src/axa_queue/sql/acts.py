@@ -26,14 +26,17 @@ def _joined(*parts: str) -> str:
 _CANCELLED = """    ), changed AS (
         UPDATE {axa_queue} q SET status = 'cancelled', updated_at = COALESCE(%(now)s::timestamptz, now())
         FROM target WHERE q.id = target.id
-        RETURNING q.id, q.name, q.attempts, q.started_at, target.status AS was
+        RETURNING q.id, q.name, q.attempts, q.started_at, target.status AS was,
+            CASE WHEN q.run_attempt = q.attempts THEN q.run_worker END AS worker,
+            CASE WHEN q.run_attempt = q.attempts THEN q.run_host END AS host,
+            CASE WHEN q.run_attempt = q.attempts THEN q.run_pid END AS pid
     ), kept AS (
         INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'cancelled', attempts, %(by)s, %(reason)s FROM changed
         RETURNING act
     ), ended AS (
-        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, started_at, ended_at, outcome)
-        SELECT id, attempts, started_at, COALESCE(%(now)s::timestamptz, now()), 'cancelled'
+        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, worker, host, pid, started_at, ended_at, outcome)
+        SELECT id, attempts, worker, host, pid, started_at, COALESCE(%(now)s::timestamptz, now()), 'cancelled'
         FROM changed WHERE was = 'running'
         ON CONFLICT (job_id, attempt) DO UPDATE
         SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome
@@ -41,7 +44,8 @@ _CANCELLED = """    ), changed AS (
 """
 """A cancel's change, act and attempt, for the jobs in `target` (`CANCEL`, one job;
 `CANCEL_BATCH`, a batch): each queued or running job `cancelled`, its act kept, a
-running one's attempt ended `cancelled`."""
+running one's attempt ended `cancelled` (its row written with the process its claim
+stamped on the job, `run_worker`...)."""
 
 
 CANCEL = statement(
@@ -101,7 +105,8 @@ RETRY = statement(
         INSERT INTO {axa_queue} ({columns})
         SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
             created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
+            run_worker, run_attempt, run_host, run_pid
         FROM unmoved
         RETURNING id, name, attempts, 'failed'::text AS was
     ), kept AS (
@@ -271,7 +276,8 @@ RETRY_MOVED_BATCH = statement(
         INSERT INTO {axa_queue} ({columns})
         SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
             created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
+            run_worker, run_attempt, run_host, run_pid
         FROM unmoved
         RETURNING id, name, attempts, 'failed'::text AS was
     ), kept AS (

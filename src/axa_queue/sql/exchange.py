@@ -8,7 +8,8 @@ why it is there), never by editing another statement's text:
   stamped, and a row saying when to look again;
 - `CLAIM`: the claim alone, nothing to record.
 
-Each keeps the attempts too (`sql.attempts`: `started` per claim, `ended` per ending).
+Each keeps the attempts too (`sql.attempts`): a claim stamps the run's process on its
+job's row, and `ended` writes a row for every ending but a completion.
 
 `axa-queue sql --statement EXCHANGE_LIMITED` prints any of them whole.
 """
@@ -19,7 +20,6 @@ from collections.abc import Sequence
 from string import Template
 
 from .attempts import KEPT as _KEPT
-from .attempts import STARTED as _STARTED
 from .naming import statement
 
 __all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED"]
@@ -214,6 +214,8 @@ _CLAIMED = """claimed AS (
         SET status = 'running', started_at = COALESCE(%(now)s::timestamptz, clock_timestamp()), updated_at = COALESCE(%(now)s::timestamptz, clock_timestamp()),
             attempts = q.attempts + 1,
             max_attempts = COALESCE(q.max_attempts, (%(limits)s::jsonb ->> q.name)::int, %(max)s::int),
+            run_worker = %(worker)s::uuid, run_attempt = q.attempts + 1, run_host = %(host)s::text,
+            run_pid = %(pid)s::int,
             ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
                          THEN q.attempts + 1 END
         WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
@@ -223,7 +225,11 @@ _CLAIMED = """claimed AS (
 """The picked jobs claimed by primary key, each stamped with `clock_timestamp()` when
 its row is written, its attempt counted, its attempt limit stored when it had none (the
 one that applies: its handler's, else the queue's, `limits.AttemptLimits.params`, so
-every reader shows `2 of 3`), and `ahead` set past the `idle` loops."""
+every reader shows `2 of 3`), stamped with the claiming process (`run_worker`, its id
+in `axa_workers`, `run_host`, `run_pid`, and the attempt they belong to,
+`run_attempt`: migration 18), and `ahead` set past the `idle` loops. The stamp is the
+run's start as the attempts read it back (`attempts.RUNS`): no other row is written per
+claim."""
 
 # --- After the claim: the rate limits' stamps ---------------------------------------------
 
@@ -493,7 +499,7 @@ A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(
-        [_WANTED, _LEVELS.substitute(fence=""), _PICKED, _CLAIMED, _STARTED],
+        [_WANTED, _LEVELS.substitute(fence=""), _PICKED, _CLAIMED],
         [_CLAIMED_ROWS],
     )
 )

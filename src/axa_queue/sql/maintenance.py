@@ -15,7 +15,10 @@ started; past this many give-backs its attempts are burned as any crashed run's,
 such a job fails at last rather than crash worker after worker for ever."""
 
 RECOVER_STALE = statement("""WITH stale AS MATERIALIZED (
-    SELECT id, started_at, ahead = attempts AND given_back < %(give_back)s AS gives_back
+    SELECT id, started_at, ahead = attempts AND given_back < %(give_back)s AS gives_back,
+        CASE WHEN run_attempt = attempts THEN run_worker END AS worker,
+        CASE WHEN run_attempt = attempts THEN run_host END AS host,
+        CASE WHEN run_attempt = attempts THEN run_pid END AS pid
     FROM {axa_queue}
     WHERE status = 'running' AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
       AND (pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
@@ -43,8 +46,9 @@ RECOVER_STALE = statement("""WITH stale AS MATERIALIZED (
     WHERE id = ANY(ARRAY(SELECT id FROM stale))
     RETURNING id, name, attempts, status
     ), ended AS (
-        INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, started_at, ended_at, outcome, error)
-        SELECT r.id, r.attempts, s.started_at, COALESCE(%(now)s::timestamptz, now()),
+        INSERT INTO {axa_queue_attempts} AS a
+            (job_id, attempt, worker, host, pid, started_at, ended_at, outcome, error)
+        SELECT r.id, r.attempts, s.worker, s.host, s.pid, s.started_at, COALESCE(%(now)s::timestamptz, now()),
             CASE WHEN s.gives_back THEN 'given back' ELSE 'abandoned' END,
             CASE WHEN s.gives_back THEN NULL ELSE 'abandoned by its worker' END
         FROM recovered r JOIN stale s ON s.id = r.id

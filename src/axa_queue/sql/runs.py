@@ -119,12 +119,12 @@ for a run lost meanwhile, finds it cancelled."""
 
 MARK_LOST = statement(
     """WITH hot AS (
-        SELECT id, status, attempts, error, max_attempts, false AS moved FROM {axa_queue}
+        SELECT id, status, attempts, error, max_attempts, started_at, false AS moved FROM {axa_queue}
         WHERE id = %(id)s FOR UPDATE
     ), found AS (
         SELECT * FROM hot
         UNION ALL
-        (SELECT id, status, attempts, error, max_attempts, true FROM {axa_queue_history}
+        (SELECT id, status, attempts, error, max_attempts, started_at, true FROM {axa_queue_history}
          WHERE id = %(id)s AND NOT EXISTS (SELECT FROM hot) LIMIT 1)
     ), decided AS (
         SELECT id, status, attempts, moved, CASE
@@ -155,15 +155,17 @@ MARK_LOST = statement(
         INSERT INTO {axa_queue} ({columns})
         SELECT id, name, args, 'needs_review', %(error)s, run_at, started_at, created_at,
             COALESCE(%(now)s::timestamptz, clock_timestamp()), attempts, max_attempts, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
+            run_worker, run_attempt, run_host, run_pid
         FROM unmoved
         RETURNING id, status
     ), ended AS (
         INSERT INTO {axa_queue_attempts} AS a
-            (job_id, attempt, worker, host, pid, ended_at, outcome, error_class, error)
+            (job_id, attempt, worker, host, pid, started_at, ended_at, outcome, error_class, error)
         SELECT %(id)s::uuid, %(attempts)s::int, %(worker)s::uuid, %(host)s::text, %(pid)s::int,
+            (SELECT started_at FROM found WHERE attempts = %(attempts)s),
             COALESCE(%(now)s::timestamptz, clock_timestamp()), 'lost', NULL, left(%(error)s, 2000)
-        WHERE EXISTS (SELECT FROM found)
+        WHERE EXISTS (SELECT FROM found WHERE NOT (attempts = %(attempts)s AND status = 'completed'))
         ON CONFLICT (job_id, attempt) DO UPDATE
         SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
         WHERE a.ended_at IS NULL
@@ -209,7 +211,9 @@ found (a job a person cancelled under its attempt is told apart from a lost one)
 
 The run's attempt row is ended `lost`, with `error` (why it stopped), unless it is
 ended already (its own ending, written by an exchange whose answer was lost; stale
-recovery's): `ended`, with the worker's identity as the exchange sends it.
+recovery's), or its job is completed under its attempt (its own completion, which
+writes no row: the job's row says it): `ended`, with the worker's identity as the
+exchange sends it and the run's start from the job's row.
 
 A job it fails or sends to review is told to waiters (`DONE_CHANNEL`), always: this
 statement is rare, so it does not ask whether anyone waits.

@@ -14,8 +14,8 @@ function, migration 8 the columns of runs claimed ahead, migration 9 the paused 
 names, migration 10 the history table finished jobs are moved to, partitioned by day,
 with the functions that make and drop its partitions, migration 11 each worker
 process's heartbeat interval, migration 12 the indexes that keep the newest jobs
-(`jobs`) a page's read on millions of rows, and migration 13 the attempts table, a row
-per run.
+(`jobs`) a page's read on millions of rows, migration 13 the attempts table, a row
+per run, and migration 18 the columns naming the process of each job's last run.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -24,7 +24,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v18`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -303,6 +303,21 @@ from .v13 import (
 from .v13 import (
     SETUP_ATTEMPTS_TABLE as SETUP_ATTEMPTS_TABLE,
 )
+from .v18 import (
+    MIGRATION_18 as MIGRATION_18,
+)
+from .v18 import (
+    RECORD_18 as RECORD_18,
+)
+from .v18 import (
+    RUN_COLUMNS as RUN_COLUMNS,
+)
+from .v18 import (
+    SETUP_RUN_COLUMNS as SETUP_RUN_COLUMNS,
+)
+from .v18 import (
+    SETUP_RUN_COLUMNS_HISTORY as SETUP_RUN_COLUMNS_HISTORY,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -320,6 +335,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_11,
     MIGRATION_12,
     MIGRATION_13,
+    MIGRATION_18,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
