@@ -70,7 +70,7 @@ RUNS = """SELECT a.attempt, a.worker::text AS worker, a.host, a.pid,
         WHERE a.job_id = j.id AND (a.attempt <> j.attempts OR a.outcome IS NOT NULL)
         UNION ALL
         SELECT j.attempts,
-            COALESCE(CASE WHEN j.run_attempt = j.attempts THEN j.run_worker END, s.worker::text),
+            COALESCE(CASE WHEN j.run_attempt = j.attempts THEN j.run_worker END, s.worker)::text,
             COALESCE(CASE WHEN j.run_attempt = j.attempts THEN j.run_host END, s.host),
             COALESCE(CASE WHEN j.run_attempt = j.attempts THEN j.run_pid END, s.pid),
             COALESCE(j.started_at, EXTRACT(EPOCH FROM s.started_at)),
@@ -85,8 +85,8 @@ RUNS = """SELECT a.attempt, a.worker::text AS worker, a.host, a.pid,
         LEFT JOIN {axa_queue_attempts} s ON s.job_id = j.id AND s.attempt = j.attempts
         WHERE j.attempts > 0 AND s.outcome IS NULL"""
 """A job's attempts, given its row as `j` (`id`, `status`, `attempts`, `error`,
-`started_at` and `updated_at` as epoch seconds, and the claim's stamp: `run_worker` as
-text, `run_attempt`, `run_host`, `run_pid`): the rows kept, and its last attempt read
+`started_at` and `updated_at` as epoch seconds, and the claim's stamp: `run_worker`,
+`run_attempt`, `run_host`, `run_pid`): the rows kept, and its last attempt read
 from the job's own row whenever no row has ended it (a run that is running, or
 completed: the exchange writes no row for either; a run the Rust crate made; one
 from before migration 13). The claim's stamp names that run's process when it
@@ -99,12 +99,11 @@ runs)."""
 ATTEMPTS = statement(
     Template("""SELECT r.* FROM (
         SELECT id, status, attempts, error, EXTRACT(EPOCH FROM started_at) AS started_at,
-            EXTRACT(EPOCH FROM updated_at) AS updated_at, run_worker::text AS run_worker,
-            run_attempt, run_host, run_pid
+            EXTRACT(EPOCH FROM updated_at) AS updated_at, run_worker, run_attempt, run_host, run_pid
         FROM {axa_queue} WHERE id = %(id)s
         UNION ALL
         SELECT id, status, attempts, error, EXTRACT(EPOCH FROM started_at),
-            EXTRACT(EPOCH FROM updated_at), run_worker::text, run_attempt, run_host, run_pid
+            EXTRACT(EPOCH FROM updated_at), run_worker, run_attempt, run_host, run_pid
         FROM {axa_queue_history} WHERE id = %(id)s
         LIMIT 1
     ) j CROSS JOIN LATERAL ($runs) r

@@ -183,7 +183,7 @@ notification. Used only for jobs without `run_in`/`run_at`, on psycopg connectio
 _JOB_COLUMNS = """id, name, status, attempts, max_attempts, priority, error, timeout_ms,
     unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
     EXTRACT(EPOCH FROM created_at) AS created_at, EXTRACT(EPOCH FROM updated_at) AS updated_at,
-    run_worker::text AS run_worker, run_attempt, run_host, run_pid"""
+    run_worker, run_attempt, run_host, run_pid"""
 """The columns `JOB` and `JOBS` read: every one but the arguments and the result."""
 
 JOB = statement(
