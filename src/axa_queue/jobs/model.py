@@ -185,6 +185,9 @@ class JobState(str, enum.Enum):
     NEEDS_REVIEW = "needs_review"
     """Its run lost its claim and was stopped, so it may have run in part or twice.
     It is never retried by itself: a person looks, and calls `retry` to release it."""
+    BLOCKED = "blocked"
+    """Waiting for the jobs it depends on (`NewJob.after`, `chain`...); queued once
+    they all completed, never claimed before."""
 
     def __str__(self) -> str:
         return self.value
@@ -462,6 +465,8 @@ class Counts:
     cancelled: int = 0
     needs_review: int = 0
     """Stopped after losing their claim, waiting for a person; never purged."""
+    blocked: int = 0
+    """Waiting for the jobs they depend on (not counted in `waiting`)."""
     oldest_ready_seconds: float = 0.0
     """Seconds the oldest ready job has waited, or zero. Rising means nothing runs them."""
     estimated: tuple[str, ...] = ()

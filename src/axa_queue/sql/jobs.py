@@ -322,6 +322,7 @@ _BOUNDED = (
     ("waiting", f"SELECT name FROM {{axa_queue}} WHERE status = 'queued' AND run_at > {_NOW}"),  # noqa: S608
     ("running", "SELECT name FROM {axa_queue} WHERE status = 'running'"),
     ("needs_review", "SELECT name FROM {axa_queue} WHERE status = 'needs_review'"),
+    ("blocked", "SELECT name FROM {axa_queue} WHERE status = 'blocked'"),
 )
 """The live states' bounded reads: each through its partial index, at most `cap + 1` rows."""
 
@@ -348,6 +349,7 @@ def _bounded_counts(by_name: bool) -> str:
     (SELECT count(*) FROM ({_BOUNDED[1][1]} LIMIT %(cap)s + 1) x) AS waiting,
     (SELECT count(*) FROM ({_BOUNDED[2][1]} LIMIT %(cap)s + 1) x) AS running,
     (SELECT count(*) FROM ({_BOUNDED[3][1]} LIMIT %(cap)s + 1) x) AS needs_review,
+    (SELECT count(*) FROM ({_BOUNDED[4][1]} LIMIT %(cap)s + 1) x) AS blocked,
     hot.*, moved.*,
     (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM (SELECT min(run_at) FROM {{axa_queue}}
         WHERE status = 'queued' AND run_at <= {_NOW})))::float8 AS oldest
@@ -359,6 +361,7 @@ def _bounded_counts(by_name: bool) -> str:
     COALESCE(sum(n) FILTER (WHERE state = 'waiting'), 0)::bigint AS waiting,
     COALESCE(sum(n) FILTER (WHERE state = 'running'), 0)::bigint AS running,
     COALESCE(sum(n) FILTER (WHERE state = 'needs_review'), 0)::bigint AS needs_review,
+    COALESCE(sum(n) FILTER (WHERE state = 'blocked'), 0)::bigint AS blocked,
     COALESCE(sum(n) FILTER (WHERE state = 'completed'), 0)::bigint AS completed,
     COALESCE(sum(n) FILTER (WHERE state = 'failed'), 0)::bigint AS failed,
     COALESCE(sum(n) FILTER (WHERE state = 'cancelled'), 0)::bigint AS cancelled,
@@ -385,7 +388,7 @@ def _bounded_counts(by_name: bool) -> str:
 COUNTS = statement(_bounded_counts(by_name=False))
 """How many jobs are in each state, moved ones included, each read at most `cap + 1`
 rows deep (so it costs the same on 10 million rows as on 10,000): each live state
-(ready, waiting, running, in review) through its partial index, the finished jobs still
+(ready, waiting, running, in review, blocked) through its partial index, the finished jobs still
 in `axa_queue` through `axa_queue_finished`, and the history's first `cap + 1` rows,
 whichever they are. A count of `cap` or less is exact; past it, `jobs.reads` takes the
 planner's estimate instead (`COUNT_ESTIMATES`) and says so (`Counts.estimated`); the
@@ -408,6 +411,9 @@ COUNT_ESTIMATES = {
     ),
     "needs_review": statement(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'needs_review'"
+    ),
+    "blocked": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'blocked'"
     ),
     "completed": statement(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'completed'"
