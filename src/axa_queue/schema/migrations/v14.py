@@ -74,14 +74,15 @@ SETUP_DEPS_TABLE = statement("""CREATE TABLE IF NOT EXISTS {axa_queue_deps} (
         CONSTRAINT axa_queue_deps_policy CHECK (on_parent_failure IN ('cancel', 'run')),
     done BOOLEAN NOT NULL DEFAULT false,
     PRIMARY KEY (parent, child)
-)""")
+) WITH (fillfactor = 70)""")
 """Each dependency of a job (`child`) on another (`parent`): its place among the
 child's dependencies (`position`, the order `parent_results` reads them in), what a
 parent that fails or is cancelled does to the child (`cancel` it, or `run` it as if the
 parent had completed), and whether the parent's ending has satisfied it (`done`). The
 rows stay (results are read through them) and leave with the child (`PURGE`). The
 primary key finds a parent's dependents when it ends; no foreign keys: a job moves to
-the history and back."""
+the history and back. `fillfactor` 70 leaves room on each page for a dependency's
+`done` to be written beside it (a HOT update: no index touched)."""
 
 SETUP_DEPS_CHILD_INDEX = statement("""CREATE INDEX IF NOT EXISTS axa_queue_deps_child
     ON {axa_queue_deps} (child, position)""")
@@ -161,9 +162,19 @@ BEGIN
         UPDATE axa_queue_deps SET done = true
         WHERE parent = NEW.id AND NOT done
           AND (NEW.status = 'completed' OR on_parent_failure = 'run')
-        RETURNING child
+        RETURNING child, position
     )
-    SELECT array_agg(DISTINCT child ORDER BY child) INTO kids FROM satisfied;
+    SELECT array_agg(s.child ORDER BY s.child) INTO kids
+    FROM satisfied s
+    WHERE NOT EXISTS (
+        SELECT FROM axa_queue_deps w
+        WHERE w.child = s.child AND NOT w.done AND w.position > s.position + 64
+        ORDER BY w.position LIMIT 1 FOR SHARE SKIP LOCKED
+    ) AND NOT EXISTS (
+        SELECT FROM axa_queue_deps w
+        WHERE w.child = s.child AND NOT w.done AND w.parent <> NEW.id
+        ORDER BY w.position DESC LIMIT 1 FOR SHARE SKIP LOCKED
+    );
     IF NEW.status <> 'completed' THEN
         WITH RECURSIVE doomed(child, parent) AS (
             SELECT d.child, d.parent FROM axa_queue_deps d
@@ -182,9 +193,6 @@ BEGIN
         WHERE q.id = x.child AND q.status = 'blocked';
     END IF;
     FOREACH kid IN ARRAY COALESCE(kids, '{}') LOOP
-        PERFORM FROM axa_queue_deps WHERE child = kid AND NOT done
-            ORDER BY position DESC LIMIT 1 FOR SHARE SKIP LOCKED;
-        CONTINUE WHEN FOUND;
         PERFORM FROM axa_queue WHERE id = kid AND status = 'blocked' FOR NO KEY UPDATE;
         CONTINUE WHEN NOT FOUND;
         UPDATE axa_queue SET status = 'queued', updated_at = now()
@@ -222,8 +230,12 @@ docs/design.md, "Workflows", for why it is correct under concurrency.
    other, and the second sees the first's. So no dependent is released before every
    dependency is done, and none stays blocked once they all are, and an ending locks
    the dependent only when it may be the last: a chord's callback is not a row every
-   parent's ending waits for. The dependency left that it share-locks is the last one
-   in order, the one least likely to be ending now.
+   parent's ending waits for. The dependency left that it share-locks is the first one
+   more than 64 places after its own (else the last): parents end roughly in their
+   order (a group is claimed in the order it was given), so that one is not ending now
+   and is far enough ahead that this ending has committed before it ends, and each
+   ending of a chord's group share-locks a row of its own (one row locked by every
+   ending would write its lock to one page at every ending).
 4. One notification (the insert trigger's kind) when it released any, so a worker
    waiting wakes.
 
@@ -290,6 +302,7 @@ MIGRATION_14 = Migration(
             *(("axa_workflows", c) for c in WORKFLOWS_COLUMNS),
         ),
         indexes=("axa_queue_deps_child", "axa_workflows_job", "axa_queue_blocked"),
+        storage=(("axa_queue_deps", ("fillfactor=70",)),),
         constraints=(
             ("axa_queue_deps", "axa_queue_deps_pkey"),
             ("axa_queue_deps", "axa_queue_deps_policy"),
