@@ -243,8 +243,9 @@ def counts_by_name_call(cap: int = EXACT_UP_TO) -> Work[dict[str, Counts]]:
     return _counts_by_name(cap)
 
 
-LiveCounts = tuple[int, int, int, int, float]
-"""ready, waiting, running, needs_review and the oldest ready job's age in seconds."""
+LiveCounts = tuple[int, int, int, int, float, int]
+"""ready, waiting, running, needs_review, the oldest ready job's age in seconds, and
+blocked."""
 FinishedCounts = tuple[int, int, int]
 """completed, failed and cancelled."""
 
@@ -255,7 +256,14 @@ def live_counts_by_name_call() -> Call[dict[str, LiveCounts]]:
         sql.LIVE_COUNTS_BY_NAME,
         {"now": None},
         lambda rows, _n: {
-            row.name: (row.ready, row.waiting, row.running, row.needs_review, row.oldest or 0.0)
+            row.name: (
+                row.ready,
+                row.waiting,
+                row.running,
+                row.needs_review,
+                row.oldest or 0.0,
+                row.blocked,
+            )
             for row in rows
         },
     )

@@ -449,6 +449,7 @@ LIVE_COUNTS_BY_NAME = statement("""SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    count(*) FILTER (WHERE status = 'blocked') AS blocked,
     (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
         FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
     FROM (
@@ -457,9 +458,11 @@ LIVE_COUNTS_BY_NAME = statement("""SELECT name,
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'running'
         UNION ALL
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'needs_review'
+        UNION ALL
+        SELECT name, status, run_at FROM {axa_queue} WHERE status = 'blocked'
     ) live GROUP BY name ORDER BY name""")
 """The counts of jobs not finished, for each job name: each branch reads one partial
-index (queued, running, in review), never the finished rows, so it costs the same on a
+index (queued, running, in review, blocked), never the finished rows, so it costs the same on a
 table holding millions of them (what metrics count every few seconds). Jobs not
 finished are never moved: the history is not read."""
 
