@@ -362,3 +362,52 @@ async def test_a_chain_runs_in_order_each_step_reading_the_one_before(make_queue
         await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
     assert order == ["a", "b", "c"]
     assert await queue.result(flow.jobs[-1]) == "abc"
+
+
+# --- what a plain job pays, and the other ways in -----------------------------------------
+
+
+def test_a_plain_jobs_ending_never_calls_the_release_trigger(admin) -> None:
+    plain = enqueue_on(admin, NewJob("A"))
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    claim(admin, plain)
+    claim(admin, flow.jobs[0])
+
+    def triggers(job_id: UUID) -> list[Any]:
+        row = admin.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.EXCHANGE,
+            {
+                "completed": "{" + str(job_id) + "}",
+                "completed_attempts": "{1}",
+                "endings": "[]",
+                "free": 0,
+                "wanted": "[]",
+                "losing": "{}",
+                "now": None,
+                "idle": 0,
+                "starts": "{}",
+                "started_attempts": "{}",
+                "worker": None,
+                "host": "test",
+                "pid": 1,
+                "limits": "{}",
+                "max": None,
+            },
+        ).fetchone()
+        assert row is not None
+        return [t["Trigger Name"] for t in row[0][0].get("Triggers", [])]
+
+    assert triggers(plain) == []
+    assert triggers(flow.jobs[0]) == ["axa_queue_release"]
+    assert state(admin, flow.jobs[1])[0] == "queued"
+
+
+def test_jobs_given_after_go_in_one_batch_and_a_sync_queue_takes_a_workflow(dsn, admin) -> None:
+    from axa_queue import SyncQueue, enqueue_all_on
+
+    first = enqueue_on(admin, NewJob("A"))
+    ids = enqueue_all_on(admin, [NewJob("B", after=[first]), NewJob("C")])
+    assert [state(admin, j)[0] for j in ids] == ["blocked", "queued"]
+    with SyncQueue(dsn) as queue:
+        flow = queue.enqueue(chain(NewJob("A"), NewJob("B")))
+    assert [state(admin, j)[0] for j in flow.jobs] == ["queued", "blocked"]
