@@ -411,3 +411,17 @@ def test_jobs_given_after_go_in_one_batch_and_a_sync_queue_takes_a_workflow(dsn,
     with SyncQueue(dsn) as queue:
         flow = queue.enqueue(chain(NewJob("A"), NewJob("B")))
     assert [state(admin, j)[0] for j in flow.jobs] == ["queued", "blocked"]
+
+
+def test_the_crate_never_claims_a_blocked_job_and_its_ending_releases_one(admin) -> None:
+    import seed_crate as crate
+    from test_compat import crate_claim
+
+    flow = enqueue_on(admin, chain(NewJob("first"), NewJob("second")))
+    first, second = flow.jobs
+    assert crate_claim(admin, "second") is None  # blocked: the crate claims queued only
+    claimed = crate_claim(admin, "first")
+    assert claimed is not None and claimed[0] == first
+    admin.execute(crate.FINISH, crate.params(first, claimed[3], "completed", None))
+    assert state(admin, second)[0] == "queued"
+    assert crate_claim(admin, "second") is not None
