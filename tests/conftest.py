@@ -442,6 +442,8 @@ GRANT SELECT, INSERT, UPDATE ON axa_rate_slots TO {role};
 GRANT SELECT ON axa_paused TO {role};
 GRANT SELECT, INSERT, DELETE ON axa_queue_history TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue_attempts TO {role};
+GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue_deps TO {role};
+GRANT SELECT, INSERT, DELETE ON axa_workflows TO {role};
 GRANT EXECUTE ON FUNCTION axa_queue_history_days(regclass, date, date),
     axa_queue_history_drop(regclass, date) TO {role};
 """

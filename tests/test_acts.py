@@ -85,9 +85,9 @@ async def test_a_cancelled_job_never_runs(make_queue, admin) -> None:
 
 @pytest.mark.parametrize(
     ("state", "attempts"),
-    [("completed", 1), ("failed", 1), ("cancelled", 0), ("needs_review", 1)],
+    [("completed", 1), ("failed", 1), ("cancelled", 0)],
 )
-async def test_cancelling_a_job_neither_queued_nor_running_changes_nothing_and_writes_nothing(
+async def test_cancelling_a_finished_job_changes_nothing_and_writes_nothing(
     make_queue, admin, state: str, attempts: int
 ) -> None:
     queue = await make_queue()

@@ -346,7 +346,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
     ).fetchall()
     added = sorted(set(after) - set(columns))
     # our record, our workers table, the rate limits' slots, the history, the paused
-    # names and the attempts, which the crate ignores
+    # names, the attempts, and the workflows' tables, which the crate ignores
     ours = (
         "axa_schema_version",
         "axa_workers",
@@ -354,11 +354,14 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         "axa_queue_history",
         "axa_paused",
         "axa_queue_attempts",
+        "axa_queue_deps",
+        "axa_workflows",
     )
     added = [c for c in added if c[0] not in ours]
     assert added == [
         ("axa_job_acts", "db_role", "text"),
         ("axa_queue", "ahead", "integer"),
+        ("axa_queue", "dependents", "boolean"),
         ("axa_queue", "given_back", "integer"),
         ("axa_queue", "result", "jsonb"),
         ("axa_queue", "run_attempt", "integer"),
@@ -373,7 +376,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
     ], (
         "our setup adds to the crate's tables only an act's role, a result, a trace context, "
         "a unique key, a cron schedule's expression and zone, a run claimed ahead's "
-        "columns and the process of a job's last run"
+        "columns, whether a job has dependents, and the process of a job's last run"
     )
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()

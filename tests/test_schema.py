@@ -22,11 +22,13 @@ from axa_queue.cli import main
 from axa_queue.schema import (
     CHECK_ACTS,
     CHECK_ATTEMPTS,
+    CHECK_DEPS,
     CHECK_HISTORY,
     CHECK_PAUSED,
     CHECK_QUEUE,
     CHECK_SCHEDULE,
     CHECK_WORKERS,
+    CHECK_WORKFLOWS,
     MIGRATIONS,
     VERSION,
     expected,
@@ -212,6 +214,8 @@ def test_the_checked_columns_are_the_declared_ones() -> None:
         CHECK_PAUSED,
         CHECK_HISTORY,
         CHECK_ATTEMPTS,
+        CHECK_DEPS,
+        CHECK_WORKFLOWS,
     ):
         found = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
         assert found is not None

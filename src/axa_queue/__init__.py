@@ -53,7 +53,10 @@ from .handlers.retries import backoff
 from .health import Health
 from .jobs.attempts import attempts_on
 from .jobs.enqueue import enqueue_all_on, enqueue_on
-from .jobs.model import Attempt, Counts, Duplicate, JobInfo, JobState, NewJob
+from .jobs.ids import Duplicate
+from .jobs.linked import Composition, Workflow
+from .jobs.model import Attempt, Counts, JobInfo, JobState, NewJob
+from .jobs.parents import parent_results_on
 from .jobs.reads import counts_on, job_on, jobs_on
 from .maintenance import Recovered
 from .options import QueueOptions
@@ -62,6 +65,8 @@ from .schedules.schedule import Schedule, ScheduleInfo
 from .schema.migrations import SETUP_STATEMENTS
 from .sync import SyncQueue
 from .worker.drain import DrainResult
+from .workflows.compose import chain, chord, group
+from .workflows.operate import WorkflowInfo, cancel_workflow, workflow_on
 
 __version__ = "0.1.0"
 
@@ -76,6 +81,7 @@ __all__ = [
     "Attempt",
     "AxaQueueError",
     "BulkResult",
+    "Composition",
     "Counts",
     "Discard",
     "DrainError",
@@ -106,22 +112,30 @@ __all__ = [
     "Snooze",
     "SyncQueue",
     "WaitTimeoutError",
+    "Workflow",
+    "WorkflowInfo",
     "acts_on",
     "attempts_on",
     "backoff",
     "cancel",
     "cancel_all",
+    "cancel_workflow",
+    "chain",
+    "chord",
     "counts_on",
     "current_job",
     "enqueue_all_on",
     "enqueue_on",
+    "group",
     "job_on",
     "jobs_on",
     "name_acts_on",
+    "parent_results_on",
     "pause",
     "paused_on",
     "release_all",
     "resume",
     "retry",
     "retry_all",
+    "workflow_on",
 ]

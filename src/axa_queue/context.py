@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 from .errors import NotInAJobError
+from .jobs.parents import parent_results_on
 
 __all__ = [
     "JobContext",
@@ -75,6 +76,13 @@ class JobContext:
         runs on in its thread until it returns, so a long one polls this and stops.
         Nothing it returns afterwards is recorded. Safe to read from any thread."""
         return self._run is not None and self._run.stopped is not None
+
+    def parent_results(self, conn: Any) -> Any:
+        """What the jobs this one depends on returned, in the order of its dependencies
+        (a chord's callback: its group's results in the group's order), read on `conn`
+        (any connection `enqueue_on` takes; awaitable when async: `await
+        job.parent_results(conn)`). Private like arguments: never logged or shown."""
+        return parent_results_on(conn, self.id)
 
     @property
     def is_last_attempt(self) -> bool:

@@ -92,7 +92,9 @@ __all__ = [
 
 log = logging.getLogger("axa_queue.metrics")
 
-STATES = ("ready", "waiting", "running", "completed", "failed", "cancelled", "needs_review")
+STATES = (
+    "ready", "waiting", "running", "completed", "failed", "cancelled", "needs_review", "blocked",
+)  # fmt: skip
 """The `state` label of `axa_queue_jobs`: the fields of `Counts`."""
 
 WORKER_STATES = ("live", "gone")
@@ -242,7 +244,7 @@ class QueueCollector(Collector):
         self.counts = {name: self._merged(name) for name in sorted({*live, *self.finished})}
 
     def _merged(self, name: str) -> Counts:
-        ready, waiting, running, review, oldest = self.live.get(name, (0, 0, 0, 0, 0.0))
+        ready, waiting, running, review, oldest, blocked = self.live.get(name, (0, 0, 0, 0, 0.0, 0))
         completed, failed, cancelled = self.finished.get(name, (0, 0, 0))
         return Counts(
             ready=ready,
@@ -252,6 +254,7 @@ class QueueCollector(Collector):
             failed=failed,
             cancelled=cancelled,
             needs_review=review,
+            blocked=blocked,
             oldest_ready_seconds=oldest,
         )
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import AsyncIterator, Coroutine, Iterable
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 from uuid import UUID
 
 import psycopg
@@ -34,11 +34,12 @@ from .acts import (
 )
 from .db.calls import Work, run_async
 from .db.connector import Connected, Connector
-from .errors import DrainError, NotOpenError
+from .errors import DrainError, NotOpenError, OptionsError
 from .handlers.registry import Registrations, Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
 from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.linked import Composition, Workflow, workflow_refused
 from .jobs.model import (
     Attempt,
     Counts,
@@ -254,12 +255,18 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
 
     # --- queuing -----------------------------------------------------------------------
 
+    @overload
+    async def enqueue(
+        self, job: str | NewJob, args: Any = None, **options: Unpack[JobOptions]
+    ) -> UUID: ...
+    @overload
+    async def enqueue(self, job: Composition) -> Workflow: ...
     async def enqueue(
         self,
-        job: str | NewJob,
+        job: str | NewJob | Composition,
         args: Any = None,
         **options: Unpack[JobOptions],
-    ) -> UUID:
+    ) -> Any:
         """Queue a job (a `NewJob`, or a name with its arguments and options) on the
         queue's own connection, in one round trip, and return its id. It outlives any
         rollback of the caller's: use `enqueue_on` to queue in a transaction.
@@ -269,6 +276,13 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         nothing is stored; the id returned is its run's (`JobContext.id`); see `modes`.
         With `QueueOptions(unknown_names="refuse")`, a name this queue has no handler for
         raises `OptionsError`."""
+        if isinstance(job, Composition):  # a workflow: queued whole (docs/workflows.md)
+            if self.options.resolved_mode() != "queue" or args is not None or options:
+                raise OptionsError(workflow_refused(self.options.resolved_mode()))
+            flat = job.flatten().filled(
+                lambda one: self.registry.filled(one, self.options.unknown_names)
+            )
+            return await self._run(enqueue_work(flat))
         job = self.registry.filled(as_new_job(job, args, **options), self.options.unknown_names)
         mode = self.options.resolved_mode()
         if mode == "queue":

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 from uuid import UUID
 
 import psycopg
@@ -39,10 +39,12 @@ from .acts import (
 )
 from .db.calls import Work, run_sync
 from .db.connector import Connected, Connector
+from .errors import OptionsError
 from .handlers.registry import Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
 from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.linked import Composition, Workflow, workflow_refused
 from .jobs.model import (
     Attempt,
     Counts,
@@ -142,16 +144,29 @@ class SyncQueue(Connected):
         with self.pool.connection() as conn:
             return run_sync(conn, work)
 
+    @overload
+    def enqueue(
+        self, job: str | NewJob, args: Any = None, **options: Unpack[JobOptions]
+    ) -> UUID: ...
+    @overload
+    def enqueue(self, job: Composition) -> Workflow: ...
     def enqueue(
         self,
-        job: str | NewJob,
+        job: str | NewJob | Composition,
         args: Any = None,
         **options: Unpack[JobOptions],
-    ) -> UUID:
+    ) -> Any:
         """Queue a job (a `NewJob`, or a name with arguments and options); returns its id.
         The `inline` and `background` modes run its handler here instead, as `Queue.enqueue`
         says: inline in this very thread (an async handler on an event loop of its own),
         in the background in a thread of its own."""
+        if isinstance(job, Composition):  # a workflow: queued whole (docs/workflows.md)
+            if self.options.resolved_mode() != "queue" or args is not None or options:
+                raise OptionsError(workflow_refused(self.options.resolved_mode()))
+            flat = job.flatten().filled(
+                lambda one: self.registry.filled(one, self.options.unknown_names)
+            )
+            return self._run(enqueue_work(flat))
         job = self.registry.filled(as_new_job(job, args, **options), self.options.unknown_names)
         mode = self.options.resolved_mode()
         if mode == "queue":

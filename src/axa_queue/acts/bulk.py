@@ -162,7 +162,7 @@ def _both(first: BulkResult, then: BulkResult) -> BulkResult:
 
 
 def _cancel_steps(given: _Filter, dry_run: bool) -> Steps[BulkResult]:
-    params = {**given.params, "applies": ["queued", "running"]}
+    params = {**given.params, "applies": ["queued", "running", "blocked"]}
     if dry_run:
         return (yield from _matching(sql.MATCHING, params, given.limit))
     return (yield from _batches(sql.CANCEL_BATCH, params, given.limit))

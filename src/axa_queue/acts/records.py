@@ -164,8 +164,9 @@ def cancel(conn: SomeSyncConnection, job_id: UUID, by: str, reason: str) -> ActR
 def cancel(
     conn: AnyConnection, job_id: UUID, by: str, reason: str
 ) -> ActResult | Awaitable[ActResult]:
-    """Cancel job `job_id` if it is queued or running, as an act of `by` for `reason`,
-    in the caller's transaction. A job in any other state, or no such job, changes
+    """Cancel job `job_id` if it is queued, running, blocked or in review, as an act of
+    `by` for `reason`, in the caller's transaction. Its dependents' fate is decided in
+    the same statement (docs/workflows.md). A job in any other state, or no such job, changes
     nothing and writes no act; the result says so (`found`: the state it was in).
 
     A running job is stopped once the caller commits: the process running it is told

@@ -24,6 +24,7 @@ from uuid import UUID, uuid4
 from .. import sql, tracing
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from ..db.calls import Call, Row, Steps, Work, ask
+from .linked import Composition, Workflow, linked_call, workflow_call
 from .model import Duplicate, NewJob
 
 __all__ = [
@@ -398,9 +399,19 @@ def has_unique(jobs: Iterable[NewJob]) -> bool:
     return any(job.unique_key is not None for job in jobs)
 
 
-def enqueue_work(job: NewJob, now: datetime | None = None) -> Work[UUID]:
+@overload
+def enqueue_work(job: NewJob, now: datetime | None = None) -> Work[UUID]: ...
+@overload
+def enqueue_work(job: Composition, now: datetime | None = None) -> Work[Workflow]: ...
+def enqueue_work(job: NewJob | Composition, now: datetime | None = None) -> Work[Any]:
     """Queuing `job`: one statement (`enqueue_call`), or, with a unique key, the steps
-    that queue it or find its key's holder (`enqueue_unique_one`)."""
+    that queue it or find its key's holder (`enqueue_unique_one`); a job with
+    dependencies, or a workflow, one statement of its own (`linked`)."""
+    if isinstance(job, Composition):
+        return workflow_call(job, now)
+    if job.after:
+        one = linked_call([job], now=now)
+        return Call(one.query, one.params, lambda rows, n: one.read(rows, n)[0], one.finished)
     if job.unique_key is not None:
         return enqueue_unique_one(job, now)
     return enqueue_call(job, now)
@@ -410,6 +421,8 @@ def enqueue_all_work(jobs: Sequence[NewJob]) -> Work[list[UUID]]:
     """Queuing `jobs` together: one statement (an INSERT of arrays, or a binary COPY
     where it can go: `enqueue_many_call`), or, when some have a unique key, the steps
     of `enqueue_unique`."""
+    if any(job.after for job in jobs):
+        return linked_call(jobs)
     if has_unique(jobs):
         return enqueue_unique(jobs)
     return enqueue_many_call(jobs, copy=True)
@@ -419,8 +432,13 @@ def enqueue_all_work(jobs: Sequence[NewJob]) -> Work[list[UUID]]:
 def enqueue_on(conn: SomeAsyncConnection, job: NewJob) -> Awaitable[UUID]: ...
 @overload
 def enqueue_on(conn: SomeSyncConnection, job: NewJob) -> UUID: ...
-def enqueue_on(conn: AnyConnection, job: NewJob) -> UUID | Awaitable[UUID]:
-    """Queue `job` on the caller's connection and return its id (awaitable when async).
+@overload
+def enqueue_on(conn: SomeAsyncConnection, job: Composition) -> Awaitable[Workflow]: ...
+@overload
+def enqueue_on(conn: SomeSyncConnection, job: Composition) -> Workflow: ...
+def enqueue_on(conn: AnyConnection, job: NewJob | Composition) -> Any:
+    """Queue `job` on the caller's connection and return its id (awaitable when async);
+    a workflow (`chain`, `group`, `chord`) is queued whole and returns a `Workflow`.
 
     In the caller's transaction the job commits or rolls back with it; on an
     autocommit connection it is queued at once. One statement, one round trip. A job

@@ -8,6 +8,7 @@ arguments: not `repr`, not `JobInfo`, not an error message.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
@@ -19,6 +20,9 @@ from typing_extensions import Unpack
 from ..errors import OptionsError
 from ..options import Duration, to_seconds
 from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
+from .dependencies import check_after
+from .ids import Duplicate as Duplicate
+from .ids import job_id_of as job_id_of
 
 __all__ = [
     "EARLIEST",
@@ -99,35 +103,6 @@ def check_unique_key(key: object, job: str) -> str:
     )
 
 
-class Duplicate(UUID):
-    """What queuing a job returns when its unique key was taken: the id of the job that
-    holds the key (queued, running, in review, or finished within its `unique_for`).
-    Nothing was queued.
-
-    It is a `UUID`, equal to the holder's id, so code that only wants an id to wait on
-    or show needs no change; `isinstance(job_id, Duplicate)` tells which happened, with
-    no second query. A job queued is returned as a plain `UUID`."""
-
-    __slots__ = ()
-
-
-def job_id_of(value: object) -> UUID:
-    """`value` as a job id: a `UUID`, or its text. Anything else raises an `OptionsError`
-    naming it, before anything is sent (a malformed id would abort the caller's
-    transaction on the server)."""
-    if isinstance(value, UUID):
-        return value
-    if isinstance(value, str):
-        try:
-            return UUID(value)
-        except ValueError:
-            pass
-    shown = repr(value) if len(repr(value)) <= 60 else f"{repr(value)[:60]}..."
-    raise OptionsError(
-        f"expected a job id (a UUID, or its text like 0191f3c2-...), got: {shown}; nothing was sent"
-    )
-
-
 LATEST = datetime.max.replace(tzinfo=timezone.utc)
 """How a time after what Python's `datetime` holds (past year 9999, or `infinity`) is read."""
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
@@ -185,6 +160,9 @@ class JobState(str, enum.Enum):
     NEEDS_REVIEW = "needs_review"
     """Its run lost its claim and was stopped, so it may have run in part or twice.
     It is never retried by itself: a person looks, and calls `retry` to release it."""
+    BLOCKED = "blocked"
+    """Waiting for the jobs it depends on (`NewJob.after`, `chain`...); queued once
+    they all completed, never claimed before."""
 
     def __str__(self) -> str:
         return self.value
@@ -239,6 +217,8 @@ class NewJob:
     timeout: Duration | None = None
     unique_key: str | None = None
     unique_for: Duration | None = None
+    after: tuple[UUID, ...] = ()
+    on_parent_failure: str = "cancel"
     _args_json: str = field(default="", init=False, repr=False, compare=False)
     """The arguments as JSON, made once when the job is made: what is checked is what
     is stored, and a job queued by a schedule at every tick is encoded once."""
@@ -254,6 +234,8 @@ class NewJob:
         timeout: Duration | None = None,
         unique_key: str | None = None,
         unique_for: Duration | None = None,
+        after: Iterable[UUID | str] = (),
+        on_parent_failure: str = "cancel",
     ) -> None:
         # What dataclass's __init__ does for these fields, at a third of the cost of its
         # object.__setattr__ per field (a frozen class's): bulk enqueues make thousands.
@@ -267,6 +249,8 @@ class NewJob:
             timeout=timeout,
             unique_key=unique_key,
             unique_for=unique_for,
+            after=after or (),
+            on_parent_failure=on_parent_failure,
             _args_json="",
         )
         self.__post_init__()
@@ -287,6 +271,8 @@ class NewJob:
             and self.timeout is None
             and self.unique_key is None
             and self.unique_for is None
+            and not self.after
+            and self.on_parent_failure == "cancel"
         ):
             self._check_options()
         # Refuses what cannot be stored, before any SQL; later changes to a mutable
@@ -333,6 +319,12 @@ class NewJob:
         if self.timeout is not None and to_seconds(self.timeout, "timeout") <= 0:
             raise OptionsError(
                 f"expected timeout of job {self.name!r} to be more than zero, got: {self.timeout!r}"
+            )
+        if self.after or self.on_parent_failure != "cancel":
+            object.__setattr__(
+                self,
+                "after",
+                check_after(self.name, self.after, self.on_parent_failure, self.unique_key),
             )
         if self.unique_key is not None:
             check_unique_key(self.unique_key, self.name)
@@ -462,6 +454,8 @@ class Counts:
     cancelled: int = 0
     needs_review: int = 0
     """Stopped after losing their claim, waiting for a person; never purged."""
+    blocked: int = 0
+    """Waiting for the jobs they depend on (not counted in `waiting`)."""
     oldest_ready_seconds: float = 0.0
     """Seconds the oldest ready job has waited, or zero. Rising means nothing runs them."""
     estimated: tuple[str, ...] = ()
@@ -483,6 +477,8 @@ class JobOptions(TypedDict, total=False):
     timeout: Duration | None
     unique_key: str | None
     unique_for: Duration | None
+    after: Iterable[UUID | str]
+    on_parent_failure: str
 
 
 def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions]) -> NewJob:

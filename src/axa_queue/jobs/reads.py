@@ -105,7 +105,9 @@ more): past it, the state's number is the planner's estimate, named in
 `Counts.estimated`. The history counts as one: past this many moved jobs in all, its
 three states are estimated."""
 
-_STATES = ("ready", "waiting", "running", "needs_review", "completed", "failed", "cancelled")
+_STATES = (
+    "ready", "waiting", "running", "needs_review", "blocked", "completed", "failed", "cancelled",
+)  # fmt: skip
 _FINISHED = ("completed", "failed", "cancelled")
 
 
@@ -139,7 +141,9 @@ def _estimate(key: str) -> Call[int]:
 def _over(counted: dict[str, int], cap: int) -> list[str]:
     """The groups read to their cap: live states by name, and `hot` (the finished jobs
     still in `axa_queue`) and `moved` (the history) as a whole."""
-    over = [s for s in ("ready", "waiting", "running", "needs_review") if counted[s] > cap]
+    over = [
+        s for s in ("ready", "waiting", "running", "needs_review", "blocked") if counted[s] > cap
+    ]
     if sum(counted[s] for s in _FINISHED) > cap:
         over.append("hot")
     if sum(counted[f"moved_{s}"] for s in _FINISHED) > cap:
@@ -239,8 +243,9 @@ def counts_by_name_call(cap: int = EXACT_UP_TO) -> Work[dict[str, Counts]]:
     return _counts_by_name(cap)
 
 
-LiveCounts = tuple[int, int, int, int, float]
-"""ready, waiting, running, needs_review and the oldest ready job's age in seconds."""
+LiveCounts = tuple[int, int, int, int, float, int]
+"""ready, waiting, running, needs_review, the oldest ready job's age in seconds, and
+blocked."""
 FinishedCounts = tuple[int, int, int]
 """completed, failed and cancelled."""
 
@@ -251,7 +256,14 @@ def live_counts_by_name_call() -> Call[dict[str, LiveCounts]]:
         sql.LIVE_COUNTS_BY_NAME,
         {"now": None},
         lambda rows, _n: {
-            row.name: (row.ready, row.waiting, row.running, row.needs_review, row.oldest or 0.0)
+            row.name: (
+                row.ready,
+                row.waiting,
+                row.running,
+                row.needs_review,
+                row.oldest or 0.0,
+                row.blocked,
+            )
             for row in rows
         },
     )

@@ -131,7 +131,7 @@ queue's schema, quoted, and a dot (`QueueOptions.schema`), or nothing (the
 # --- Checks ------------------------------------------------------------------------------
 
 CHECK_QUEUE = naming.statement(
-    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, run_worker, run_attempt, run_host, run_pid FROM {axa_queue} LIMIT 0"
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, dependents, run_worker, run_attempt, run_host, run_pid FROM {axa_queue} LIMIT 0"
 )
 """Fails unless the jobs table has every column."""
 
@@ -162,6 +162,14 @@ CHECK_ATTEMPTS = naming.statement(
     "SELECT job_id, attempt, worker, host, pid, started_at, ended_at, outcome, error_class, error FROM {axa_queue_attempts} LIMIT 0"
 )
 """Fails unless the attempts table has every column (the endings write it)."""
+
+CHECK_DEPS = naming.statement(
+    "SELECT child, parent, position, on_parent_failure, done FROM {axa_queue_deps} LIMIT 0"
+)
+"""Fails unless the dependencies table has every column (the release trigger writes it)."""
+
+CHECK_WORKFLOWS = naming.statement("SELECT workflow, job, position FROM {axa_workflows} LIMIT 0")
+"""Fails unless the workflows table has every column."""
 
 MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
@@ -339,6 +347,8 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_PAUSED, "axa_paused"),
         (CHECK_HISTORY, "axa_queue_history"),
         (CHECK_ATTEMPTS, "axa_queue_attempts"),
+        (CHECK_DEPS, "axa_queue_deps"),
+        (CHECK_WORKFLOWS, "axa_workflows"),
     ):
         try:
             async with conn.transaction():

@@ -12,7 +12,9 @@ what it does, in one module per table or concern:
 - `attempts`: a row per run (the exchange's pieces that keep it), read back and purged;
 - `acts`, `pauses`, `schedules`, `workers`, `web`: a person's acts on jobs and on job
   names, the schedules, the worker processes, the dashboard;
-- `testing`: `drain()` and `axa_queue.testing`.
+- `testing`: `drain()` and `axa_queue.testing`;
+- `workflows`: jobs queued with their dependencies, a workflow read and cancelled, a
+  dependent's parents' results.
 
 Every statement is here by name (`sql.EXCHANGE`), and `statements()` lists them for
 `axa-queue sql --statement NAME`, which prints any one whole. The statements that make
@@ -289,6 +291,10 @@ from .workers import (
 from .workers import (
     WORKERS_FORGET as WORKERS_FORGET,
 )
+from .workflows import CANCEL_WORKFLOW as CANCEL_WORKFLOW
+from .workflows import ENQUEUE_LINKED as ENQUEUE_LINKED
+from .workflows import PARENT_RESULTS as PARENT_RESULTS
+from .workflows import WORKFLOW as WORKFLOW
 
 __all__ = ["CANCEL_CHANNEL", "CHANNEL", "DONE_CHANNEL", "in_schema"]
 

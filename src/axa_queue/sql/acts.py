@@ -52,7 +52,7 @@ CANCEL = statement(
     _joined(
         """WITH target AS (
         SELECT id, status FROM {axa_queue}
-        WHERE id = %(id)s AND status IN ('queued', 'running')
+        WHERE id = %(id)s AND status IN ('queued', 'running', 'blocked', 'needs_review')
         FOR UPDATE
 """,
         _CANCELLED,
@@ -69,8 +69,10 @@ CANCEL = statement(
         (SELECT count(*) FROM told) AS told""",
     )
 )
-"""Cancel a queued or running job and keep the act, in one statement; any other state
-changes nothing and writes no act. Returns the act kept (or NULL) and the state it
+"""Cancel a queued, running, blocked (waiting for its dependencies) or in-review job and
+keep the act, in one statement; any other state changes nothing and writes no act. A
+job with dependents decides their fate in this same statement (the release trigger,
+migration 14: those that say `cancel` are cancelled, those that say `run` released). Returns the act kept (or NULL) and the state it
 found: the state it cancelled (read locked), else the state of the job it left alone,
 moved to the history or not (a moved job is finished: never cancelled). A job cancelled is told to waiters (`DONE_CHANNEL`) when the
 caller's transaction commits: always, without the advisory lock `EXCHANGE` asks, which
@@ -174,7 +176,7 @@ CANCEL_BATCH = statement(
         _MATCHED,
         """, target AS (
         SELECT id, status FROM {axa_queue}
-        WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status IN ('queued', 'running')
+        WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status IN ('queued', 'running', 'blocked')
         FOR UPDATE
 """,
         _CANCELLED,
@@ -190,7 +192,7 @@ CANCEL_BATCH = statement(
         (SELECT count(*) FROM told) AS told""",
     )
 )
-"""`cancel` of every queued or running job of the next batch a filter matches, each
+"""`cancel` of every queued, running or blocked job of the next batch a filter matches, each
 with its act, in one statement (`cancel_all` sends one per batch, in the caller's
 transaction): each job changed exactly as `CANCEL` changes one, each running one's
 process told at once (`CANCEL_CHANNEL`), and the waiters told once for the batch

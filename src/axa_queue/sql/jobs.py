@@ -323,6 +323,7 @@ _BOUNDED = (
     ("waiting", f"SELECT name FROM {{axa_queue}} WHERE status = 'queued' AND run_at > {_NOW}"),  # noqa: S608
     ("running", "SELECT name FROM {axa_queue} WHERE status = 'running'"),
     ("needs_review", "SELECT name FROM {axa_queue} WHERE status = 'needs_review'"),
+    ("blocked", "SELECT name FROM {axa_queue} WHERE status = 'blocked'"),
 )
 """The live states' bounded reads: each through its partial index, at most `cap + 1` rows."""
 
@@ -349,6 +350,7 @@ def _bounded_counts(by_name: bool) -> str:
     (SELECT count(*) FROM ({_BOUNDED[1][1]} LIMIT %(cap)s + 1) x) AS waiting,
     (SELECT count(*) FROM ({_BOUNDED[2][1]} LIMIT %(cap)s + 1) x) AS running,
     (SELECT count(*) FROM ({_BOUNDED[3][1]} LIMIT %(cap)s + 1) x) AS needs_review,
+    (SELECT count(*) FROM ({_BOUNDED[4][1]} LIMIT %(cap)s + 1) x) AS blocked,
     hot.*, moved.*,
     (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM (SELECT min(run_at) FROM {{axa_queue}}
         WHERE status = 'queued' AND run_at <= {_NOW})))::float8 AS oldest
@@ -360,6 +362,7 @@ def _bounded_counts(by_name: bool) -> str:
     COALESCE(sum(n) FILTER (WHERE state = 'waiting'), 0)::bigint AS waiting,
     COALESCE(sum(n) FILTER (WHERE state = 'running'), 0)::bigint AS running,
     COALESCE(sum(n) FILTER (WHERE state = 'needs_review'), 0)::bigint AS needs_review,
+    COALESCE(sum(n) FILTER (WHERE state = 'blocked'), 0)::bigint AS blocked,
     COALESCE(sum(n) FILTER (WHERE state = 'completed'), 0)::bigint AS completed,
     COALESCE(sum(n) FILTER (WHERE state = 'failed'), 0)::bigint AS failed,
     COALESCE(sum(n) FILTER (WHERE state = 'cancelled'), 0)::bigint AS cancelled,
@@ -386,7 +389,7 @@ def _bounded_counts(by_name: bool) -> str:
 COUNTS = statement(_bounded_counts(by_name=False))
 """How many jobs are in each state, moved ones included, each read at most `cap + 1`
 rows deep (so it costs the same on 10 million rows as on 10,000): each live state
-(ready, waiting, running, in review) through its partial index, the finished jobs still
+(ready, waiting, running, in review, blocked) through its partial index, the finished jobs still
 in `axa_queue` through `axa_queue_finished`, and the history's first `cap + 1` rows,
 whichever they are. A count of `cap` or less is exact; past it, `jobs.reads` takes the
 planner's estimate instead (`COUNT_ESTIMATES`) and says so (`Counts.estimated`); the
@@ -409,6 +412,9 @@ COUNT_ESTIMATES = {
     ),
     "needs_review": statement(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'needs_review'"
+    ),
+    "blocked": statement(
+        "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'blocked'"
     ),
     "completed": statement(
         "EXPLAIN (FORMAT JSON) SELECT 1 FROM {axa_queue} WHERE status = 'completed'"
@@ -444,6 +450,7 @@ LIVE_COUNTS_BY_NAME = statement("""SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    count(*) FILTER (WHERE status = 'blocked') AS blocked,
     (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
         FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
     FROM (
@@ -452,9 +459,11 @@ LIVE_COUNTS_BY_NAME = statement("""SELECT name,
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'running'
         UNION ALL
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'needs_review'
+        UNION ALL
+        SELECT name, status, run_at FROM {axa_queue} WHERE status = 'blocked'
     ) live GROUP BY name ORDER BY name""")
 """The counts of jobs not finished, for each job name: each branch reads one partial
-index (queued, running, in review), never the finished rows, so it costs the same on a
+index (queued, running, in review, blocked), never the finished rows, so it costs the same on a
 table holding millions of them (what metrics count every few seconds). Jobs not
 finished are never moved: the history is not read."""
 

@@ -40,6 +40,8 @@ NAMES = (
     "axa_paused",
     "axa_queue_history",
     "axa_queue_attempts",
+    "axa_queue_deps",
+    "axa_workflows",
     "axa_queue_notify",
     "axa_job_acts_refuse",
     "axa_job_acts_role",
@@ -47,6 +49,9 @@ NAMES = (
     "axa_queue_rate_room",
     "axa_queue_history_days",
     "axa_queue_history_drop",
+    "axa_queue_blocked_rule",
+    "axa_queue_release",
+    "axa_queue_no_parent",
 )
 """The tables and functions the setup makes in the queue's schema: the names a template
 may place. Each is a plain lowercase name, which needs no quotes, so it is written

@@ -15,7 +15,9 @@ names, migration 10 the history table finished jobs are moved to, partitioned by
 with the functions that make and drop its partitions, migration 11 each worker
 process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 (`jobs`) a page's read on millions of rows, migration 13 the attempts table, a row
-per run, and migration 18 the columns naming the process of each job's last run.
+per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
+the dependencies and workflows tables, and the triggers that release dependents, and
+migration 18 the columns naming the process of each job's last run.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -24,7 +26,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v18`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v18`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -303,6 +305,23 @@ from .v13 import (
 from .v13 import (
     SETUP_ATTEMPTS_TABLE as SETUP_ATTEMPTS_TABLE,
 )
+from .v14 import DEPS_COLUMNS as DEPS_COLUMNS
+from .v14 import MIGRATION_14 as MIGRATION_14
+from .v14 import RECORD_14 as RECORD_14
+from .v14 import SETUP_BLOCKED_FUNCTION as SETUP_BLOCKED_FUNCTION
+from .v14 import SETUP_BLOCKED_INDEX as SETUP_BLOCKED_INDEX
+from .v14 import SETUP_BLOCKED_STATE as SETUP_BLOCKED_STATE
+from .v14 import SETUP_BLOCKED_TRIGGER as SETUP_BLOCKED_TRIGGER
+from .v14 import SETUP_DEPENDENTS_COLUMN as SETUP_DEPENDENTS_COLUMN
+from .v14 import SETUP_DEPS_CHILD_INDEX as SETUP_DEPS_CHILD_INDEX
+from .v14 import SETUP_DEPS_TABLE as SETUP_DEPS_TABLE
+from .v14 import SETUP_NO_PARENT_FUNCTION as SETUP_NO_PARENT_FUNCTION
+from .v14 import SETUP_RELEASE_FUNCTION as SETUP_RELEASE_FUNCTION
+from .v14 import SETUP_RELEASE_PATH as SETUP_RELEASE_PATH
+from .v14 import SETUP_RELEASE_TRIGGER as SETUP_RELEASE_TRIGGER
+from .v14 import SETUP_WORKFLOWS_JOB_INDEX as SETUP_WORKFLOWS_JOB_INDEX
+from .v14 import SETUP_WORKFLOWS_TABLE as SETUP_WORKFLOWS_TABLE
+from .v14 import WORKFLOWS_COLUMNS as WORKFLOWS_COLUMNS
 from .v18 import (
     MIGRATION_18 as MIGRATION_18,
 )
@@ -335,6 +354,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_11,
     MIGRATION_12,
     MIGRATION_13,
+    MIGRATION_14,
     MIGRATION_18,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""

@@ -1,0 +1,138 @@
+"""Workflows: jobs queued with the dependencies among them (`ENQUEUE_LINKED`), a
+workflow's members read back (`WORKFLOW`), a dependent's parents' results
+(`PARENT_RESULTS`), and a workflow cancelled (`CANCEL_WORKFLOW`).
+
+What a job's ending does to its dependents is not here: the release trigger of
+migration 14 (`axa_queue_release`) does it inside whichever statement writes the
+ending (see `schema.migrations.v14`)."""
+
+from __future__ import annotations
+
+from .acts import _CANCELLED
+from .naming import statement
+
+__all__ = ["CANCEL_WORKFLOW", "ENQUEUE_LINKED", "PARENT_RESULTS", "WORKFLOW"]
+
+ENQUEUE_LINKED = statement("""WITH named AS (
+        UPDATE {axa_queue} SET dependents = true
+        WHERE id = ANY(%(outside)s::uuid[])
+        RETURNING id, status
+    ), kept AS (
+        SELECT id, status FROM {axa_queue_history}
+        WHERE id = ANY(%(outside)s::uuid[]) AND id <> ALL(ARRAY(SELECT id FROM named))
+    ), edges AS (
+        SELECT e.child, e.parent, e.position, e.policy, p.status AS parent_status,
+               COALESCE(p.status = 'completed'
+                        OR (p.status IN ('failed', 'cancelled') AND e.policy = 'run'), false) AS done
+        FROM unnest(%(child)s::uuid[], %(parent)s::uuid[], %(position)s::int[], %(policy)s::text[])
+            AS e(child, parent, position, policy)
+        LEFT JOIN (SELECT id, status FROM named UNION ALL SELECT id, status FROM kept) p
+            ON p.id = e.parent
+    ), refused AS (
+        SELECT {axa_queue_no_parent}(e.child, e.parent,
+            CASE WHEN e.parent_status IS NULL THEN 'which does not exist'
+                 WHEN e.parent_status = 'failed' THEN 'which failed (a dependent that says on_parent_failure="cancel" could never run)'
+                 ELSE 'which was cancelled (a dependent that says on_parent_failure="cancel" could never run)'
+            END) AS refused
+        FROM edges e
+        WHERE (e.parent_status IS NULL AND e.parent <> ALL(%(id)s::uuid[]))
+           OR (e.parent_status IN ('failed', 'cancelled') AND e.policy = 'cancel')
+    ), linked AS (
+        INSERT INTO {axa_queue_deps} (child, parent, position, on_parent_failure, done)
+        SELECT child, parent, position, policy, done FROM edges
+        WHERE (SELECT count(*) FROM refused) = 0
+    ), members AS (
+        INSERT INTO {axa_workflows} (workflow, job, position)
+        SELECT %(workflow)s::uuid, m.id, m.n - 1
+        FROM unnest(%(id)s::uuid[]) WITH ORDINALITY AS m(id, n)
+        WHERE %(workflow)s::uuid IS NOT NULL AND (SELECT count(*) FROM refused) = 0
+    )
+    INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
+                           trace_context, status, dependents)
+    SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
+           COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
+           j.timeout_ms, %(trace_context)s::jsonb,
+           CASE WHEN j.id IN (SELECT child FROM edges WHERE NOT done) THEN 'blocked' ELSE 'queued' END,
+           j.dependents
+    FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[], %(max_attempts)s::int[],
+                %(priority)s::smallint[], %(at)s::timestamptz[], %(delay)s::float8[],
+                %(timeout_ms)s::bigint[], %(dependents)s::bool[])
+         AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms, dependents)
+    WHERE (SELECT count(*) FROM refused) = 0""")
+"""Queue jobs with their dependencies in one statement, whatever their number (a
+workflow of `chain`, `group` and `chord`, or jobs given `after`): the jobs as
+`ENQUEUE_MANY` puts them, each `blocked` while a dependency of it is not done, else
+`queued`; their dependencies (`edges`: child, parent, position, policy, one array
+each); their places in the workflow, if any (`workflow`).
+
+A parent outside the call (`outside`: the distinct parents not queued by it) is found
+and flagged in `axa_queue` (`named`: `dependents` set, which the release trigger fires
+on), or in the history (`kept`, finished: never flagged). Flagging it locks its row
+until the caller commits, so its ending and this enqueue are one after the other: an
+ending that committed first is read here (the `UPDATE` reads the row's newest version),
+and an ending that waits for this one runs its trigger with a snapshot taken after the
+wait, which sees these dependencies. So no dependency is missed by its parent's
+ending. A dependency on a job already completed is done at once (and on one that
+failed or was cancelled, when it says `run`); a job whose dependencies are all done is
+queued at once.
+
+Refused, the whole statement (`refused` calls `axa_queue_no_parent`, which raises,
+naming the two ids): a parent that is neither in the call nor in either table, and one
+that already failed or was cancelled when the dependency says `cancel` (it could never
+run). A parent in the call is given before its child (the client checks it), so no
+cycle can be made. Each data-modifying CTE waits for `refused` to be counted, so
+nothing is written before the refusal."""
+
+WORKFLOW = statement("""SELECT m.position, m.job::text AS id, COALESCE(q.name, h.name) AS name,
+        COALESCE(q.status, h.status) AS status,
+        ARRAY(SELECT d.parent::text FROM {axa_queue_deps} d
+              WHERE d.child = m.job ORDER BY d.position) AS parents
+    FROM {axa_workflows} m
+    LEFT JOIN {axa_queue} q ON q.id = m.job
+    LEFT JOIN LATERAL (SELECT name, status FROM {axa_queue_history} h
+                       WHERE h.id = m.job AND q.id IS NULL LIMIT 1) h ON true
+    WHERE m.workflow = %(workflow)s
+    ORDER BY m.position""")
+"""A workflow's members in the order they were given: each job's id, name, state (in
+`axa_queue` or the history; NULL once purged) and the ids it depends on, in order.
+Never arguments or results."""
+
+PARENT_RESULTS = statement("""SELECT d.parent::text AS id, COALESCE(q.status, h.status) AS status,
+        COALESCE(q.result, h.result)::text AS result
+    FROM {axa_queue_deps} d
+    LEFT JOIN {axa_queue} q ON q.id = d.parent
+    LEFT JOIN LATERAL (SELECT status, result FROM {axa_queue_history} h
+                       WHERE h.id = d.parent AND q.id IS NULL LIMIT 1) h ON true
+    WHERE d.child = %(id)s
+    ORDER BY d.position""")
+"""What each job `id` depends on returned, in the dependencies' order (a chord's
+callback: its group's order), as JSON text (NULL: it returned nothing, or did not
+complete and the dependency said `run`), with the parent's state."""
+
+CANCEL_WORKFLOW = statement(
+    "".join(
+        (
+            """WITH target AS (
+        SELECT id, status FROM {axa_queue}
+        WHERE id = ANY(ARRAY(SELECT job FROM {axa_workflows} WHERE workflow = %(workflow)s))
+          AND status IN ('queued', 'running', 'blocked', 'needs_review')
+        ORDER BY id
+        FOR UPDATE
+""",
+            _CANCELLED,
+            """    ), told AS (
+        SELECT pg_notify('axa_queue_done', {'axa_queue'}::regclass::oid::text || ' *')
+        WHERE EXISTS (SELECT FROM changed)
+        UNION ALL
+        SELECT pg_notify('axa_queue_cancel', id::text) FROM changed WHERE was = 'running'
+    )
+    SELECT (SELECT count(*) FROM kept) AS cancelled, (SELECT count(*) FROM told) AS told""",
+        )
+    )
+)
+"""Cancel every member of a workflow not finished yet (queued, running, blocked, in
+review), each exactly as `CANCEL` cancels one (its act kept, a running one's attempt
+ended and its process told), in one statement, the rows locked in id order. The
+release trigger runs for each member with dependents after the statement's own
+changes, so it finds its dependents in the workflow cancelled already (and releases a
+dependent outside the workflow that says `run`). Returns how many it cancelled."""

@@ -1,0 +1,427 @@
+"""Workflows against a real PostgreSQL: jobs that wait for other jobs (`NewJob.after`,
+`chain`, `group`, `chord`), released by the statement that ends their parents, each
+failure policy, a parent in review holding its dependents, results flowing, bad
+dependencies refused, the race of two parents ending at once, and a run fenced out
+releasing nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+
+from axa_queue import (
+    SETUP_STATEMENTS,
+    JobState,
+    NewJob,
+    Workflow,
+    cancel,
+    cancel_workflow,
+    chain,
+    chord,
+    current_job,
+    enqueue_on,
+    group,
+    retry,
+    sql,
+    workflow_on,
+)
+from axa_queue.errors import OptionsError
+from conftest import eventually, running
+from test_fencing import exchange
+
+
+@pytest.fixture
+def admin(dsn: str) -> Any:
+    """A sync autocommit connection to this test's schema, the tables made."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for statement in SETUP_STATEMENTS:
+            conn.execute(statement)
+        yield conn
+
+
+def state(admin: psycopg.Connection[Any], job_id: UUID) -> tuple[str, str | None]:
+    row = admin.execute("SELECT status, error FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
+def claim(admin: psycopg.Connection[Any], job_id: UUID) -> None:
+    """Claim `job_id` by hand, as a worker's claim leaves it (attempt 1)."""
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = attempts + 1, started_at = now() "
+        "WHERE id = %s AND status = 'queued'",
+        (job_id,),
+    )
+
+
+# --- shapes ---------------------------------------------------------------------------------
+
+
+def test_a_chain_queues_its_first_job_and_blocks_the_rest_in_one_statement(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B"), NewJob("C")))
+    assert isinstance(flow, Workflow)
+    a, b, c = flow.jobs
+    assert [state(admin, j)[0] for j in (a, b, c)] == ["queued", "blocked", "blocked"]
+    info = workflow_on(admin, flow.id)
+    assert info is not None
+    assert [m.parents for m in info.members] == [(), (a,), (b,)]
+    assert [m.state for m in info.members] == [JobState.QUEUED, JobState.BLOCKED, JobState.BLOCKED]
+    claim(admin, a)
+    exchange(admin, completed=[a])
+    assert state(admin, b)[0] == "queued" and state(admin, c)[0] == "blocked"
+
+
+def test_a_chord_waits_for_every_member_of_its_group(admin) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("P"), NewJob("P"), NewJob("P")]), NewJob("CB")))
+    *parts, callback = flow.jobs
+    for one in parts:
+        claim(admin, one)
+    exchange(admin, completed=parts[:2])
+    assert state(admin, callback)[0] == "blocked"
+    exchange(admin, completed=parts[2:])
+    assert state(admin, callback)[0] == "queued"
+
+
+def test_nesting_a_group_in_a_chain_makes_the_next_step_wait_for_all_of_it(admin) -> None:
+    flow = enqueue_on(
+        admin,
+        chain(
+            NewJob("first"), group([NewJob("x"), chain(NewJob("y1"), NewJob("y2"))]), NewJob("last")
+        ),
+    )
+    first, x, y1, y2, _last = flow.jobs
+    info = workflow_on(admin, flow.id)
+    assert info is not None
+    assert [m.parents for m in info.members] == [(), (first,), (first,), (y1,), (x, y2)]
+
+
+def test_a_job_after_jobs_already_completed_is_queued_at_once(admin) -> None:
+    done = enqueue_on(admin, NewJob("A"))
+    claim(admin, done)
+    exchange(admin, completed=[done])
+    later = enqueue_on(admin, NewJob("B", after=[done]))
+    assert state(admin, later)[0] == "queued"
+    running_one = enqueue_on(admin, NewJob("C"))
+    waiting = enqueue_on(admin, NewJob("D", after=[done, running_one]))
+    assert state(admin, waiting)[0] == "blocked"
+
+
+def test_a_bad_dependency_is_refused_and_nothing_is_written(admin) -> None:
+    missing = uuid4()
+    with pytest.raises(psycopg.errors.ForeignKeyViolation) as refused:
+        enqueue_on(admin, NewJob("B", {"secret": "s3cr3t"}, after=[missing]))
+    assert str(missing) in str(refused.value) and "does not exist" in str(refused.value)
+    assert "s3cr3t" not in str(refused.value)
+    assert admin.execute("SELECT count(*) FROM axa_queue").fetchone() == (0,)
+    assert admin.execute("SELECT count(*) FROM axa_queue_deps").fetchone() == (0,)
+    failed = enqueue_on(admin, NewJob("A", max_attempts=1))
+    admin.execute("UPDATE axa_queue SET status = 'failed' WHERE id = %s", (failed,))
+    with pytest.raises(psycopg.errors.ForeignKeyViolation, match="which failed"):
+        enqueue_on(admin, NewJob("B", after=[failed]))
+    assert (
+        state(admin, enqueue_on(admin, NewJob("B", after=[failed], on_parent_failure="run")))[0]
+        == "queued"
+    )
+
+
+def test_a_dependency_is_checked_before_anything_is_sent() -> None:
+    with pytest.raises(OptionsError, match="list"):
+        NewJob("B", after=str(uuid4()))  # type: ignore[arg-type]
+    one = uuid4()
+    with pytest.raises(OptionsError, match="twice"):
+        NewJob("B", after=[one, one])
+    with pytest.raises(OptionsError, match="on_parent_failure"):
+        NewJob("B", after=[one], on_parent_failure="ignore")
+    with pytest.raises(OptionsError, match="unique_key"):
+        NewJob("B", after=[one], unique_key="k")
+    with pytest.raises(OptionsError):
+        group([])
+
+
+def test_the_state_machine_refuses_entering_blocked_or_leaving_it_for_running(admin) -> None:
+    job = enqueue_on(admin, NewJob("A"))
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin.execute("UPDATE axa_queue SET status = 'blocked' WHERE id = %s", (job,))
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    with pytest.raises(psycopg.errors.CheckViolation):
+        admin.execute(
+            "UPDATE axa_queue SET status = 'running', started_at = now() WHERE id = %s",
+            (flow.jobs[1],),
+        )
+
+
+# --- failure policies -------------------------------------------------------------------
+
+
+def fail(admin: psycopg.Connection[Any], job_id: UUID) -> None:
+    """End `job_id`'s run failed for good, through the exchange."""
+    claim(admin, job_id)
+    admin.execute(
+        sql.EXCHANGE,
+        {
+            "completed": "{}",
+            "completed_attempts": "{}",
+            "endings": f'[{{"id": "{job_id}", "attempts": 1, "status": "failed", "error": "boom"}}]',
+            "free": 0,
+            "wanted": "[]",
+            "losing": "{}",
+            "now": None,
+            "idle": 0,
+            "starts": "{}",
+            "started_attempts": "{}",
+            "worker": None,
+            "host": "test",
+            "pid": 1,
+            "limits": "{}",
+            "max": None,
+        },
+    ).fetchall()
+
+
+def test_a_parent_that_fails_cancels_its_dependents_transitively_naming_it(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B"), NewJob("C")))
+    a, b, c = flow.jobs
+    fail(admin, a)
+    assert state(admin, a)[0] == "failed"
+    assert state(admin, b) == ("cancelled", f"parent {a} failed")
+    assert state(admin, c) == ("cancelled", f"parent {b} was cancelled")
+
+
+def test_a_dependent_that_says_run_runs_when_its_parent_fails(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B", on_parent_failure="run"), NewJob("C")))
+    a, b, c = flow.jobs
+    fail(admin, a)
+    assert state(admin, b)[0] == "queued"
+    assert state(admin, c)[0] == "blocked"
+
+
+def test_cancelling_a_parent_cancels_its_dependents_in_the_same_statement(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    a, b = flow.jobs
+    assert cancel(admin, a, "ops:alice", "not_needed")
+    assert state(admin, b) == ("cancelled", f"parent {a} was cancelled")
+
+
+def test_a_parent_in_review_holds_its_dependents_until_a_person_acts(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    a, b = flow.jobs
+    claim(admin, a)
+    admin.execute("UPDATE axa_queue SET status = 'needs_review' WHERE id = %s", (a,))
+    assert state(admin, b)[0] == "blocked"
+    assert retry(admin, a, "ops:alice", "checked")  # released: runs again, B still waits
+    assert state(admin, b)[0] == "blocked"
+    claim(admin, a)
+    exchange(admin, completed=[a], attempts=2)
+    assert state(admin, b)[0] == "queued"
+    other = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    claim(admin, other.jobs[0])
+    admin.execute("UPDATE axa_queue SET status = 'needs_review' WHERE id = %s", (other.jobs[0],))
+    assert cancel(admin, other.jobs[0], "ops:alice", "give_up")
+    assert state(admin, other.jobs[1])[0] == "cancelled"
+
+
+def test_cancel_workflow_cancels_every_unfinished_member_with_one_act_each(admin) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("P"), NewJob("P")]), NewJob("CB")))
+    p1, p2, cb = flow.jobs
+    claim(admin, p1)
+    exchange(admin, completed=[p1])
+    assert cancel_workflow(admin, flow.id, "ops:alice", "stop") == 2
+    assert [state(admin, j)[0] for j in flow.jobs] == ["completed", "cancelled", "cancelled"]
+    acts = admin.execute("SELECT job_id FROM axa_job_acts WHERE act = 'cancelled'").fetchall()
+    assert sorted(r[0] for r in acts) == sorted([p2, cb])
+    info = workflow_on(admin, flow.id)
+    assert info is not None and info.finished
+
+
+# --- fencing and races ------------------------------------------------------------------
+
+
+def test_a_run_fenced_out_releases_nothing(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    a, b = flow.jobs
+    claim(admin, a)
+    # Stale recovery queued it again and another worker claimed it: attempt 2 now.
+    admin.execute("UPDATE axa_queue SET status = 'queued', started_at = NULL WHERE id = %s", (a,))
+    claim(admin, a)
+    assert exchange(admin, completed=[a], attempts=1) == []  # the old run, late: refused
+    assert state(admin, a)[0] == "running" and state(admin, b)[0] == "blocked"
+    exchange(admin, completed=[a], attempts=2)
+    assert state(admin, b)[0] == "queued"
+
+
+def test_two_parents_ending_at_once_in_two_transactions_release_their_child_once(
+    admin, dsn
+) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("P"), NewJob("P")]), NewJob("CB")))
+    p1, p2, cb = flow.jobs
+    claim(admin, p1)
+    claim(admin, p2)
+    first = psycopg.connect(dsn)
+    second = psycopg.connect(dsn)
+    try:
+        exchange(first, completed=[p1])  # not committed: holds p2's dependency share-locked
+        done = threading.Event()
+        errors: list[BaseException] = []
+
+        def end_second() -> None:
+            try:
+                exchange(second, completed=[p2])
+                second.commit()
+            except BaseException as error:
+                errors.append(error)
+            finally:
+                done.set()
+
+        thread = threading.Thread(target=end_second)
+        thread.start()
+
+        # The second ending waits for the first to commit (the dependency it must mark).
+        async def waits() -> bool:
+            row = admin.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE NOT l.granted AND a.pid = %s",
+                (second.info.backend_pid,),
+            ).fetchone()
+            return row is not None and row[0] > 0
+
+        asyncio.run(eventually(waits))
+        assert not done.is_set()
+        assert state(admin, cb)[0] == "blocked"
+        first.commit()
+        thread.join(30)
+        assert done.is_set() and not errors
+        assert state(admin, cb)[0] == "queued"
+    finally:
+        first.close()
+        second.close()
+
+
+def test_the_last_parent_ending_releases_even_when_the_other_committed_meanwhile(
+    admin, dsn
+) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("P"), NewJob("P")]), NewJob("CB")))
+    p1, p2, cb = flow.jobs
+    claim(admin, p1)
+    claim(admin, p2)
+    with psycopg.connect(dsn) as first, psycopg.connect(dsn) as second:
+        exchange(first, completed=[p1])
+        first.commit()
+        exchange(second, completed=[p2])
+        assert state(admin, cb)[0] == "blocked"  # not committed yet
+        second.commit()
+    assert state(admin, cb)[0] == "queued"
+
+
+# --- with a worker ------------------------------------------------------------------------
+
+
+async def test_a_chord_runs_its_callback_once_with_its_groups_results_in_order(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+
+    async def part(args: dict[str, int]) -> int:
+        return args["n"] * 10
+
+    async def callback(args: dict[str, Any]) -> int:
+        async with queue.connection() as conn:
+            results = await current_job().parent_results(conn)
+        seen.append(results)
+        return sum(results)
+
+    queue.handle("part", part)
+    queue.handle("sum", callback)
+    flow = await queue.enqueue(
+        chord(group([NewJob("part", {"n": n}) for n in range(5)]), NewJob("sum"))
+    )
+    async with running(queue):
+        await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
+    assert seen == [[0, 10, 20, 30, 40]]
+    assert await queue.result(flow.jobs[-1]) == 100
+
+
+async def test_a_chain_runs_in_order_each_step_reading_the_one_before(make_queue, admin) -> None:
+    queue = await make_queue()
+    order: list[str] = []
+
+    async def step(args: dict[str, str]) -> str:
+        async with queue.connection() as conn:
+            before = await current_job().parent_results(conn)
+        order.append(args["name"])
+        return "".join(before) + args["name"]
+
+    queue.handle("step", step)
+    flow = await queue.enqueue(chain(*(NewJob("step", {"name": n}) for n in "abc")))
+    async with running(queue):
+        await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
+    assert order == ["a", "b", "c"]
+    assert await queue.result(flow.jobs[-1]) == "abc"
+
+
+# --- what a plain job pays, and the other ways in -----------------------------------------
+
+
+def test_a_plain_jobs_ending_never_calls_the_release_trigger(admin) -> None:
+    plain = enqueue_on(admin, NewJob("A"))
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B")))
+    claim(admin, plain)
+    claim(admin, flow.jobs[0])
+
+    def triggers(job_id: UUID) -> list[Any]:
+        row = admin.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.EXCHANGE,
+            {
+                "completed": "{" + str(job_id) + "}",
+                "completed_attempts": "{1}",
+                "endings": "[]",
+                "free": 0,
+                "wanted": "[]",
+                "losing": "{}",
+                "now": None,
+                "idle": 0,
+                "starts": "{}",
+                "started_attempts": "{}",
+                "worker": None,
+                "host": "test",
+                "pid": 1,
+                "limits": "{}",
+                "max": None,
+            },
+        ).fetchone()
+        assert row is not None
+        return [t["Trigger Name"] for t in row[0][0].get("Triggers", [])]
+
+    assert triggers(plain) == []
+    assert triggers(flow.jobs[0]) == ["axa_queue_release"]
+    assert state(admin, flow.jobs[1])[0] == "queued"
+
+
+def test_jobs_given_after_go_in_one_batch_and_a_sync_queue_takes_a_workflow(dsn, admin) -> None:
+    from axa_queue import SyncQueue, enqueue_all_on
+
+    first = enqueue_on(admin, NewJob("A"))
+    ids = enqueue_all_on(admin, [NewJob("B", after=[first]), NewJob("C")])
+    assert [state(admin, j)[0] for j in ids] == ["blocked", "queued"]
+    with SyncQueue(dsn) as queue:
+        flow = queue.enqueue(chain(NewJob("A"), NewJob("B")))
+    assert [state(admin, j)[0] for j in flow.jobs] == ["queued", "blocked"]
+
+
+def test_the_crate_never_claims_a_blocked_job_and_its_ending_releases_one(admin) -> None:
+    import seed_crate as crate
+    from test_compat import crate_claim
+
+    flow = enqueue_on(admin, chain(NewJob("first"), NewJob("second")))
+    first, second = flow.jobs
+    assert crate_claim(admin, "second") is None  # blocked: the crate claims queued only
+    claimed = crate_claim(admin, "first")
+    assert claimed is not None and claimed[0] == first
+    admin.execute(crate.FINISH, crate.params(first, claimed[3], "completed", None))
+    assert state(admin, second)[0] == "queued"
+    assert crate_claim(admin, "second") is not None
