@@ -124,6 +124,13 @@ async def test_a_run_claimed_ahead_by_a_gone_process_is_queued_again_with_its_at
     info = await queue.job(job_id)
     assert info is not None and (info.state, info.worker_gone) == (JobState.RUNNING, False)
 
+    # Three intervals: shown gone; given back only a grace later (a beat comes late by
+    # its round trip and its event loop's lag).
+    silent(admin, GHOST, 0.4)
+    info = await queue.job(job_id)
+    assert info is not None and (info.state, info.worker_gone) == (JobState.RUNNING, True)
+    assert await give_back(dsn) == []
+
     silent(admin, GHOST, 60)
     info = await queue.job(job_id)
     assert info is not None and (info.state, info.worker_gone) == (JobState.RUNNING, True)

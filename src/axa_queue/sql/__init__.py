@@ -281,6 +281,9 @@ from .workers import (
     ABSENT_BEAT_MS as ABSENT_BEAT_MS,
 )
 from .workers import (
+    GIVE_BACK_GRACE_MS as GIVE_BACK_GRACE_MS,
+)
+from .workers import (
     GONE_AFTER_BEATS as GONE_AFTER_BEATS,
 )
 from .workers import (

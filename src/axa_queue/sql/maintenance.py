@@ -6,7 +6,7 @@ from __future__ import annotations
 from string import Template
 
 from .naming import statement
-from .workers import GONE_AFTER_BEATS, worker_gone
+from .workers import GIVE_BACK_GRACE_MS, GONE_AFTER_BEATS, worker_gone
 
 __all__ = ["GIVE_BACK_GONE", "GIVE_BACK_LIMIT", "PURGE", "PURGEABLE", "RECOVER_STALE", "STALE"]
 
@@ -135,15 +135,18 @@ GIVE_BACK_GONE = statement(
     SELECT id::text AS id, name, attempts FROM back
     WHERE (SELECT count(*) FROM ended) >= 0 AND (SELECT count(*) FROM woken) >= 0""").substitute(
         beats=GONE_AFTER_BEATS,
-        gone=worker_gone("q", "EXTRACT(EPOCH FROM q.updated_at)", others=True),
+        gone=worker_gone(
+            "q", "EXTRACT(EPOCH FROM q.updated_at)", others=True, grace_ms=GIVE_BACK_GRACE_MS
+        ),
     )
 )
 """Give back at once the runs a gone process claimed ahead and never started: queued
 again, their attempt given back, without waiting for `stale_after` (`RECOVER_STALE`).
 A run qualifies when it is `running` with `ahead = attempts` (its handler never marked
 started, see `EXCHANGE`) and its process is gone (`workers.worker_gone`: the run's row
-and the process's row silent for `GONE_AFTER_BEATS` of its heartbeat intervals, or the
-process has no row), never a run of the process asking (`worker`). Started runs are
+and the process's row silent for `GONE_AFTER_BEATS` of its heartbeat intervals and
+`GIVE_BACK_GRACE_MS` more, or the process has no row), never a run of the process asking
+(`worker`). Started runs are
 left to stale recovery: their handler may still run on a stalled host.
 
 Fencing stays exact: a process taken as gone may only be stalled, and may come back

@@ -11,6 +11,7 @@ from .naming import statement
 
 __all__ = [
     "ABSENT_BEAT_MS",
+    "GIVE_BACK_GRACE_MS",
     "GONE_AFTER_BEATS",
     "UNHANDLED_JOBS",
     "WORKERS",
@@ -36,13 +37,22 @@ _WORKER_GONE = Template("""CASE WHEN $job.status = 'running' THEN EXISTS (
             WHERE a.job_id = $job.id AND a.attempt = $job.attempts
               AND a.worker IS NOT NULL AND a.ended_at IS NULL$others
               AND $updated < EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()))
-                  - $beats * COALESCE(w.beat_ms, %(beat_ms)s::int) / 1000.0
+                  - ($beats * COALESCE(w.beat_ms, %(beat_ms)s::int) + $grace) / 1000.0
               AND (w.id IS NULL OR w.seen_at < COALESCE(%(now)s::timestamptz, now())
-                                               - $beats * w.beat_ms * interval '1 millisecond'))
+                                     - ($beats * w.beat_ms + $grace) * interval '1 millisecond'))
         ELSE false END""")
 
 
-def worker_gone(job: str, updated: str, *, others: bool = False) -> str:
+GIVE_BACK_GRACE_MS = 1000
+"""How much longer than `GONE_AFTER_BEATS` heartbeat intervals a process must be silent
+before its runs claimed ahead are given back (`GIVE_BACK_GONE`; it is shown gone
+without it): a process's beats come late by their statement's round trip and its event
+loop's lag, whatever its interval, and giving back a run whose handler a live process
+just started sends the job to review. A second covers a loaded host; beside the default
+interval (a minute), it is nothing."""
+
+
+def worker_gone(job: str, updated: str, *, others: bool = False, grace_ms: int = 0) -> str:
     """The SQL test that job `job` (a row with `id`, `status`, `attempts`) is a run whose
     worker process is gone: `running`, its run's row in `axa_queue_attempts` (its current
     attempt's, not ended) names a process (`worker`), and both have been silent for
@@ -58,11 +68,13 @@ def worker_gone(job: str, updated: str, *, others: bool = False) -> str:
     Both silences are needed: a process whose `axa_workers` write fails while its
     heartbeats go through (presence only informs) still holds its runs, and a process
     whose row is not written yet (it just started) or never is (`drain()`'s) renews its
-    runs. The statements take `%(now)s` and `%(beat_ms)s`."""
+    runs. With `grace_ms`, both must be silent that much longer. The statements take
+    `%(now)s` and `%(beat_ms)s`."""
     return _WORKER_GONE.substitute(
         job=job,
         updated=updated,
         beats=GONE_AFTER_BEATS,
+        grace=grace_ms,
         others="\n              AND a.worker <> %(worker)s::uuid" if others else "",
     )
 

@@ -26,7 +26,7 @@ import logging
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from .. import history, maintenance
+from .. import history, maintenance, sql
 from ..db.calls import run_async
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
@@ -87,8 +87,9 @@ class Housekeeping:
     async def give_back_gone(self, beat: float) -> psycopg.Error | None:
         """Give back the runs of gone processes claimed ahead and never started, on the
         side connection, once it has been connected for `GONE_AFTER_BEATS` heartbeat
-        intervals (`beat`, this process's: every live process has reported in since the
-        database came back). Returns the error that stopped it, if any."""
+        intervals (`beat`, this process's) and `sql.GIVE_BACK_GRACE_MS`: every live process
+        has reported in since the database came back. Returns the error that stopped it,
+        if any."""
         connections = self.connections
         try:
             conn = await connections.for_side()
@@ -101,7 +102,8 @@ class Housekeeping:
             )
             return error
         since = connections.connected_since
-        if since is None or connections.monotonic() - since < GONE_AFTER_BEATS * beat:
+        wait = GONE_AFTER_BEATS * beat + sql.GIVE_BACK_GRACE_MS / 1000
+        if since is None or connections.monotonic() - since < wait:
             return None
         try:
             given = await maintenance.give_back_gone(
