@@ -7,6 +7,7 @@ only stalled and comes back, has its start mark, heartbeat and ending refused.""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import uuid
@@ -21,9 +22,15 @@ from axa_queue.cli import main
 from axa_queue.db.calls import run_async
 from axa_queue.limits import AttemptLimits
 from axa_queue.maintenance import give_back_gone
+from axa_queue.metrics import QueueCollector
 from axa_queue.presence import gone_jobs_call
 from conftest import eventually, running
 from test_crash import spawn  # noqa: F401  (the fixture: worker processes)
+
+
+class Rollback(Exception):
+    """Raised to roll back a transaction (EXPLAIN ANALYZE really writes)."""
+
 
 GHOST = uuid.UUID(int=0x6057)
 """The worker process a test plays by SQL: it claims, goes silent, and comes back."""
@@ -210,6 +217,10 @@ async def test_a_started_run_of_a_gone_process_waits_for_stale_recovery_shown_wo
     assert info is not None and info.worker_gone
     async with queue.pool.connection() as conn:
         assert await run_async(conn, gone_jobs_call()) == {"Pay": 1}
+    collector = QueueCollector(queue, registry=None)
+    await collector.refresh()
+    [family] = [f for f in collector.collect() if f.name == "axa_queue_worker_gone_jobs"]
+    assert [(s.labels, s.value) for s in family.samples] == [({"job": "Pay"}, 1.0)]
 
     def cli(*args: str) -> str:
         done = CliRunner().invoke(main, [*args, "--dsn", dsn])
@@ -321,3 +332,68 @@ async def test_jobs_a_killed_process_claimed_ahead_are_queued_again_within_a_few
         )
         assert [a.outcome for a in attempt_rows(admin, job_id)] == ["given back", "completed"]
     assert row_of(admin, started).status == "running"
+
+
+# --- the plan: a busy table costs nothing while every process reports in --------------------
+
+
+def plan_nodes(plan: dict[str, Any]) -> list[dict[str, Any]]:
+    found = [plan]
+    for child in plan.get("Plans", []):
+        found += plan_nodes(child)
+    return found
+
+
+async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
+    make_queue, admin
+) -> None:
+    # A run of a gone process, then 20,000 runs of live processes (claimed ahead, just
+    # renewed: judged as of their last heartbeat, the statements' test clock, so that the
+    # seconds this setup takes do not count as silence).
+    await make_queue()
+    admin.execute("INSERT INTO axa_queue (id, name, args) VALUES (gen_random_uuid(), 'Pay', '{}')")
+    claim_ahead(admin, "Pay", GHOST)
+    silent(admin, GHOST, 3600)
+    admin.execute(
+        """INSERT INTO axa_queue (id, name, args, status, attempts, ahead, started_at, updated_at)
+        SELECT gen_random_uuid(), 'Pay', '{}', 'running', 1, 1, now(), now()
+        FROM generate_series(1, 20000)"""
+    )
+    admin.execute(
+        """INSERT INTO axa_queue_attempts (job_id, attempt, worker, started_at)
+        SELECT id, 1, gen_random_uuid(), now() FROM axa_queue WHERE attempts = 1
+        ON CONFLICT DO NOTHING"""
+    )
+    admin.execute("ANALYZE axa_queue")
+    admin.execute("ANALYZE axa_queue_attempts")
+    [[beaten]] = admin.execute(
+        "SELECT max(updated_at) FROM axa_queue WHERE status = 'running'"
+    ).fetchall()
+    pages = admin.execute("SELECT relpages FROM pg_class WHERE relname = 'axa_queue'").fetchone()
+    assert pages is not None and pages[0] > 100
+    admin.execute("SET plan_cache_mode = force_generic_plan")
+    params = {
+        **AttemptLimits(1).params(),
+        "give_back": sql.GIVE_BACK_LIMIT,
+        "beat_ms": 100,
+        "worker": uuid.uuid4(),
+        "now": beaten,
+    }
+    for statement in (sql.GIVE_BACK_GONE, sql.WORKER_GONE_JOBS):
+        with contextlib.suppress(Rollback), admin.transaction():
+            [[explained]] = admin.execute(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + statement, params
+            ).fetchall()
+            raise Rollback
+        plan = explained[0]["Plan"]
+        nodes = plan_nodes(plan)
+
+        scans = {
+            n.get("Index Name") or n["Node Type"]
+            for n in nodes
+            if n.get("Relation Name") == "axa_queue"
+        }
+        assert "Seq Scan" not in scans and "axa_queue_running" in scans, scans
+        buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
+        assert buffers < pages[0] / 4, (statement[:30], buffers, pages[0])
+        assert plan["Actual Rows"] == 1  # the gone process's run, given back or counted
