@@ -24,8 +24,9 @@ from axa_queue.limits import AttemptLimits
 from axa_queue.maintenance import give_back_gone
 from axa_queue.metrics import QueueCollector
 from axa_queue.presence import gone_jobs_call
-from conftest import eventually, running
+from conftest import MovedClock, eventually, later, running
 from test_crash import spawn  # noqa: F401  (the fixture: worker processes)
+from test_fencing import Blocking
 
 
 class Rollback(Exception):
@@ -397,3 +398,41 @@ async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
         buffers = plan["Shared Hit Blocks"] + plan["Shared Read Blocks"]
         assert buffers < pages[0] / 4, (statement[:30], buffers, pages[0])
         assert plan["Actual Rows"] == 1  # the gone process's run, given back or counted
+
+
+# --- a real worker, stalled, taken for gone, coming back ---------------------------------------
+
+
+async def test_a_stalled_worker_whose_waiting_run_was_given_back_never_starts_it(
+    make_queue, admin, dsn: str
+) -> None:
+    # One loop, one job running and one claimed ahead. The worker stalls (its clock moves
+    # on two of its heartbeat intervals, far less than half of stale_after): meanwhile
+    # another process took it for gone and gave the waiting run back. So the check
+    # before the run starts finds its claim gone: its handler never starts for attempt
+    # 1, and the job runs once, later, under attempt 2.
+    beat = 5.0
+    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=beat, stale_after=600)
+    queue.connector.monotonic = clock = MovedClock()
+    first, second = Blocking(), Blocking()
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    first_id = await queue.enqueue("First", {}, priority=1, max_attempts=1)
+    second_id = await queue.enqueue("Second", {}, max_attempts=1)
+    async with running(queue):
+        await asyncio.wait_for(first.started.wait(), 15)
+        await eventually(lambda: row_of(admin, second_id).ahead == 1)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            given = await give_back_gone(
+                conn, 0.1, AttemptLimits(1), uuid.uuid4(), now=later(admin, 3600)
+            )
+        assert [r.id for r in given] == [second_id]  # the started one is left alone
+        clock.move(2 * beat + 1)
+        first.release.set()
+        second.release.set()
+        await eventually(
+            lambda: second.calls == 1 and row_of(admin, second_id).status == "completed"
+        )
+    assert (row_of(admin, second_id).attempts, row_of(admin, second_id).given_back) == (2, 1)
+    assert [a.outcome for a in attempt_rows(admin, second_id)] == ["given back", "completed"]
+    assert row_of(admin, first_id).status == "completed"
