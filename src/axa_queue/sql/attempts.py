@@ -3,8 +3,9 @@ exchange adds to keep a row per run, the attempts read back, and their retention
 
 A run's row is written by the statements that claim and end runs today, never by one
 more round trip: the exchange's claim makes it (`STARTED`) and its endings end it
-(`ENDED`); `MARK_LOST`, `GIVE_BACK`, `RECOVER_STALE`, `CANCEL` and `CANCEL_BATCH` end
-the runs they end (their own CTE, in `runs`, `maintenance`, `acts`). The worker's
+(`ENDED`); `MARK_LOST`, `GIVE_BACK`, `GIVE_BACK_GONE`, `RECOVER_STALE`, `CANCEL` and
+`CANCEL_BATCH` end the runs they end (their own CTE, in `runs`, `maintenance`, `acts`).
+A run not ended names the process that holds it (`workers.worker_gone` reads it). The worker's
 identity (its `axa_workers` id, host and pid) travels once per statement as
 `%(worker)s`, `%(host)s`, `%(pid)s`. A run the Rust crate made has no row: it is read
 from its job's row (`ATTEMPTS`: the job's last attempt, when no row holds it).
