@@ -9,8 +9,8 @@ came back), and never takes back a run this process holds.
 
 The runs a gone process (silent for three heartbeat intervals) claimed ahead and never
 started are given back every heartbeat interval (`maintenance.give_back_gone`), on the
-side connection too, once it has been connected for three of this process's intervals;
-never this process's own runs.
+side connection too, once it has been connected for three of this process's intervals
+and a second (`sql.GIVE_BACK_GRACE_MS`); never this process's own runs.
 
 The warning about a name nobody handles (`presence.unhandled_steps`: jobs due for
 longer than `unhandled_after`, no live process with a handler for it) is logged once
@@ -78,7 +78,12 @@ class Housekeeping:
         every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
         while True:
             await asyncio.sleep(every)
-            failure = await self.give_back_gone(every)
+            failure: BaseException | None
+            try:
+                failure = await self.give_back_gone(every)
+            except Exception as error:  # a bug: logged, and the loop goes on
+                failure = error
+                log.error("giving back the jobs of gone worker processes failed (%s)", kind(error))
             if failure is None:
                 self.troubles.cleared("give back")
             else:
