@@ -31,6 +31,7 @@ from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
 from axa_queue import Queue, sql
+from axa_queue.jobs.reads import gone_params
 
 NAMES = 10
 """Job names in the generated rows."""
@@ -128,11 +129,12 @@ def statements(conn: psycopg.Connection[Any], finished: int) -> list[tuple[str, 
     job = row[0]
     now = time.time()
     minute = int(now // 60 * 60)
+    gone = gone_params()  # whether a running job's worker process is gone
 
     def page_of(
         state: str, name: str | None = None, key: str | None = None, after: str | None = None
     ) -> dict[str, Any]:
-        return {"state": state, "name": name, "key": key, "after": after, "limit": 51}
+        return {"state": state, "name": name, "key": key, "after": after, "limit": 51, **gone}
 
     return [
         (
@@ -179,7 +181,7 @@ def statements(conn: psycopg.Connection[Any], finished: int) -> list[tuple[str, 
         ("jobs", "cancelled (1 in 100), newest first", sql.WEB_JOBS_NEWEST, page_of("cancelled")),
         ("failed", "failed, newest first", sql.WEB_JOBS_NEWEST, page_of("failed")),
         ("needs review", "in review, newest first", sql.WEB_JOBS_NEWEST, page_of("needs_review")),
-        ("job", "the job", sql.JOB, {"id": job}),
+        ("job", "the job", sql.JOB, {"id": job, **gone}),
         ("job", "its acts", sql.ACTS, (job,)),
         ("schedules", "schedules", sql.SCHEDULES, None),
         ("workers", "workers", sql.WORKERS, {"now": None}),

@@ -162,7 +162,7 @@ async def test_retrying_a_failed_job_queues_it_for_one_more_try_and_it_runs(
     assert calls == [{"id": 3}, {"id": 3}]
     info = await queue.job(job_id)
     assert info is not None
-    assert (info.state, info.attempts, info.max_attempts, info.error) == (
+    assert (info.state, info.attempt, info.max_attempts, info.error) == (
         JobState.COMPLETED,
         2,
         2,

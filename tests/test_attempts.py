@@ -1,6 +1,6 @@
 """Every run of a job is kept in `axa_queue_attempts`: its start, end, outcome, error and
 the worker process that ran it, written by the statements that claim and end runs, read
-back by `JobInfo.runs`, `attempts_on` and `show`, and gone with its job."""
+back by `JobInfo.attempts`, `attempts_on` and `show`, and gone with its job."""
 
 from __future__ import annotations
 
@@ -106,8 +106,8 @@ async def test_a_job_that_failed_then_completed_shows_both_attempts_with_errors_
 
         await eventually(done)
     info = await queue.job(job_id)
-    assert info is not None and info.attempts == 2
-    first, second = info.runs
+    assert info is not None and info.attempt == 2
+    first, second = info.attempts
     assert (first.attempt, first.outcome, first.error_class) == (1, "retried", "ValueError")
     assert first.error == "ValueError: the partner answered 502"
     assert (second.attempt, second.outcome, second.error_class, second.error) == (
@@ -116,7 +116,7 @@ async def test_a_job_that_failed_then_completed_shows_both_attempts_with_errors_
         None,
         None,
     )
-    for one in info.runs:
+    for one in info.attempts:
         assert one.host == socket.gethostname() and one.pid == os.getpid()
         assert one.worker is not None and not one.derived
         assert one.duration is not None and timedelta(0) <= one.duration < timedelta(seconds=30)
@@ -128,9 +128,9 @@ async def test_a_job_that_failed_then_completed_shows_both_attempts_with_errors_
 
     # The same, on any connection: async and sync.
     async with queue.connection() as conn:
-        assert await attempts_on(conn, job_id) == list(info.runs)
+        assert await attempts_on(conn, job_id) == list(info.attempts)
     with psycopg.connect(dsn) as sync_conn:
-        assert attempts_on(sync_conn, job_id) == list(info.runs)
+        assert attempts_on(sync_conn, job_id) == list(info.attempts)
 
     # `show` prints them, as a table and in --json; never the arguments.
     runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
@@ -303,7 +303,7 @@ async def test_a_run_the_rust_crate_made_appears_with_what_the_crate_writes(
     assert admin.execute(crate.CLAIM, crate.params(["Report"])).fetchone() is not None
     info = await queue.job(job_id)
     assert info is not None
-    [run] = info.runs
+    [run] = info.attempts
     assert (run.attempt, run.outcome, run.derived, run.worker, run.ended_at) == (
         1,
         None,

@@ -277,7 +277,7 @@ async def test_a_job_we_queue_is_claimed_reported_and_finished_by_the_crate(
     done = crate.params(job_id, 1, "completed", None)
     assert admin.execute(crate.FINISH, done).rowcount == 1
     info = await queue.job(job_id)
-    assert info is not None and info.state is JobState.COMPLETED and info.attempts == 1
+    assert info is not None and info.state is JobState.COMPLETED and info.attempt == 1
 
     # A job with the queue's defaults leaves them NULL, for each worker to apply its own.
     assert crate_claim(admin, "Batch") == (many, "Batch", [1, "two", None], 1, None, None)

@@ -509,7 +509,7 @@ async def test_three_worker_processes_run_each_of_600_jobs_exactly_once(
 
     counts = await queue.counts()
     assert (counts.completed, counts.failed, counts.needs_review) == (600, 0, 0), [
-        (job.state, job.attempts, job.error)
+        (job.state, job.attempt, job.error)
         for state in (JobState.FAILED, JobState.NEEDS_REVIEW)
         for job in await queue.jobs(state)
     ]

@@ -58,10 +58,16 @@ def test_a_limited_name_is_wanted_only_up_to_its_free_places() -> None:
     assert wanted == [{"name": "A", "cap": 5}, {"name": "B", "cap": 1}]
 
 
-def test_a_run_proves_its_claim_after_half_of_stale_after_or_a_broken_connection() -> None:
-    assert not decisions.needs_proof(now=10.0, last_heard=9.0, stale=4.0, broken_at=-1.0)
-    assert decisions.needs_proof(now=10.0, last_heard=8.0, stale=4.0, broken_at=-1.0)
-    assert decisions.needs_proof(now=10.0, last_heard=9.0, stale=4.0, broken_at=9.5)
+def test_a_run_proves_its_claim_after_half_of_stale_after_two_beats_or_a_broken_connection() -> (
+    None
+):
+    assert not decisions.needs_proof(now=10.0, last_heard=9.0, stale=4.0, broken_at=-1.0, beat=9)
+    assert decisions.needs_proof(now=10.0, last_heard=8.0, stale=4.0, broken_at=-1.0, beat=9)
+    assert decisions.needs_proof(now=10.0, last_heard=9.0, stale=4.0, broken_at=9.5, beat=9)
+    # Two heartbeat intervals, when shorter than half of stale_after: a process silent for
+    # three is gone, and its runs claimed ahead are given back.
+    assert not decisions.needs_proof(now=10.0, last_heard=9.0, stale=60.0, broken_at=-1.0, beat=1)
+    assert decisions.needs_proof(now=10.0, last_heard=8.0, stale=60.0, broken_at=-1.0, beat=1)
 
 
 def test_only_a_started_run_gives_up_and_only_after_stale_after_without_contact() -> None:

@@ -219,6 +219,7 @@ async def test_the_dashboards_pages_and_minutes_see_moved_jobs(make_queue, admin
     await make_queue()
     seed_finished(admin, 30, "20 minutes")
     page = {"state": "completed", "name": None, "key": None, "after": None, "limit": 50}
+    page |= {"now": None, "beat_ms": sql.ABSENT_BEAT_MS}  # worker gone: none, none running
     minutes = {"since": 0, "until": None}
     before = (
         admin.execute(sql.WEB_JOBS_NEWEST, page).fetchall(),

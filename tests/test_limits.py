@@ -351,4 +351,4 @@ async def test_the_limit_that_applies_is_stored_when_a_job_is_claimed_and_shown(
     shown = await asyncio.to_thread(  # the command runs its own event loop
         runner.invoke, main, ["show", str(job_id)], prog_name="axa-queue"
     )
-    assert f"{info.attempts} of 3" in shown.output
+    assert f"{info.attempt} of 3" in shown.output

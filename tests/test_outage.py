@@ -225,7 +225,7 @@ async def test_after_a_restart_no_process_takes_a_job_for_stale_from_the_outage_
 
                     await eventually(recovered, timeout=30)
                 info = await peer.job(job_id)
-                assert info is not None and (info.state.value, info.attempts) == ("running", 1)
+                assert info is not None and (info.state.value, info.attempt) == ("running", 1)
                 release.set()
                 await eventually(lambda: watch.counted("completed", 1), timeout=30)
     finally:

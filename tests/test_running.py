@@ -23,7 +23,7 @@ async def test_a_queued_job_runs_once_and_is_marked_completed(make_queue, admin)
         await eventually(lambda: status_of(admin, job_id)[0] == "completed")
     assert seen == [{"id": 7}]
     info = await queue.job(job_id)
-    assert info is not None and info.state is JobState.COMPLETED and info.attempts == 1
+    assert info is not None and info.state is JobState.COMPLETED and info.attempt == 1
 
 
 async def test_a_job_with_no_handler_here_stays_queued(make_queue, admin) -> None:

@@ -73,7 +73,7 @@ def test_every_call_on_a_sync_connection_returns_its_value(user_conn, admin) -> 
 
     info = not_awaitable(job_on(conn, job_id))
     assert isinstance(info, JobInfo)
-    assert (info.id, info.name, info.state, info.priority, info.attempts) == (
+    assert (info.id, info.name, info.state, info.priority, info.attempt) == (
         job_id,
         "Report",
         JobState.QUEUED,

@@ -182,6 +182,38 @@ def test_cancelling_a_running_job_from_the_dashboard_says_its_worker_was_told(
     assert acts_of(admin, job) == [("cancelled", "alice", "INC-8")]
 
 
+def test_a_running_job_whose_worker_process_is_gone_is_marked_on_its_page_and_the_list(
+    board: TestClient, admin
+) -> None:
+    gone, live = uuid.uuid4(), uuid.uuid4()
+    jobs = {}
+    for worker, seen in ((gone, "1 hour"), (live, "0 seconds")):
+        [jobs[worker]] = seed(admin, "Mail", "queued")
+        admin.execute(
+            "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now(), "
+            "updated_at = now() - %s::interval WHERE id = %s",
+            (seen, jobs[worker]),
+        )
+        admin.execute(
+            "INSERT INTO axa_queue_attempts (job_id, attempt, worker, host, pid, started_at) "
+            "VALUES (%s, 1, %s, 'box', 7, now())",
+            (jobs[worker], worker),
+        )
+        admin.execute(
+            "INSERT INTO axa_workers (id, host, pid, names, loops, version, seen_at, beat_ms) "
+            "VALUES (%s, 'box', 7, '{Mail}', 1, 'test', now() - %s::interval, 100)",
+            (worker, seen),
+        )
+    assert 'id="job-worker-gone"' in board.get(f"/jobs/{jobs[gone]}").text
+    assert "worker gone" not in board.get(f"/jobs/{jobs[live]}").text
+    listed = board.get("/jobs?state=running").text
+    rows = re.findall(r'<tr data-id="([^"]+)">(.*?)</tr>', listed, re.S)
+    assert {row: "worker gone" in html for row, html in rows} == {
+        str(jobs[gone]): True,
+        str(jobs[live]): False,
+    }
+
+
 def test_retry_and_release_record_their_acts(board: TestClient, admin) -> None:
     [failed] = seed(admin, "Pay", "failed")
     [review] = seed(admin, "Pay", "needs_review")

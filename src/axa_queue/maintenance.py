@@ -36,6 +36,8 @@ __all__ = [
     "Recovered",
     "archive_schedules",
     "forget_workers",
+    "give_back_gone",
+    "log_given_back",
     "log_recovered",
     "move_history",
     "purge",
@@ -91,6 +93,48 @@ async def recover_stale(
         return [
             Recovered(r.id, r.name, r.attempts, JobState(r.status)) for r in await cursor.fetchall()
         ]
+
+
+async def give_back_gone(
+    conn: psycopg.AsyncConnection[Any],
+    beat_seconds: float,
+    attempts: AttemptLimits,
+    worker: UUID,
+    *,
+    now: datetime | None = None,
+) -> list[Recovered]:
+    """Queue again at once the runs a gone worker process claimed ahead and never
+    started (its attempt given back: `sql.GIVE_BACK_GONE`), never one of `worker` (the
+    process asking, whose heartbeat interval is `beat_seconds`: what a process without a
+    row in `axa_workers` is judged by). `attempts` is the limit raised for a job stored
+    without one (`limits.AttemptLimits`). `now` is the time to judge by (default: the
+    database's clock)."""
+    params = {
+        **attempts.params(),
+        "give_back": sql.GIVE_BACK_LIMIT,
+        "beat_ms": max(1, round(beat_seconds * 1000)),
+        "worker": worker,
+        "now": now,
+    }
+    async with conn.cursor(row_factory=by_name) as cursor:
+        await cursor.execute(sql.GIVE_BACK_GONE, params)
+        return [
+            Recovered(UUID(r.id), r.name, r.attempts, JobState.QUEUED)
+            for r in await cursor.fetchall()
+        ]
+
+
+def log_given_back(given: list[Recovered]) -> None:
+    """Log each run of a gone process given back."""
+    for one in given:
+        log.warning(
+            "gave back a job its worker process claimed ahead and never started (the "
+            "process is gone): %s %s (attempt %d), queued again, its attempt given back",
+            one.name,
+            one.id,
+            one.attempts,
+            extra={"job_id": str(one.id), "job": one.name, "attempt": one.attempts},
+        )
 
 
 async def purge(

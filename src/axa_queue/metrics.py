@@ -18,6 +18,7 @@ Two kinds of numbers:
     axa_queue_oldest_ready_seconds{job="Report"} 3.2
     axa_queue_unhandled_jobs{job="Reprot"} 4
     axa_queue_workers{state="live"} 3
+    axa_queue_worker_gone_jobs{job="Report"} 2
     axa_queue_database_up 1
     axa_queue_runs_total{job="Report",outcome="completed"} 5120
     axa_queue_run_seconds_bucket{job="Report",le="0.5"} 4990
@@ -71,7 +72,7 @@ from .jobs.reads import (
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
-from .presence import Unhandled, WorkerInfo, unhandled_steps
+from .presence import Unhandled, WorkerInfo, gone_jobs_call, unhandled_steps
 from .worker import STUCK_AFTER
 
 if TYPE_CHECKING:
@@ -210,6 +211,8 @@ class QueueCollector(Collector):
         """The worker processes' rows at the last refresh."""
         self.unhandled: list[Unhandled] = []
         """The names no live process handles whose jobs waited past `unhandled_after`."""
+        self.gone_jobs: dict[str, int] = {}
+        """The running jobs whose worker process is gone, by name (only names with some)."""
         self.up = False
         self.refreshed_at: float | None = None
         """When the last refresh worked (`time.time()`)."""
@@ -233,6 +236,7 @@ class QueueCollector(Collector):
                         options.unhandled_after.total_seconds(),
                     ),
                 )
+                gone_jobs = await run_async(conn, gone_jobs_call())
                 if finished:
                     self.finished = await run_async(conn, finished_counts_by_name_call())
                     self.finished_at = time.monotonic()
@@ -240,7 +244,7 @@ class QueueCollector(Collector):
             self.up = False
             raise
         self.live, self.paused, self.up, self.refreshed_at = live, paused, True, time.time()
-        self.workers, self.unhandled = workers, unhandled
+        self.workers, self.unhandled, self.gone_jobs = workers, unhandled, gone_jobs
         self.counts = {name: self._merged(name) for name in sorted({*live, *self.finished})}
 
     def _merged(self, name: str) -> Counts:
@@ -283,13 +287,13 @@ class QueueCollector(Collector):
 
     def describe(self) -> list[Metric]:
         """The metric families, without values (so registering does no I/O)."""
-        return list(self._families({}, [], None, []))
+        return list(self._families({}, [], None, [], {}))
 
     def collect(self) -> Iterator[Metric]:
         """The metric families with the last counts."""
         stale = self.queue.options.stale_after.total_seconds()
         states = None if self.refreshed_at is None else [one.state(stale) for one in self.workers]
-        yield from self._families(self.counts, self.paused, states, self.unhandled)
+        yield from self._families(self.counts, self.paused, states, self.unhandled, self.gone_jobs)
 
     def _families(
         self,
@@ -297,6 +301,7 @@ class QueueCollector(Collector):
         paused_names: list[str],
         worker_states: list[str] | None,
         unhandled_names: list[Unhandled],
+        gone_jobs: dict[str, int],
     ) -> Iterator[Metric]:
         jobs = GaugeMetricFamily(
             "axa_queue_jobs",
@@ -340,8 +345,17 @@ class QueueCollector(Collector):
                 workers.add_metric([state], float(worker_states.count(state)))
         for one in unhandled_names:
             unhandled.add_metric([one.name], float(one.jobs))
+        gone = GaugeMetricFamily(
+            "axa_queue_worker_gone_jobs",
+            "Running jobs whose worker process is gone (silent for 3 heartbeat intervals), "
+            "by job name, until stale recovery decides them (only names with some).",
+            labels=["job"],
+        )
+        for name, count in sorted(gone_jobs.items()):
+            gone.add_metric([name], float(count))
         yield workers
         yield unhandled
+        yield gone
         yield GaugeMetricFamily(
             "axa_queue_database_up",
             "1 when the last count of jobs reached the database, else 0.",

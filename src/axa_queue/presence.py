@@ -8,7 +8,8 @@ intervals (killed, its host lost, or cut off from the database), live until then
 that records no interval (written by an older version) is judged by `stale_after`
 instead. The Rust crate's workers write no row: they simply do not appear.
 
-The job names no live process handles (`handled_names`) whose jobs have waited for
+The running jobs whose process is gone are `gone_jobs_call`'s (by name), and each job's
+`JobInfo.worker_gone`. The job names no live process handles (`handled_names`) whose jobs have waited for
 longer than `QueueOptions.unhandled_after` are `unhandled_call`'s: what `counts`, the
 dashboard, the metrics and each worker's housekeeping warn about.
 """
@@ -34,6 +35,7 @@ __all__ = [
     "UNHANDLED_CAP",
     "Unhandled",
     "WorkerInfo",
+    "gone_jobs_call",
     "handled_names",
     "unhandled_call",
     "unhandled_steps",
@@ -48,9 +50,10 @@ again (killed, or its host lost): long enough to see on the dashboard that it di
 UNHANDLED_CAP = 10_000
 """The most jobs of one name `unhandled_call` counts: past it, "at least this many"."""
 
-GONE_AFTER_BEATS = 3
+GONE_AFTER_BEATS = sql.GONE_AFTER_BEATS
 """Heartbeat intervals a process may miss before it is shown as gone: one late beat (a
-slow write, a busy host) is not a death, three in a row are."""
+slow write, a busy host) is not a death, three in a row are (the statements that say a
+job's process is gone judge by the same number: `sql.workers.worker_gone`)."""
 
 
 @dataclass(frozen=True)
@@ -124,6 +127,16 @@ def workers_on(conn: Connection) -> list[WorkerInfo] | Awaitable[list[WorkerInfo
     """Every worker process that has a row (live ones, and those silent for less than
     `FORGET_AFTER`), by host and pid."""
     return run(conn, workers_call())
+
+
+def gone_jobs_call(now: datetime | None = None) -> Call[dict[str, int]]:
+    """The call that counts, by job name, the running jobs whose worker process is gone
+    (`sql.WORKER_GONE_JOBS`): shown as "worker gone" until stale recovery decides them."""
+    return Call(
+        sql.WORKER_GONE_JOBS,
+        {"now": now, "beat_ms": sql.ABSENT_BEAT_MS},
+        lambda rows, _n: {r.name: r.jobs for r in rows},
+    )
 
 
 def handled_names(workers: Iterable[WorkerInfo], stale_after: float) -> frozenset[str]:

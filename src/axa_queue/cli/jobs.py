@@ -166,7 +166,19 @@ def jobs(state: str | None, name: str | None, limit: int, as_json: bool, dsn: st
     async def work(queue: Queue) -> list[JobInfo]:
         return await queue.jobs(state, name, limit)
 
-    answer(dsn, work, _jobs_table, as_json=as_json)
+    async def as_dicts(queue: Queue) -> list[dict[str, Any]]:
+        return [_job_json(info) for info in await work(queue)]
+
+    if as_json:
+        answer(dsn, as_dicts, lambda found: "", as_json=True)
+    else:
+        answer(dsn, work, _jobs_table)
+
+
+def _state(info: JobInfo) -> str:
+    """A job's state as the tables show it: `running (worker gone)` for a run whose
+    worker process is gone (`JobInfo.worker_gone`)."""
+    return info.state.value + (" (worker gone)" if info.worker_gone else "")
 
 
 def _jobs_table(found: list[JobInfo]) -> Printed:
@@ -185,7 +197,7 @@ def _jobs_table(found: list[JobInfo]) -> Printed:
         table.add_row(
             str(info.id),
             shown(info.name),
-            info.state.value,
+            _state(info),
             tries(info),
             str(info.priority),
             when(info.run_at),
@@ -215,20 +227,25 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
     if as_json:
         answer(dsn, as_dict, lambda found: "", as_json=True)
     else:
-        answer(dsn, work, lambda info: [_job_table(info), *_runs_table(info.runs)])
+        answer(dsn, work, lambda info: [_job_table(info), *_runs_table(info.attempts)])
 
 
 def _job_json(info: JobInfo) -> dict[str, Any]:
-    """The job as `show --json` prints it: its fields, each run with its length in
-    seconds (`seconds`: from its claim to its ending, `null` while it runs)."""
+    """A job as `show --json` and `jobs --json` print it: its fields under the keys they
+    have always had (`attempts`, the number of runs, is `JobInfo.attempt`; `runs`, its
+    attempts, is `JobInfo.attempts`: empty in `jobs`), each run with its length in
+    seconds (`seconds`: from its claim to its ending, `null` while it runs), and
+    `worker_gone`."""
     runs = [
         {
             **dataclasses.asdict(one),
             "seconds": None if one.duration is None else one.duration.total_seconds(),
         }
-        for one in info.runs
+        for one in info.attempts
     ]
-    return {**dataclasses.asdict(info), "runs": runs}
+    keys = {"attempt": "attempts", "attempts": "runs"}
+    fields = {keys.get(f.name, f.name): getattr(info, f.name) for f in dataclasses.fields(info)}
+    return {**fields, "runs": runs}
 
 
 def _runs_table(runs: tuple[Attempt, ...]) -> list[Printed]:
@@ -260,7 +277,7 @@ def _job_table(info: JobInfo) -> Printed:
     for label, value in (
         ("id", str(info.id)),
         ("name", shown(info.name)),
-        ("state", info.state.value),
+        ("state", _state(info)),
         ("tries", tries(info)),
         ("priority", str(info.priority)),
         ("timeout", readable.seconds(info.timeout)),

@@ -131,4 +131,4 @@ def tries(info: JobInfo) -> str:
     """Attempts so far out of the most it gets: `2 of 5` (stored on the job when it was
     queued with one, or when it was first claimed: the limit that applies), or `0 of -`
     for a job queued without one and not claimed yet by a worker of this package."""
-    return f"{info.attempts} of {info.max_attempts if info.max_attempts is not None else '-'}"
+    return f"{info.attempt} of {info.max_attempts if info.max_attempts is not None else '-'}"

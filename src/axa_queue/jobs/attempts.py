@@ -1,6 +1,6 @@
 """A job's attempts read back (`axa_queue_attempts`): each run's start, end, outcome,
 error and worker, as `Attempt`s, through `attempts_on` on any connection, and in
-`JobInfo.runs` (read with the job by `sql.JOB`)."""
+`JobInfo.attempts` (read with the job by `sql.JOB`)."""
 
 from __future__ import annotations
 

@@ -417,7 +417,10 @@ class JobInfo:
     id: UUID
     name: str
     state: JobState
-    attempts: int
+    attempt: int
+    """The number of its latest run (as `JobContext.attempt` numbers a run), so how many
+    runs it has had: 0 until it is first claimed. Each claim adds one, a run given back
+    (`given_back`) included."""
     max_attempts: int | None
     priority: int
     error: str | None
@@ -434,9 +437,15 @@ class JobInfo:
     """How many of its attempts were given back, their handler never started: runs
     claimed ahead (`QueueOptions.prefetch`) by a process that died or stopped before it
     started them. Each also raised `max_attempts` by one."""
-    runs: tuple[Attempt, ...] = ()
+    attempts: tuple[Attempt, ...] = ()
     """Its runs, oldest first, each an `Attempt` (read by `job`; lists leave it
-    empty). `attempts` is how many it has had."""
+    empty). `attempt` is how many it has had."""
+    worker_gone: bool = False
+    """Running, and the worker process that claimed its current run is gone (not heard
+    from for 3 of its heartbeat intervals, or its row in `axa_workers` removed): shown
+    as "worker gone" until stale recovery decides the run (one claimed ahead and never
+    started is queued again at once, its attempt given back). Read when the job is read;
+    `False` for any job not running."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ __all__ = [
     "counts_from",
     "counts_on",
     "finished_counts_by_name_call",
+    "gone_params",
     "job_call",
     "job_info",
     "job_on",
@@ -40,13 +41,20 @@ __all__ = [
 ]
 
 
+def gone_params(now: datetime | None = None) -> dict[str, Any]:
+    """The parameters of a read that says whether a running job's process is gone
+    (`sql.workers.worker_gone`): the time (`now`: the database's clock) and the
+    heartbeat interval to judge a process by that has no row (`sql.ABSENT_BEAT_MS`)."""
+    return {"now": now, "beat_ms": sql.ABSENT_BEAT_MS}
+
+
 def job_info(row: Row) -> JobInfo:
     """Read a row of `sql.JOB` or `sql.JOBS`."""
     return JobInfo(
         id=row.id,
         name=row.name,
         state=JobState(row.status),
-        attempts=row.attempts,
+        attempt=row.attempts,
         max_attempts=row.max_attempts,
         priority=row.priority,
         error=row.error,
@@ -58,14 +66,19 @@ def job_info(row: Row) -> JobInfo:
         unique_key=row.unique_key,
         unique_for=None if row.unique_for_ms is None else timedelta(milliseconds=row.unique_for_ms),
         given_back=row.given_back,
-        runs=runs_of(getattr(row, "runs", None)),
+        attempts=runs_of(getattr(row, "runs", None)),
+        worker_gone=bool(getattr(row, "worker_gone", False)),
     )
 
 
 def job_call(job_id: UUID) -> Call[JobInfo | None]:
     """The call that reads one job."""
     job_id = job_id_of(job_id)
-    return Call(sql.JOB, {"id": job_id}, lambda rows, _n: job_info(rows[0]) if rows else None)
+    return Call(
+        sql.JOB,
+        {"id": job_id, **gone_params()},
+        lambda rows, _n: job_info(rows[0]) if rows else None,
+    )
 
 
 def _result_of(job_id: UUID, rows: list[Row]) -> Any:
@@ -94,7 +107,7 @@ def jobs_call(
         raise OptionsError(f"expected limit to be a positive integer, got: {limit!r}")
     return Call(
         sql.JOBS,
-        {"state": state_text, "name": name, "limit": limit},
+        {"state": state_text, "name": name, "limit": limit, **gone_params()},
         lambda rows, _n: [job_info(row) for row in rows],
     )
 

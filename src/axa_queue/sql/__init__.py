@@ -141,6 +141,9 @@ from .jobs import (
     TASK_RESULT as TASK_RESULT,
 )
 from .maintenance import (
+    GIVE_BACK_GONE as GIVE_BACK_GONE,
+)
+from .maintenance import (
     GIVE_BACK_LIMIT as GIVE_BACK_LIMIT,
 )
 from .maintenance import (
@@ -277,10 +280,22 @@ from .web import (
     WEB_LIVE_COUNTS as WEB_LIVE_COUNTS,
 )
 from .workers import (
+    ABSENT_BEAT_MS as ABSENT_BEAT_MS,
+)
+from .workers import (
+    GIVE_BACK_GRACE_MS as GIVE_BACK_GRACE_MS,
+)
+from .workers import (
+    GONE_AFTER_BEATS as GONE_AFTER_BEATS,
+)
+from .workers import (
     UNHANDLED_JOBS as UNHANDLED_JOBS,
 )
 from .workers import (
     WORKER_GONE as WORKER_GONE,
+)
+from .workers import (
+    WORKER_GONE_JOBS as WORKER_GONE_JOBS,
 )
 from .workers import (
     WORKER_SEEN as WORKER_SEEN,

@@ -8,6 +8,7 @@ from string import Template
 from .attempts import RUNS
 from .naming import statement
 from .web import WEB_ESTIMATE_READY, WEB_ESTIMATE_WAITING
+from .workers import worker_gone
 
 __all__ = [
     "COUNTS",
@@ -187,11 +188,12 @@ _JOB_COLUMNS = """id, name, status, attempts, max_attempts, priority, error, tim
 """The columns `JOB` and `JOBS` read: every one but the arguments and the result."""
 
 JOB = statement(
-    Template("""SELECT j.*, (SELECT COALESCE(json_agg(r ORDER BY r.attempt), '[]') FROM ($runs) r) AS runs
+    Template("""SELECT j.*, (SELECT COALESCE(json_agg(r ORDER BY r.attempt), '[]') FROM ($runs) r) AS runs,
+        $gone AS worker_gone
     FROM (SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
           UNION ALL
           SELECT {columns} FROM {axa_queue_history} WHERE id = %(id)s
-          LIMIT 1) j""").substitute(runs=RUNS),
+          LIMIT 1) j""").substitute(runs=RUNS, gone=worker_gone("j", "j.updated_at")),
     columns=_JOB_COLUMNS,
 )
 """One job, without its arguments, from `axa_queue` or, moved, from the history (one
@@ -200,7 +202,9 @@ Times come as epoch seconds (exact numeric), which any row can be read as: a
 `timestamptz` PostgreSQL holds but Python's `datetime` cannot (`infinity`, past year
 9999, or year 9999 shown in a session time zone east of UTC), written by another
 client, would otherwise fail the read (`jobs.moment` clamps it). With its attempts
-(`runs`: a JSON array of `attempts.RUNS`' rows, oldest first), in the same snapshot."""
+(`runs`: a JSON array of `attempts.RUNS`' rows, oldest first), in the same snapshot,
+and whether it is a run of a process that is gone (`worker_gone`, `workers.worker_gone`:
+`%(now)s`, `%(beat_ms)s`)."""
 
 RESULT = statement("""SELECT status, result FROM {axa_queue} WHERE id = %(id)s
     UNION ALL
@@ -270,7 +274,9 @@ JOBS = statement(
     + """
     )
     SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
-    unique_for_ms, given_back, run_at, started_at, created_at, updated_at
+    unique_for_ms, given_back, run_at, started_at, created_at, updated_at, """
+    + worker_gone("jobs", "jobs.updated_at")
+    + """ AS worker_gone
     FROM (
         """
     + "\n        UNION ALL\n        ".join(
@@ -286,7 +292,8 @@ JOBS = statement(
 """The newest jobs (by creation), moved or not, optionally of one state and name,
 without their arguments; times as epoch seconds, as `JOB` reads them, so one odd row
 never breaks the listing. The newest `limit` of each branch, then the newest of all:
-never a sort of every row (figures in docs/performance.md).
+never a sort of every row (figures in docs/performance.md). A running job says whether
+its process is gone (`worker_gone`, two primary-key probes for each running job listed).
 
 Each branch names its status as a literal and tests the name as an equality or not at
 all, so even a generic plan (the queue's connections force them) reads the index made

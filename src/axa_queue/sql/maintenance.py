@@ -3,9 +3,12 @@ now (for a dry run)."""
 
 from __future__ import annotations
 
-from .naming import statement
+from string import Template
 
-__all__ = ["GIVE_BACK_LIMIT", "PURGE", "PURGEABLE", "RECOVER_STALE", "STALE"]
+from .naming import statement
+from .workers import GIVE_BACK_GRACE_MS, GONE_AFTER_BEATS, worker_gone
+
+__all__ = ["GIVE_BACK_GONE", "GIVE_BACK_LIMIT", "PURGE", "PURGEABLE", "RECOVER_STALE", "STALE"]
 
 GIVE_BACK_LIMIT = 3
 """How many times stale recovery gives a job back an attempt whose handler it takes as
@@ -98,10 +101,87 @@ exchange taking the same process's rows in its two passes (a process silent past
 `stale_after` that speaks again just then): a statement that waits for no lock is in
 no cycle.
 
-Each run recovered has its attempt row ended (`ended`): `given back` (its handler never
-started) or `abandoned` (its process went silent), keeping who ran it and when it
-started (written by its claim); a run with no row (the crate's) gets one, its start
-read from the job's row as it was (`stale`)."""
+Each run recovered gets its attempt row (`ended`): `given back` (its handler never
+started) or `abandoned` (its process went silent), with who ran it (its claim's stamp on
+the job's row, when the stamp is of this attempt: none for a run the crate made) and
+when it started, read from the job's row as it was (`stale`)."""
+
+GIVE_BACK_GONE = statement(
+    Template("""WITH gone AS MATERIALIZED (
+    SELECT q.id FROM {axa_queue} q
+    WHERE q.status = 'running' AND q.ahead = q.attempts AND q.given_back < %(give_back)s
+      AND q.updated_at < COALESCE(%(now)s::timestamptz, now()) - $beats * interval '1 millisecond'
+          * (SELECT LEAST(min(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
+      AND pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - $beats
+          * interval '1 millisecond' * (SELECT GREATEST(max(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
+      AND $gone
+    FOR NO KEY UPDATE OF q SKIP LOCKED
+    ), back AS (
+    UPDATE {axa_queue} q
+    SET status = 'queued', ahead = NULL, started_at = NULL,
+        max_attempts = LEAST(COALESCE(q.max_attempts, (%(limits)s::jsonb ->> q.name)::int, %(max)s)::bigint + 1,
+                             2147483647),
+        given_back = q.given_back + 1,
+        updated_at = COALESCE(%(now)s::timestamptz, now())
+    WHERE q.id = ANY(ARRAY(SELECT id FROM gone))
+    RETURNING q.id, q.name, q.attempts, q.run_worker AS worker, q.run_host AS host, q.run_pid AS pid
+    ), ended AS (
+    INSERT INTO {axa_queue_attempts} AS a (job_id, attempt, worker, host, pid, ended_at, outcome, error)
+    SELECT id, attempts, worker, host, pid, COALESCE(%(now)s::timestamptz, now()), 'given back',
+        'its worker process was gone before its handler started'
+    FROM back
+    ON CONFLICT (job_id, attempt) DO UPDATE
+    SET ended_at = EXCLUDED.ended_at, outcome = EXCLUDED.outcome, error = EXCLUDED.error
+    WHERE a.ended_at IS NULL
+    RETURNING a.job_id
+    ), woken AS (
+        SELECT pg_notify('axa_queue', n.nspname || ' 0')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = {'axa_queue'}::regclass AND EXISTS (SELECT FROM back)
+    )
+    SELECT id::text AS id, name, attempts FROM back
+    WHERE (SELECT count(*) FROM ended) >= 0 AND (SELECT count(*) FROM woken) >= 0""").substitute(
+        beats=GONE_AFTER_BEATS,
+        gone=worker_gone(
+            "q", "EXTRACT(EPOCH FROM q.updated_at)", others=True, grace_ms=GIVE_BACK_GRACE_MS
+        ),
+    )
+)
+"""Give back at once the runs a gone process claimed ahead and never started: queued
+again, their attempt given back, without waiting for `stale_after` (`RECOVER_STALE`).
+A run qualifies when it is `running` with `ahead = attempts` (its handler never marked
+started, see `EXCHANGE`) and its process is gone (`workers.worker_gone`: the run's row
+and the process's row silent for `GONE_AFTER_BEATS` of its heartbeat intervals and
+`GIVE_BACK_GRACE_MS` more, or the process has no row), never a run of the process asking
+(`worker`). Started runs are
+left to stale recovery: their handler may still run on a stalled host.
+
+Fencing stays exact: a process taken as gone may only be stalled, and may come back
+with that attempt. So `attempts` is never lowered (another claim would reuse its
+number, and the stalled process's start mark, heartbeat or ending could land on that
+run): the job keeps its number and its stored limit rises by one instead (`max_attempts`,
+stored by the claim; never past 2147483647), as `RECOVER_STALE` and `GIVE_BACK` do, and
+`given_back` counts it; the run gets its row in `axa_queue_attempts`, `given back`
+(`ended`), with why and the process its claim stamped (the stamp is of this attempt:
+`worker_gone` asks it). At most `give_back` (`GIVE_BACK_LIMIT`) times per job, as stale
+recovery: past that the run waits for stale recovery, which burns its attempt. A process
+that comes back finds its attempt superseded: its start mark (`EXCHANGE`'s `marked`,
+fenced by the attempt, `ahead` and `running`) and its ending change nothing, its
+heartbeat finds the claim gone, and a waiting run proves its claim before it starts
+(`decisions.needs_proof`: it has not been renewed for two heartbeat intervals).
+
+Only running rows not renewed for `GONE_AFTER_BEATS` of the shortest interval any
+process records (or the asker's, `beat_ms`) are read, through `axa_queue_running`:
+while every process reports in, none. Nothing within that many of the longest interval
+of the server's start: a restart cut every process off, and they report in again
+within one interval. The worker asks only once its own connection has been up that long
+(`worker.housekeeping`).
+
+It never waits for a row lock, like `RECOVER_STALE` and `HEARTBEAT`: `gone` locks the
+rows with `FOR NO KEY UPDATE SKIP LOCKED` (the lock the `UPDATE` takes), re-checked on
+the newest version (a heartbeat committed since renews the row, and it is left), so no
+cycle of waits passes through it. The attempts rows it ends are those of the rows it
+holds. The jobs queued again wake the workers on commit (one notification)."""
 
 STALE = statement("""SELECT id, name, attempts,
         CASE WHEN (ahead = attempts AND given_back < %(give_back)s)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from string import Template
 
 from .naming import statement
+from .workers import worker_gone
 
 __all__ = [
     "WEB_ACTS",
@@ -56,8 +57,8 @@ WEB_ESTIMATE_WAITING = statement("""EXPLAIN (FORMAT JSON)
 # --- Pages of jobs ---------------------------------------------------------------------------
 
 _PAGE_BRANCH = Template("""(SELECT id, name, status, attempts, max_attempts, priority, error,
-            timeout_ms, unique_key, unique_for_ms, given_back, EXTRACT(EPOCH FROM run_at) AS run_at,
-            EXTRACT(EPOCH FROM started_at) AS started_at,
+            timeout_ms, unique_key, unique_for_ms, given_back, run_worker, run_attempt,
+            EXTRACT(EPOCH FROM run_at) AS run_at, EXTRACT(EPOCH FROM started_at) AS started_at,
             EXTRACT(EPOCH FROM created_at) AS created_at,
             EXTRACT(EPOCH FROM updated_at) AS updated_at,
             CASE WHEN isfinite($at) THEN to_char($at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US')
@@ -121,13 +122,15 @@ that would keep the bound out of the index scan."""
 
 
 _PAGE = Template("""SELECT id, name, status, attempts, max_attempts, priority, error, timeout_ms, unique_key,
-    unique_for_ms, given_back, run_at, started_at, created_at, updated_at, key
+    unique_for_ms, given_back, run_at, started_at, created_at, updated_at, key,
+    $gone AS worker_gone
     FROM (
         $branches
     ) page ORDER BY sort_at $order, id $order LIMIT %(limit)s""")
 """A page: every state's branch (`_PAGE_BRANCH`), then the rows in the order of the time
 itself (`sort_at`, never read by Python), not of its text, the first `limit` of them (a
-finished state has two branches, one per table)."""
+finished state has two branches, one per table); a running job says whether its process
+is gone (`worker_gone`: `%(now)s`, `%(beat_ms)s`)."""
 
 
 def _page(order: str) -> str:
@@ -136,7 +139,11 @@ def _page(order: str) -> str:
         _PAGE_BRANCH.substitute(state=state, at=at, table=table, order=order, **_WAYS[order])
         for state, at, table in _STATES
     ]
-    return _PAGE.substitute(branches="\n        UNION ALL\n        ".join(branches), order=order)
+    return _PAGE.substitute(
+        branches="\n        UNION ALL\n        ".join(branches),
+        order=order,
+        gone=worker_gone("page", "page.updated_at"),
+    )
 
 
 WEB_JOBS_NEWEST = statement(_page("DESC"))

@@ -1,12 +1,83 @@
 """The worker processes table's statements (`axa_workers`): a process's row made,
-refreshed and removed, dead ones forgotten, every one listed, and the job names that
-have waited long with no live process to handle them."""
+refreshed and removed, dead ones forgotten, every one listed, the job names that have
+waited long with no live process to handle them, and the running jobs whose process is
+gone (`worker_gone`, the one test of it)."""
 
 from __future__ import annotations
 
+from string import Template
+
 from .naming import statement
 
-__all__ = ["UNHANDLED_JOBS", "WORKERS", "WORKERS_FORGET", "WORKER_GONE", "WORKER_SEEN"]
+__all__ = [
+    "ABSENT_BEAT_MS",
+    "GIVE_BACK_GRACE_MS",
+    "GONE_AFTER_BEATS",
+    "UNHANDLED_JOBS",
+    "WORKERS",
+    "WORKERS_FORGET",
+    "WORKER_GONE",
+    "WORKER_GONE_JOBS",
+    "WORKER_SEEN",
+    "worker_gone",
+]
+
+GONE_AFTER_BEATS = 3
+"""Heartbeat intervals a process may miss before it is taken as gone: one late beat (a
+slow write, a busy host) is not a death, three in a row are (`presence.WorkerInfo`, and
+`worker_gone` in SQL)."""
+
+ABSENT_BEAT_MS = 60_000
+"""The heartbeat interval, in milliseconds, a read judges a process by when the process
+has no row in `axa_workers` (it stopped, or was forgotten; or has not written it yet):
+`QueueOptions.heartbeat_interval`'s default. A worker asking judges by its own."""
+
+_WORKER_GONE = Template("""CASE WHEN $job.status = 'running' AND $job.run_attempt = $job.attempts
+                 AND $job.run_worker IS NOT NULL$others THEN EXISTS (
+            SELECT FROM (SELECT) one LEFT JOIN {axa_workers} w ON w.id = $job.run_worker
+            WHERE $updated < EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()))
+                  - ($beats * COALESCE(w.beat_ms, %(beat_ms)s::int) + $grace) / 1000.0
+              AND (w.id IS NULL OR w.seen_at < COALESCE(%(now)s::timestamptz, now())
+                                     - ($beats * w.beat_ms + $grace) * interval '1 millisecond'))
+        ELSE false END""")
+
+
+GIVE_BACK_GRACE_MS = 1000
+"""How much longer than `GONE_AFTER_BEATS` heartbeat intervals a process must be silent
+before its runs claimed ahead are given back (`GIVE_BACK_GONE`; it is shown gone
+without it): a process's beats come late by their statement's round trip and its event
+loop's lag, whatever its interval, and giving back a run whose handler a live process
+just started sends the job to review. A second covers a loaded host; beside the default
+interval (a minute), it is nothing."""
+
+
+def worker_gone(job: str, updated: str, *, others: bool = False, grace_ms: int = 0) -> str:
+    """The SQL test that job `job` (a row with `status`, `attempts` and the claim's stamp,
+    `run_worker`, `run_attempt`) is a run whose worker process is gone: `running`, its
+    claim's stamp names a process for its current attempt (`run_attempt = attempts`:
+    migration 18), and both have been silent for
+    `GONE_AFTER_BEATS` of that process's heartbeat intervals: the run's row not renewed
+    (`updated`, an expression of its `updated_at` as epoch seconds: every heartbeat stamps
+    it) and the process's row in `axa_workers` not refreshed, or not there at all (it
+    stopped, its row removed; or it was forgotten). A process whose row records no
+    interval (an older version's) is never judged gone here. A process with no row is
+    judged by `%(beat_ms)s`, the reader's own heartbeat interval in milliseconds. A run the
+    Rust crate made names no process: never gone. With `others`, never a run of
+    `%(worker)s` (the process asking). Reads one primary key, only for a running job.
+
+    Both silences are needed: a process whose `axa_workers` write fails while its
+    heartbeats go through (presence only informs) still holds its runs, and a process
+    whose row is not written yet (it just started) or never is (`drain()`'s) renews its
+    runs. With `grace_ms`, both must be silent that much longer. The statements take
+    `%(now)s` and `%(beat_ms)s`."""
+    return _WORKER_GONE.substitute(
+        job=job,
+        updated=updated,
+        beats=GONE_AFTER_BEATS,
+        grace=grace_ms,
+        others=f"\n                 AND {job}.run_worker <> %(worker)s::uuid" if others else "",
+    )
+
 
 WORKER_SEEN = statement("""INSERT INTO {axa_workers} (id, host, pid, names, loops, running, version,
         started_at, seen_at, beat_ms)
@@ -72,3 +143,20 @@ backlog of handled jobs costs nothing (the handled names are refused inside the 
 too, a filter on the name alone that PostgreSQL checks before any scan, whatever order
 the plan joins in). Who is live is judged by the caller from
 `WORKERS`, so the rule lives in one place."""
+
+WORKER_GONE_JOBS = statement(
+    Template("""SELECT q.name, count(*) AS jobs FROM {axa_queue} q
+    WHERE q.status = 'running'
+      AND q.updated_at < COALESCE(%(now)s::timestamptz, now()) - $beats * interval '1 millisecond'
+          * (SELECT LEAST(min(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
+      AND $gone
+    GROUP BY q.name ORDER BY q.name""").substitute(
+        beats=GONE_AFTER_BEATS, gone=worker_gone("q", "EXTRACT(EPOCH FROM q.updated_at)")
+    )
+)
+"""How many running jobs of each name are runs of a process that is gone (`worker_gone`):
+shown as "worker gone" until stale recovery decides them (a run claimed ahead and never
+started is given back at once: `GIVE_BACK_GONE`). Only the running rows not renewed for
+`GONE_AFTER_BEATS` of the shortest heartbeat interval any process records (or the
+reader's) are read, through `axa_queue_running` (`updated_at`): while every process
+reports in, none."""

@@ -129,7 +129,7 @@ async def failed(board: Dashboard, request: Request) -> Response:
 
 
 async def job(board: Dashboard, request: Request) -> Response:
-    """One job, its attempts (`JobInfo.runs`, read with it) and its acts; a 404 page
+    """One job, its attempts (`JobInfo.attempts`, read with it) and its acts; a 404 page
     when there is neither job nor act."""
     job_id = params.as_job_id(request.path_params["job_id"])
     if job_id is None:

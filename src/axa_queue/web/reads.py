@@ -10,7 +10,7 @@ from .. import sql
 from ..acts import Act, ActKind, act_of
 from ..db.calls import Call, Row
 from ..jobs.model import JobInfo, JobState
-from ..jobs.reads import job_info
+from ..jobs.reads import gone_params, job_info
 
 __all__ = [
     "COUNT_CAP",
@@ -106,6 +106,7 @@ def jobs_page_call(
             "key": key,
             "after": after,
             "limit": limit + 1,
+            **gone_params(),
         },
         read,
     )

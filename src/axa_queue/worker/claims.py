@@ -112,6 +112,7 @@ class Claims:
             last_heard=one.last_heard,
             stale=self.stale,
             broken_at=self.connections.broken_at,
+            beat=max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT),
         )
 
     async def prove(self, one: Run) -> bool:

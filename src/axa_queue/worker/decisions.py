@@ -206,17 +206,17 @@ def blames_values(sqlstate: str | None) -> bool:
     return sqlstate is not None and sqlstate[:2] in VALUE_ERRORS
 
 
-def needs_proof(*, now: float, last_heard: float, stale: float, broken_at: float) -> bool:
-    """Whether a run's claim may have expired before its handler starts: proved
-    (claimed, or a heartbeat sent) half of `stale_after` ago or more, or a connection
-    broke since."""
-    return now - last_heard >= stale / 2 or last_heard <= broken_at
+def needs_proof(
+    *, now: float, last_heard: float, stale: float, broken_at: float, beat: float
+) -> bool:
+    """Whether a run's claim may be gone before it starts: proved (claimed, a heartbeat sent)
+    `stale`/2 or 2 `beat`s ago (`sql.GIVE_BACK_GONE` takes 3), or a connection broke since."""
+    return now - last_heard >= min(stale / 2, 2 * beat) or last_heard <= broken_at
 
 
 def gives_up(*, started: bool, now: float, last_heard: float, stale: float) -> bool:
-    """Whether a run whose heartbeats fail stops: once started, when a replacement may
-    have started (its last report was sent `stale_after` ago). One not started waits,
-    and proves its claim before it starts."""
+    """Whether a run whose heartbeats fail stops: once started, when a replacement may have
+    started (its last report sent `stale_after` ago). One not started waits, to prove it."""
     return started and now - last_heard >= stale
 
 

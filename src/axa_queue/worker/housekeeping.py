@@ -7,6 +7,11 @@ Stale recovery runs on the side connection, only once it has been connected for
 `stale_after` (every live worker has had that long to report in since the database
 came back), and never takes back a run this process holds.
 
+The runs a gone process (silent for three heartbeat intervals) claimed ahead and never
+started are given back every heartbeat interval (`maintenance.give_back_gone`), on the
+side connection too, once it has been connected for three of this process's intervals
+and a second (`sql.GIVE_BACK_GRACE_MS`); never this process's own runs.
+
 The warning about a name nobody handles (`presence.unhandled_steps`: jobs due for
 longer than `unhandled_after`, no live process with a handler for it) is logged once
 per name by each process, and again only after the name was handled, or had no such
@@ -21,13 +26,14 @@ import logging
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from .. import history, maintenance
+from .. import history, maintenance, sql
 from ..db.calls import run_async
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
-from ..presence import unhandled_steps
+from ..presence import GONE_AFTER_BEATS, unhandled_steps
 from . import decisions
+from .claims import MIN_HEARTBEAT
 from .connections import Connections
 from .state import State
 from .tasks import Troubles, summary
@@ -62,8 +68,67 @@ class Housekeeping:
         """The job names this process has warned about, no live worker handling them."""
 
     async def loop(self) -> None:
-        """The rounds and the moves, side by side, until cancelled."""
-        await asyncio.gather(self.rounds(), self.moves())
+        """The rounds, the moves and the give-backs, side by side, until cancelled."""
+        await asyncio.gather(self.rounds(), self.moves(), self.give_backs())
+
+    async def give_backs(self) -> None:
+        """Every heartbeat interval, give back the runs gone processes claimed ahead and
+        never started (`give_back_gone`); a failure is logged, counted in the health
+        check, and tried again at the next interval."""
+        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+        while True:
+            await asyncio.sleep(every)
+            failure: BaseException | None
+            try:
+                failure = await self.give_back_gone(every)
+            except Exception as error:  # a bug: logged, and the loop goes on
+                failure = error
+                log.error("giving back the jobs of gone worker processes failed (%s)", kind(error))
+            if failure is None:
+                self.troubles.cleared("give back")
+            else:
+                self.troubles.failed("give back", failure)
+
+    async def give_back_gone(self, beat: float) -> psycopg.Error | None:
+        """Give back the runs of gone processes claimed ahead and never started, on the
+        side connection, once it has been connected for `GONE_AFTER_BEATS` heartbeat
+        intervals (`beat`, this process's) and `sql.GIVE_BACK_GRACE_MS`: every live process
+        has reported in since the database came back. Returns the error that stopped it,
+        if any."""
+        connections = self.connections
+        try:
+            conn = await connections.for_side()
+        except psycopg.Error as error:
+            connections.broken_at = connections.monotonic()
+            log.error(
+                "could not give back the jobs of gone worker processes (%s)",
+                kind(error),
+                extra={"error": first_line(error)},
+            )
+            return error
+        since = connections.connected_since
+        wait = GONE_AFTER_BEATS * beat + sql.GIVE_BACK_GRACE_MS / 1000
+        if since is None or connections.monotonic() - since < wait:
+            return None
+        try:
+            given = await maintenance.give_back_gone(
+                conn,
+                beat,
+                self.attempts,
+                connections.identity["worker"],
+                now=connections.now(),
+            )
+        except psycopg.Error as error:
+            if isinstance(error, psycopg.OperationalError):
+                await connections.side_broke(conn)
+            log.error(
+                "could not give back the jobs of gone worker processes (%s)",
+                kind(error),
+                extra={"error": first_line(error)},
+            )
+            return error
+        maintenance.log_given_back(given)
+        return None
 
     async def moves(self) -> None:
         """Move finished jobs to the history every `history.move_interval`: often, in
