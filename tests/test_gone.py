@@ -98,15 +98,18 @@ def row_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> Any:
 
 
 def attempt_rows(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> list[Any]:
-    return (
-        admin.cursor(row_factory=namedtuple_row)
+    """A job's attempts as the reads give them (`sql.ATTEMPTS`): the rows kept, and the
+    run still going or completed read from the job's row (the claim's stamp)."""
+    return [
+        row._replace(worker=None if row.worker is None else uuid.UUID(row.worker))
+        for row in admin.cursor(row_factory=namedtuple_row)
         .execute(
             "SELECT attempt, worker, outcome, error, ended_at IS NOT NULL AS ended "
-            "FROM axa_queue_attempts WHERE job_id = %s ORDER BY attempt",
-            (job_id,),
+            "FROM (" + sql.ATTEMPTS + ") a",
+            {"id": job_id},
         )
         .fetchall()
-    )
+    ]
 
 
 async def give_back(dsn: str, *, limit: int = 1) -> list[Recovered]:
@@ -356,17 +359,12 @@ async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
     claim_ahead(admin, "Pay", GHOST)
     silent(admin, GHOST, 3600)
     admin.execute(
-        """INSERT INTO axa_queue (id, name, args, status, attempts, ahead, started_at, updated_at)
-        SELECT gen_random_uuid(), 'Pay', '{}', 'running', 1, 1, now(), now()
+        """INSERT INTO axa_queue (id, name, args, status, attempts, ahead, started_at, updated_at,
+                                  run_worker, run_attempt)
+        SELECT gen_random_uuid(), 'Pay', '{}', 'running', 1, 1, now(), now(), gen_random_uuid(), 1
         FROM generate_series(1, 20000)"""
     )
-    admin.execute(
-        """INSERT INTO axa_queue_attempts (job_id, attempt, worker, started_at)
-        SELECT id, 1, gen_random_uuid(), now() FROM axa_queue WHERE attempts = 1
-        ON CONFLICT DO NOTHING"""
-    )
     admin.execute("ANALYZE axa_queue")
-    admin.execute("ANALYZE axa_queue_attempts")
     [[beaten]] = admin.execute(
         "SELECT max(updated_at) FROM axa_queue WHERE status = 'running'"
     ).fetchall()

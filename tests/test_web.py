@@ -191,13 +191,9 @@ def test_a_running_job_whose_worker_process_is_gone_is_marked_on_its_page_and_th
         [jobs[worker]] = seed(admin, "Mail", "queued")
         admin.execute(
             "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now(), "
-            "updated_at = now() - %s::interval WHERE id = %s",
-            (seen, jobs[worker]),
-        )
-        admin.execute(
-            "INSERT INTO axa_queue_attempts (job_id, attempt, worker, host, pid, started_at) "
-            "VALUES (%s, 1, %s, 'box', 7, now())",
-            (jobs[worker], worker),
+            "updated_at = now() - %s::interval, run_worker = %s, run_attempt = 1, "
+            "run_host = 'box', run_pid = 7 WHERE id = %s",
+            (seen, worker, jobs[worker]),
         )
         admin.execute(
             "INSERT INTO axa_workers (id, host, pid, names, loops, version, seen_at, beat_ms) "
