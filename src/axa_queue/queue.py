@@ -135,6 +135,23 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         check_name(name)
         self.registry.limits.rate_limit(name, jobs, per)
 
+    def limit_per_key(self, name: str, jobs: int) -> None:
+        """Run at most `jobs` (from one to `limits.MAX_LIMIT`) jobs named `name` at once
+        for each key (`NewJob.key`), across every process and host, and take the name's
+        jobs from its keys in turn (as `fair_by_key`). Enforced by the claim statement
+        under the name's lock, as a global limit is; jobs claimed ahead count. Every
+        process that handles the name should register the same limit (docs/handlers.md)."""
+        check_name(name)
+        self.registry.limits.limit_per_key(name, jobs)
+
+    def fair_by_key(self, name: str) -> None:
+        """Claim jobs named `name` from their keys (`NewJob.key`) in turn, rather than
+        oldest first: a key with 100,000 jobs waiting and a key with 10 both get jobs
+        from the first claim; priority still comes first. Jobs without a key are not
+        claimed by such a name's workers: give each a key (docs/handlers.md)."""
+        check_name(name)
+        self.registry.limits.keyed.add(name)
+
     # --- connection --------------------------------------------------------------------
 
     @property

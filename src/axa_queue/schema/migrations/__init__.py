@@ -15,7 +15,7 @@ names, migration 10 the history table finished jobs are moved to, partitioned by
 with the functions that make and drop its partitions, migration 11 each worker
 process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 (`jobs`) a page's read on millions of rows, and migration 13 the attempts table, a row
-per run.
+per run; migration 15 (14 is another branch's) a job's key, for fairness by key.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -24,7 +24,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v15`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -303,6 +303,27 @@ from .v13 import (
 from .v13 import (
     SETUP_ATTEMPTS_TABLE as SETUP_ATTEMPTS_TABLE,
 )
+from .v15 import (
+    MIGRATION_15 as MIGRATION_15,
+)
+from .v15 import (
+    RECORD_15 as RECORD_15,
+)
+from .v15 import (
+    SETUP_HISTORY_KEY as SETUP_HISTORY_KEY,
+)
+from .v15 import (
+    SETUP_KEY as SETUP_KEY,
+)
+from .v15 import (
+    SETUP_KEY_ROOM_FUNCTION as SETUP_KEY_ROOM_FUNCTION,
+)
+from .v15 import (
+    SETUP_KEYED_INDEX as SETUP_KEYED_INDEX,
+)
+from .v15 import (
+    SETUP_RUNNING_KEYS_INDEX as SETUP_RUNNING_KEYS_INDEX,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -320,6 +341,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_11,
     MIGRATION_12,
     MIGRATION_13,
+    MIGRATION_15,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
