@@ -305,13 +305,20 @@ no keyed name never sends this statement."""
 KEY_COUNTS = statement("""SELECT key,
         count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
         count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
-        count(*) FILTER (WHERE status = 'running') AS running
-    FROM {axa_queue}
-    WHERE name = %(name)s AND key IS NOT NULL AND status IN ('queued', 'running')
+        count(*) FILTER (WHERE status = 'running') AS running,
+        sum(count(*)) OVER () >= %(cap)s AS capped,
+        sum(count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))) OVER () AS all_ready,
+        sum(count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now()))) OVER () AS all_waiting,
+        sum(count(*) FILTER (WHERE status = 'running')) OVER () AS all_running
+    FROM (SELECT key, status, run_at FROM {axa_queue}
+          WHERE name = %(name)s AND key IS NOT NULL AND status IN ('queued', 'running')
+          LIMIT %(cap)s) j
     GROUP BY key
-    ORDER BY count(*) FILTER (WHERE status = 'running') + count(*) FILTER (WHERE status = 'queued') DESC, key
+    ORDER BY count(*) DESC, key
     LIMIT %(most)s""")
 """The busiest keys of one job name: each key's ready, waiting (queued for later) and
-running jobs, the most live jobs first, at most `most` keys. Reads the name's live keyed
-jobs (through `axa_queue_keyed` and `axa_queue_running_keys`): as many rows as the name
-has queued and running jobs with a key."""
+running jobs, the most live jobs first, at most `most` keys, each row with the totals
+of every key read (`all_ready`, `all_waiting`, `all_running`: window sums, taken before
+the `LIMIT`). Reads at most `cap` of the
+name's live keyed jobs (through `axa_queue_keyed` and `axa_queue_running_keys`): past
+that, the counts are those of the jobs read (`capped`), lower bounds."""
