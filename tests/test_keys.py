@@ -61,3 +61,20 @@ async def test_a_keyed_name_runs_its_keys_jobs_in_turn(make_queue, admin) -> Non
     async with running(queue):
         await eventually(lambda: len(order) == 55, timeout=30)
     assert order[:20].count("B") == 5, order[:20]
+
+
+async def test_a_job_without_a_key_of_a_keyed_name_is_claimed_in_its_place(make_queue) -> None:
+    queue = await make_queue(workers=2, prefetch=0)
+    queue.limit_per_key("Report", 1)
+    order: list[str] = []
+
+    @queue.handler("Report")
+    async def report(args: Any) -> None:
+        order.append(args["k"])
+
+    await queue.enqueue("Report", {"k": "none-1"})
+    await queue.enqueue_all([NewJob("Report", {"k": "A"}, key="A") for _ in range(10)])
+    await queue.enqueue("Report", {"k": "none-2"})
+    async with running(queue):
+        await eventually(lambda: len(order) == 12, timeout=30)
+    assert "none-1" in order[:2] and order.count("none-2") == 1

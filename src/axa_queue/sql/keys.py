@@ -133,13 +133,15 @@ _WALK = Template("""walk(name, kcap, priority, due, key, wrapped, probes, stops,
         FROM walk s
         CROSS JOIN LATERAL (
             SELECT x.level, x.due, x.at_key, x.wrapped, x.o,
-                   x.at_key IS NOT NULL AND x.run_at <= now() AND x.room > 0 AS useful, x.room
+                   x.bare OR (x.at_key IS NOT NULL AND x.run_at <= now() AND x.room > 0) AS useful,
+                   x.room
             FROM (
-                SELECT v.*, CASE WHEN v.at_key IS NULL THEN 0
+                SELECT v.*, CASE WHEN v.bare THEN w.kcap
+                                 WHEN v.at_key IS NULL THEN 0
                                  WHEN w.per_key IS NULL THEN w.kcap
                                  ELSE w.per_key - COALESCE((w.busy ->> v.at_key)::int, 0) END AS room
                 FROM wanted w, LATERAL (
-                    (SELECT e.level, s.due, e.at_key, s.wrapped, e.run_at, 1 AS o FROM (
+                    (SELECT e.level, s.due, e.at_key, s.wrapped, e.run_at, 1 AS o, false AS bare FROM (
                         SELECT priority::int AS level, key AS at_key, run_at FROM {axa_queue}
                         WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
                           AND priority = s.priority AND key > COALESCE(s.key, w.after, '')
@@ -147,14 +149,14 @@ _WALK = Template("""walk(name, kcap, priority, due, key, wrapped, probes, stops,
                         ORDER BY name, priority DESC, key, run_at LIMIT $window) e
                      WHERE e.run_at <= now() LIMIT 1)
                     UNION ALL
-                    (SELECT priority::int AS level, s.due, key AS at_key, s.wrapped, run_at, 2
+                    (SELECT priority::int AS level, s.due, key AS at_key, s.wrapped, run_at, 2, false
                      FROM {axa_queue}
                      WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
                        AND priority = s.priority AND key > COALESCE(s.key, w.after, '')
                        AND s.due AND NOT s.wrapped
                      ORDER BY name, priority DESC, key, run_at OFFSET $window - 1 LIMIT 1)
                     UNION ALL
-                    (SELECT e.level, s.due, e.at_key, true, e.run_at, 3 FROM (
+                    (SELECT e.level, s.due, e.at_key, true, e.run_at, 3, false FROM (
                         SELECT priority::int AS level, key AS at_key, run_at FROM {axa_queue}
                         WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
                           AND priority = s.priority
@@ -163,7 +165,7 @@ _WALK = Template("""walk(name, kcap, priority, due, key, wrapped, probes, stops,
                         ORDER BY name, priority DESC, key, run_at LIMIT $window) e
                      WHERE e.run_at <= now() LIMIT 1)
                     UNION ALL
-                    (SELECT priority::int AS level, s.due, key AS at_key, true, run_at, 4
+                    (SELECT priority::int AS level, s.due, key AS at_key, true, run_at, 4, false
                      FROM {axa_queue}
                      WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
                        AND priority = s.priority
@@ -171,7 +173,8 @@ _WALK = Template("""walk(name, kcap, priority, due, key, wrapped, probes, stops,
                        AND s.due
                      ORDER BY name, priority DESC, key, run_at OFFSET $window - 1 LIMIT 1)
                     UNION ALL
-                    (SELECT priority::int AS level, run_at <= now(), NULL::text, false, run_at, 5
+                    (SELECT priority::int AS level, run_at <= now(), NULL::text, false, run_at, 5,
+                            run_at <= now() AND key IS NULL
                      FROM {axa_queue}
                      WHERE status = 'queued' AND name = ANY(ARRAY[s.name]) AND priority < s.priority
                      ORDER BY name, priority DESC, run_at LIMIT 1)
@@ -191,7 +194,9 @@ a key with nothing due); then around to the level's first keys, up to `after`
 `axa_queue_pick` (branch 5: its first entry says whether anything of the level is due;
 a level with nothing due is passed in that one step). A key's entries are in due-time
 order, so the first due entry found after a key is the first entry of its own key.
-A key is useful when its job is due and it has room: its per-key limit less its running
+A level entered whose oldest due job (in `axa_queue_pick`'s order) has no key is a useful
+stop of its own (`bare`): jobs without a key are claimed in their place in the name's
+order, never left behind. A key is useful when its job is due and it has room: its per-key limit less its running
 jobs (`busy`), else the name's cap. The walk stops at `kcap` useful keys, and never goes
 down a level once it found one: priority comes first within a name, keys take turns
 within a level. Each branch asks for an index's own order (the level as `level`, never
@@ -210,17 +215,33 @@ _KEYED = Template("""keyed AS (
         FROM stops s JOIN wanted w ON w.name = s.name
         CROSS JOIN LATERAL (
             SELECT array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
-                SELECT id, run_at FROM {axa_queue}
-                WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
-                  AND priority = s.priority AND key = s.key AND run_at <= now()$fence
-                  AND id <> ALL(%(losing)s::uuid[])
-                ORDER BY name, priority DESC, key, run_at
-                LIMIT least(s.room, (w.kcap + s.m - 1) / s.m) FOR UPDATE SKIP LOCKED
+                SELECT k.id, k.run_at FROM (
+                    SELECT id, run_at FROM {axa_queue}
+                    WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
+                      AND priority = s.priority AND key = s.key AND run_at <= now()$fence
+                      AND id <> ALL(%(losing)s::uuid[]) AND s.key IS NOT NULL
+                    ORDER BY name, priority DESC, key, run_at
+                    LIMIT least(s.room, (w.kcap + s.m - 1) / s.m) FOR UPDATE SKIP LOCKED
+                ) k
+                UNION ALL
+                SELECT b.id, b.run_at FROM (
+                    SELECT id, run_at, key FROM {axa_queue}
+                    WHERE status = 'queued' AND name = ANY(ARRAY[s.name])
+                      AND priority = s.priority AND run_at <= now()$fence
+                      AND id <> ALL(%(losing)s::uuid[]) AND s.key IS NULL
+                    ORDER BY name, priority DESC, run_at
+                    LIMIT (w.kcap + s.m - 1) / s.m FOR UPDATE SKIP LOCKED
+                ) b WHERE b.key IS NULL
             ) x
         ) a
         CROSS JOIN LATERAL unnest(a.ids, a.runs) WITH ORDINALITY AS t(id, run_at, turn)""")
 """From each useful key, its oldest due jobs, locked, skipping rows others hold: its
-share of the name's cap (`kcap` over the `m` keys, rounded up) within its room. `turn`
+share of the name's cap (`kcap` over the `m` keys, rounded up) within its room. From a
+level whose oldest due job has no key (`walk`'s `bare` stop), the level's oldest due
+jobs in `axa_queue_pick`'s order, as many as a share, keeping those without a key (the
+others, locked for the statement, are claimed by their key's turn or let go at the
+commit): jobs without a key take their place in the name's order, first come first
+served, as the name's jobs do when it is not claimed by key. `turn`
 numbers a key's jobs, 1 for its first: the claim takes every key's first job before
 any key's second. A `string.Template` (`fence=`), as `exchange._LEVELS`."""
 
