@@ -148,8 +148,8 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
     def fair_by_key(self, name: str) -> None:
         """Claim jobs named `name` from their keys (`NewJob.key`) in turn, rather than
         oldest first: a key with 100,000 jobs waiting and a key with 10 both get jobs
-        from the first claim; priority still comes first. Jobs without a key are not
-        claimed by such a name's workers: give each a key (docs/handlers.md)."""
+        from the first claim; priority still comes first. Jobs of the name without a
+        key are claimed in their place in the name's order (docs/handlers.md)."""
         check_name(name)
         self.registry.limits.keyed.add(name)
 
