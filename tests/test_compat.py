@@ -360,6 +360,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         ("axa_job_acts", "db_role", "text"),
         ("axa_queue", "ahead", "integer"),
         ("axa_queue", "given_back", "integer"),
+        ("axa_queue", "key", "text"),
         ("axa_queue", "result", "jsonb"),
         ("axa_queue", "trace_context", "jsonb"),
         ("axa_queue", "unique_for_ms", "bigint"),
@@ -368,8 +369,8 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         ("axa_schedule", "timezone", "text"),
     ], (
         "our setup adds to the crate's tables only an act's role, a result, a trace context, "
-        "a unique key, a cron schedule's expression and zone, and a run claimed ahead's "
-        "columns"
+        "a unique key, a cron schedule's expression and zone, a run claimed ahead's "
+        "columns and a job's key"
     )
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()

@@ -314,6 +314,7 @@ PUBLIC = [
     "JobInfo",
     "JobNotFoundError",
     "JobState",
+    "KeyCounts",
     "NewJob",
     "NoResultError",
     "NotACodeError",

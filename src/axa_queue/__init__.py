@@ -53,6 +53,7 @@ from .handlers.retries import backoff
 from .health import Health
 from .jobs.attempts import attempts_on
 from .jobs.enqueue import enqueue_all_on, enqueue_on
+from .jobs.keys import KeyCounts
 from .jobs.model import Attempt, Counts, Duplicate, JobInfo, JobState, NewJob
 from .jobs.reads import counts_on, job_on, jobs_on
 from .maintenance import Recovered
@@ -88,6 +89,7 @@ __all__ = [
     "JobInfo",
     "JobNotFoundError",
     "JobState",
+    "KeyCounts",
     "NewJob",
     "NoResultError",
     "NotACodeError",

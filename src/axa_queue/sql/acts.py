@@ -101,7 +101,7 @@ RETRY = statement(
         INSERT INTO {axa_queue} ({columns})
         SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
             created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back, key
         FROM unmoved
         RETURNING id, name, attempts, 'failed'::text AS was
     ), kept AS (
@@ -271,7 +271,7 @@ RETRY_MOVED_BATCH = statement(
         INSERT INTO {axa_queue} ({columns})
         SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
             created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back, key
         FROM unmoved
         RETURNING id, name, attempts, 'failed'::text AS was
     ), kept AS (

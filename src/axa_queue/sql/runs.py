@@ -155,7 +155,7 @@ MARK_LOST = statement(
         INSERT INTO {axa_queue} ({columns})
         SELECT id, name, args, 'needs_review', %(error)s, run_at, started_at, created_at,
             COALESCE(%(now)s::timestamptz, clock_timestamp()), attempts, max_attempts, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back, key
         FROM unmoved
         RETURNING id, status
     ), ended AS (
