@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql as pgsql
 
 from axa_queue import sql as axa_sql
-from test_claim_plans import A, Plan, _reads, _updated, adversarial, bench, table
+from test_claim_plans import OTHER, A, Plan, _reads, _updated, adversarial, bench, jobs, table
 
 pytestmark = pytest.mark.alone  # tables of some 350,000 rows
 
@@ -43,9 +43,8 @@ def _walk(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
         yield from _walk(child)
 
 
-def explain(conn: psycopg.Connection[Any], per_key: int | None) -> Plan:
-    """EXPLAIN (ANALYZE, BUFFERS) of one keyed claim, prepared as the worker prepares
-    it, rolled back, run twice and the second measured (as `test_claim_plans`)."""
+def prepare(conn: psycopg.Connection[Any]) -> None:
+    """PREPARE `sql.EXCHANGE_KEYED` as `keyed`, with the worker's session settings."""
     conn.execute(axa_sql.SESSION_SETTINGS)
     conn.execute(axa_sql.CLAIM_SETTINGS)
     conn.execute("DEALLOCATE ALL")
@@ -53,12 +52,20 @@ def explain(conn: psycopg.Connection[Any], per_key: int | None) -> Plan:
     conn.execute(
         pgsql.SQL("PREPARE keyed({}) AS {}").format(pgsql.SQL(bench.CLAIM_TYPES), pgsql.SQL(text))
     )
+
+
+def explain(conn: psycopg.Connection[Any], per_key: int | None, *, again: bool = True) -> Plan:
+    """EXPLAIN (ANALYZE, BUFFERS) of one keyed claim, prepared as the worker prepares
+    it (`again`: prepared anew, after a VACUUM; else the plan prepared before), rolled
+    back, run twice and the second measured (as `test_claim_plans`)."""
+    if again:
+        prepare(conn)
+        conn.execute("VACUUM axa_queue")
     params = keyed_params(per_key)
     args = pgsql.SQL(", ").join(
         pgsql.SQL("{}::{}").format(pgsql.Literal(params[name]), pgsql.SQL(kind))
         for name, kind in zip(bench.CLAIM_PARAMETERS, bench.CLAIM_TYPES.split(", "), strict=True)
     )
-    conn.execute("VACUUM axa_queue")
     for _ in range(2):
         with conn.transaction(force_rollback=True):
             found = conn.execute(
@@ -131,3 +138,20 @@ def test_the_keyed_claim_reads_bounded_buffers_on_a_full_table(
     # keys with nothing due are passed a window at a time, the 100,000 jobs of one key
     # are read as far as its share.
     assert plan.buffers <= 400, (plan.buffers, alone.buffers, plan.text)
+
+
+def test_a_keyed_claim_planned_on_an_empty_table_still_walks_the_keys_when_it_fills(
+    database_url: str,
+) -> None:
+    # A worker that starts on a fresh database plans the claim once, generic.
+    with table(database_url) as conn:
+        prepare(conn)
+        assert explain(conn, 3, again=False).claimed == 0
+        keyed_jobs(conn, 100_000, "'tenant-a'", "-7200 - g / 100.0")
+        keyed_jobs(conn, 10, "'tenant-b'", "-60 - g")
+        jobs(conn, 100_000, name=OTHER, priority="mod(g, 5) - 2", seconds="-86400 + g / 1000.0")
+        plan = explain(conn, 3, again=False)
+        assert plan.claimed == 6, plan.text
+        assert plan.levels <= {"axa_queue_keyed", "axa_queue_pick"}, plan.text
+        assert "Seq Scan" not in plan.indexes and "axa_queue_claim" not in plan.indexes, plan.text
+        assert plan.buffers <= 400, plan.text

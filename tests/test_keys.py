@@ -78,3 +78,27 @@ async def test_a_job_without_a_key_of_a_keyed_name_is_claimed_in_its_place(make_
     async with running(queue):
         await eventually(lambda: len(order) == 12, timeout=30)
     assert "none-1" in order[:2] and order.count("none-2") == 1
+
+
+async def test_a_process_with_a_keyed_name_claims_its_other_names_oldest_first_as_before(
+    make_queue,
+) -> None:
+    queue = await make_queue(workers=4)
+    queue.limit_per_key("Report", 1)
+    queue.limit("Report", 1, scope="global")  # both apply, under one lock
+    ran: list[str] = []
+
+    @queue.handler("Report")
+    async def report(args: Any) -> None:
+        ran.append(f"Report {args['n']}")
+
+    @queue.handler("Mail")
+    async def mail(args: Any) -> None:
+        ran.append(f"Mail {args['n']}")
+
+    await queue.enqueue_all([NewJob("Mail", {"n": n}) for n in range(20)])
+    await queue.enqueue_all([NewJob("Report", {"n": n}, key=f"k{n % 3}") for n in range(6)])
+    async with running(queue):
+        await eventually(lambda: len(ran) == 26, timeout=30)
+    mails = [one for one in ran if one.startswith("Mail")]
+    assert len(mails) == 20 and len(ran) == 26

@@ -218,7 +218,8 @@ _KEYED = Template("""keyed AS (
                 SELECT k.id, k.run_at FROM (
                     SELECT id, run_at FROM {axa_queue}
                     WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
-                      AND priority = s.priority AND key = s.key AND run_at <= now()$fence
+                      AND priority = s.priority AND key >= s.key AND key <= s.key
+                      AND run_at <= now()$fence
                       AND id <> ALL(%(losing)s::uuid[]) AND s.key IS NOT NULL
                     ORDER BY name, priority DESC, key, run_at
                     LIMIT least(s.room, (w.kcap + s.m - 1) / s.m) FOR UPDATE SKIP LOCKED
@@ -243,7 +244,13 @@ others, locked for the statement, are claimed by their key's turn or let go at t
 commit): jobs without a key take their place in the name's order, first come first
 served, as the name's jobs do when it is not claimed by key. `turn`
 numbers a key's jobs, 1 for its first: the claim takes every key's first job before
-any key's second. A `string.Template` (`fence=`), as `exchange._LEVELS`."""
+any key's second. The key is bounded from both sides (`key >= s.key AND key <= s.key`),
+not compared with `=`: with an `=` the planner takes the key out of the order asked
+for, and `axa_queue_pick` gives the rest of it, so a plan made while the table was
+empty read one key's jobs by filtering the whole level (50,000 entries of another key
+in a test); `= ANY(ARRAY[...])`, the name's way, is no index condition on a third
+column of an ordered scan. A range keeps the key in the order, which only
+`axa_queue_keyed` gives, and is an index condition of it. A `string.Template` (`fence=`), as `exchange._LEVELS`."""
 
 _KEY_PICKED = """picked AS MATERIALIZED (
         SELECT id, row_number() OVER (ORDER BY priority DESC, turn, run_at) AS rank FROM (
