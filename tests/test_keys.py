@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -102,3 +103,16 @@ async def test_a_process_with_a_keyed_name_claims_its_other_names_oldest_first_a
         await eventually(lambda: len(ran) == 26, timeout=30)
     mails = [one for one in ran if one.startswith("Mail")]
     assert len(mails) == 20 and len(ran) == 26
+
+
+def ctes(statement: str) -> list[str]:
+    """The names of a claim statement's CTEs, in order (`sql.exchange._with`'s shape)."""
+    return re.findall(r"(?:WITH RECURSIVE |\n    \), )(\w+)", statement)
+
+
+def test_the_keyed_claim_has_every_piece_of_the_rated_one_in_the_same_order() -> None:
+    # EXCHANGE_KEYED is composed of sql.exchange's pieces: one added there (a new
+    # ending's CTE, say) must be added to it too.
+    keyed, rated = ctes(sql.EXCHANGE_KEYED), ctes(sql.EXCHANGE_RATED)
+    assert [name for name in keyed if name in rated] == rated
+    assert [name for name in keyed if name not in rated] == ["walk", "stops", "keyed"]
