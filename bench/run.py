@@ -95,6 +95,14 @@ BENCH_DONE = "CREATE TABLE bench_done (job_id UUID PRIMARY KEY)"
 
 RATE_NOT_BINDING = 100
 """The rate limit of the bench case where it never binds: claims of the job a millisecond."""
+BENCH_KEYS = 50
+"""How many keys the jobs of the keyed drain (`Queue.limit_per_key`) are spread over."""
+PER_KEY = 5
+"""The per-key limit of the keyed drain: 50 keys x 5 places hold the loops and the jobs
+claimed ahead (which count as running), so it binds only a key that gets ahead."""
+KEY_INDEXES = ("axa_queue_keyed", "axa_queue_running_keys")
+"""Migration 15's indexes, dropped for the drain that measures what a queue that uses no
+keys pays for them (`drain_axa(..., without_key_indexes=True)`)."""
 JOB = "noop"
 ExactlyOnceError = floor.ExactlyOnceError
 SPAWN = multiprocessing.get_context("spawn")
@@ -274,13 +282,15 @@ def bench_queue(
     held: list[psycopg.AsyncCursor[Any]] | None = None,
     global_limit: int | None = None,
     rate_limit: int | None = None,
+    per_key: int | None = None,
 ) -> Queue:
     """A queue with `loops` loops (and `prefetch` jobs claimed ahead) whose `noop` job
     writes its key to `bench_done` on one of the queue's own connections, as a handler
     would (`queue.pool.connection()`: inside a run, the connection lent to its loop); or, given `held` (a cursor per loop, each on its own connection), with a
     cursor it holds, as the floor's workers do. `started` gets each key's start time.
     `global_limit` limits the job across processes (`scope="global"`); `rate_limit`
-    limits its claims to that many a millisecond (`Queue.rate_limit`). `prefetch`
+    limits its claims to that many a millisecond (`Queue.rate_limit`); `per_key` limits
+    each key's jobs running at once (`Queue.limit_per_key`), claimed by key. `prefetch`
     None is the default (`QueueOptions.prefetch`)."""
     options = QueueOptions(workers=loops)
     queue = Queue(
@@ -290,6 +300,8 @@ def bench_queue(
         queue.limit(JOB, global_limit, scope="global")
     if rate_limit is not None:
         queue.rate_limit(JOB, rate_limit, per=timedelta(milliseconds=1))
+    if per_key is not None:
+        queue.limit_per_key(JOB, per_key)
 
     @queue.handler(JOB)
     async def noop(args: dict[str, Any]) -> None:
@@ -308,9 +320,12 @@ def bench_queue(
     return queue
 
 
-def new_jobs(count: int) -> list[NewJob]:
-    """`count` benchmark jobs, each with a fresh key."""
-    return [NewJob(JOB, {"k": str(uuid.uuid4())}) for _ in range(count)]
+def new_jobs(count: int, keys: int | None = None) -> list[NewJob]:
+    """`count` benchmark jobs, each with a fresh key in its arguments; with `keys`, each
+    with a `NewJob.key` too, in turn among that many."""
+    if keys is None:
+        return [NewJob(JOB, {"k": str(uuid.uuid4())}) for _ in range(count)]
+    return [NewJob(JOB, {"k": str(uuid.uuid4())}, key=f"tenant-{n % keys}") for n in range(count)]
 
 
 async def warm_pool(queue: Queue, timeout: float = 30.0) -> None:
@@ -331,10 +346,11 @@ async def warm_pool(queue: Queue, timeout: float = 30.0) -> None:
     await asyncio.wait_for(asyncio.gather(*(hold() for _ in range(size))), timeout)
 
 
-async def queue_jobs(queue: Queue, jobs: int, chunk: int = 10_000) -> None:
-    """Queue `jobs` benchmark jobs with `enqueue_all` (untimed setup)."""
+async def queue_jobs(queue: Queue, jobs: int, chunk: int = 10_000, keys: int | None = None) -> None:
+    """Queue `jobs` benchmark jobs with `enqueue_all` (untimed setup), with keys among
+    `keys` when given."""
     for start in range(0, jobs, chunk):
-        await queue.enqueue_all(new_jobs(min(chunk, jobs - start)))
+        await queue.enqueue_all(new_jobs(min(chunk, jobs - start), keys))
 
 
 # --- enqueue ---------------------------------------------------------------------------------
@@ -598,6 +614,7 @@ async def _drain_in_process(
     hold: bool = False,
     global_limit: int | None = None,
     rate_limit: int | None = None,
+    per_key: int | None = None,
 ) -> Drain:
     connections = [
         await psycopg.AsyncConnection.connect(dsn, autocommit=True)
@@ -605,11 +622,17 @@ async def _drain_in_process(
     ]
     held = [conn.cursor() for conn in connections] if hold else None
     queue = bench_queue(
-        dsn, loops, prefetch=prefetch, held=held, global_limit=global_limit, rate_limit=rate_limit
+        dsn,
+        loops,
+        prefetch=prefetch,
+        held=held,
+        global_limit=global_limit,
+        rate_limit=rate_limit,
+        per_key=per_key,
     )
     await queue.open()
     try:
-        await queue_jobs(queue, jobs)
+        await queue_jobs(queue, jobs, keys=None if per_key is None else BENCH_KEYS)
         prepare_for_timing(dsn)
         await warm_pool(queue)
         stop = asyncio.Event()
@@ -786,6 +809,8 @@ def drain_axa(
     hold: bool = False,
     global_limit: int | None = None,
     rate_limit: int | None = None,
+    per_key: int | None = None,
+    without_key_indexes: bool = False,
 ) -> Drain:
     """Jobs/s of axa-queue running `jobs` pre-queued no-op jobs with `loops` loops in
     each of `processes` processes (this one when 1, else spawned children), from the
@@ -795,14 +820,21 @@ def drain_axa(
     `global_limit` (one process only) limits the job across processes, which every
     claim then checks (`axa_queue_room`); `rate_limit` (one process only) limits its
     claims to that many a millisecond, which every claim checks and stamps
-    (`axa_queue_rate_room`, `axa_rate_slots`)."""
+    (`axa_queue_rate_room`, `axa_rate_slots`); `per_key` (one process only) spreads the
+    jobs over `BENCH_KEYS` keys and limits each key's running jobs (the keyed claim,
+    `EXCHANGE_KEYED`); `without_key_indexes` drops migration 15's indexes first (the
+    tables as a queue without keys had them before)."""
     timeout = max(60.0, jobs / 50)
     with scratch_schema(dsn) as sdsn:
         setup_tables(sdsn)
+        if without_key_indexes:
+            with psycopg.connect(sdsn, autocommit=True) as conn:
+                for index in KEY_INDEXES:
+                    conn.execute(pgsql.SQL("DROP INDEX {}").format(pgsql.Identifier(index)))
         if processes == 1:
             rate = asyncio.run(
                 _drain_in_process(
-                    sdsn, jobs, loops, timeout, prefetch, hold, global_limit, rate_limit
+                    sdsn, jobs, loops, timeout, prefetch, hold, global_limit, rate_limit, per_key
                 )
             )
         else:
@@ -1640,6 +1672,27 @@ def cases(config: Config) -> list[tuple[str, Case]]:
                 ),
             )
         )
+        # Keys: the jobs spread over 50 keys under a per-key limit (the keyed claim), and
+        # the plain drain on tables without migration 15's indexes (what a queue that
+        # uses no keys pays for them: nothing else of its path changed).
+        found.append(
+            (
+                f"drain axa 1 x {pl} loops, {BENCH_KEYS} keys, per-key limit {PER_KEY}",
+                _drained(
+                    f"drain.axa.1x{pl}k",
+                    partial(drain_axa, dsn, config.drain_jobs, pl, per_key=PER_KEY),
+                ),
+            )
+        )
+        found.append(
+            (
+                f"drain axa 1 x {pl} loops, without the key indexes",
+                _drained(
+                    f"drain.axa.1x{pl}n",
+                    partial(drain_axa, dsn, config.drain_jobs, pl, without_key_indexes=True),
+                ),
+            )
+        )
         if config.processes > 1:
             key = f"{config.processes}x{config.process_loops}"
             found.append(
@@ -1895,6 +1948,21 @@ def goals(report: Report) -> list[tuple[str, str, bool | None]]:
         "x",
     )
     goal(
+        f"keys: {BENCH_KEYS} keys under a per-key limit drain >= 0.8 x as fast as no keys",
+        _ratio(m(f"drain.axa.1x{c.process_loops}k"), m(f"drain.axa.1x{c.process_loops}")),
+        0.8,
+        True,
+        "x",
+    )
+    goal(
+        "keys: a queue without keys pays nothing for them (>= 0.97 x the drain without "
+        "migration 15's indexes)",
+        _ratio(m(f"drain.axa.1x{c.process_loops}"), m(f"drain.axa.1x{c.process_loops}n")),
+        0.97,
+        True,
+        "x",
+    )
+    goal(
         "latency p50 within 1.3 x the floor's",
         _ratio(m("latency.axa.p50"), m("latency.floor.p50")),
         1.3 + 1e-9,
@@ -2050,6 +2118,16 @@ def format_report(report: Report) -> str:
             f"  axa 1 x {c.process_loops}, rate limit not binding vs no limit",
             m(f"drain.axa.1x{c.process_loops}r"),
             m(f"drain.axa.1x{c.process_loops}"),
+        )
+        row(
+            f"  axa 1 x {c.process_loops}, {BENCH_KEYS} keys, per-key limit {PER_KEY} vs no keys",
+            m(f"drain.axa.1x{c.process_loops}k"),
+            m(f"drain.axa.1x{c.process_loops}"),
+        )
+        row(
+            f"  axa 1 x {c.process_loops}, no keys vs no keys without the key indexes",
+            m(f"drain.axa.1x{c.process_loops}"),
+            m(f"drain.axa.1x{c.process_loops}n"),
         )
         if c.processes > 1:
             row(

@@ -363,6 +363,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         ("axa_queue", "ahead", "integer"),
         ("axa_queue", "dependents", "boolean"),
         ("axa_queue", "given_back", "integer"),
+        ("axa_queue", "key", "text"),
         ("axa_queue", "result", "jsonb"),
         ("axa_queue", "run_attempt", "integer"),
         ("axa_queue", "run_host", "text"),
@@ -376,7 +377,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
     ], (
         "our setup adds to the crate's tables only an act's role, a result, a trace context, "
         "a unique key, a cron schedule's expression and zone, a run claimed ahead's "
-        "columns, whether a job has dependents, and the process of a job's last run"
+        "columns, whether a job has dependents, a job's key, and the process of a job's last run"
     )
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()

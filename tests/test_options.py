@@ -315,6 +315,7 @@ PUBLIC = [
     "JobInfo",
     "JobNotFoundError",
     "JobState",
+    "KeyCounts",
     "NewJob",
     "NoResultError",
     "NotACodeError",

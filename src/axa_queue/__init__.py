@@ -54,6 +54,7 @@ from .health import Health
 from .jobs.attempts import attempts_on
 from .jobs.enqueue import enqueue_all_on, enqueue_on
 from .jobs.ids import Duplicate
+from .jobs.keys import KeyCounts
 from .jobs.linked import Composition, Workflow
 from .jobs.model import Attempt, Counts, JobInfo, JobState, NewJob
 from .jobs.parents import parent_results_on
@@ -94,6 +95,7 @@ __all__ = [
     "JobInfo",
     "JobNotFoundError",
     "JobState",
+    "KeyCounts",
     "NewJob",
     "NoResultError",
     "NotACodeError",

@@ -13,6 +13,12 @@ import time), checked here against their bounds, and read from here by the worke
   claims of the name in any window of `per`, across every process, by the slots of
   `axa_rate_slots` that `sql.EXCHANGE_RATED` reads (`axa_queue_rate_room`, migration
   7) and stamps, under the same lock.
+- **Per-key limits** (`Queue.limit_per_key(name, n)`, `Limits.per_key`): at most `n`
+  runs of the name at once for each key (`NewJob.key`), across every process. The name
+  is then claimed by key (`Limits.keyed`, also `Queue.fair_by_key` without a limit):
+  `sql.EXCHANGE_KEYED` takes its keys' jobs in turn, and cuts each key's share to the
+  limit less its running jobs, counted by `axa_queue_key_room` (migration 15) under
+  the name's lock.
 - **The attempt limit** (`AttemptLimits`): the tries a job gets, the first included:
   its own `max_attempts` (on its row), else its handler's (`Policy.max_attempts`),
   else the queue's `QueueOptions.max_attempts`. Resolved by `AttemptLimits.of`, and the
@@ -86,6 +92,15 @@ class Limits:
     across every process (checked and stamped by the claim statement,
     `sql.EXCHANGE_RATED`)."""
 
+    keyed: set[str] = field(default_factory=set)
+    """The names claimed by key: their keys' jobs taken in turn (`sql.EXCHANGE_KEYED`)."""
+    per_key: dict[str, int] = field(default_factory=dict)
+    """At most this many runs of the name at once for each key, across every process
+    (checked by `sql.EXCHANGE_KEYED`); such a name is claimed by key."""
+    after: dict[str, str] = field(default_factory=dict)
+    """Where the last claim's walk of each keyed name stopped (a key): the next claim
+    starts after it, so keys take turns across claims. This process's own, never shared."""
+
     def limit(self, name: str, jobs: int, scope: Scope = "process") -> None:
         """Register a limit of `jobs` runs of `name` at once (1 to `MAX_LIMIT`), in this
         process or across every process (`scope`); an `OptionsError` names the job and
@@ -122,6 +137,18 @@ class Limits:
             )
         self.rate[name] = (jobs, math.ceil(per / timedelta(milliseconds=1)))
 
+    def limit_per_key(self, name: str, jobs: int) -> None:
+        """Register a limit of `jobs` runs of `name` at once per key (1 to `MAX_LIMIT`),
+        across every process; the name is then claimed by key. An `OptionsError` names
+        the job and the bound of a value out of it."""
+        if not isinstance(jobs, int) or isinstance(jobs, bool) or not 1 <= jobs <= MAX_LIMIT:
+            raise OptionsError(
+                f"expected the per-key limit of job {name!r} to be a positive integer of at "
+                f"most {MAX_LIMIT}, got: {_count(jobs)}"
+            )
+        self.per_key[name] = jobs
+        self.keyed.add(name)
+
     def places(self, name: str, in_use: int, free: int) -> int:
         """How many jobs of `name` a claim may take now, with `in_use` of its runs held
         in this process and `free` places in all: its free places under a per-name
@@ -140,18 +167,22 @@ class Limits:
         rate = self.rate.get(name)
         if rate is not None:
             one["rate"], one["per_ms"] = rate
+        if name in self.keyed:
+            one["keyed"] = True
+            one["per_key"] = self.per_key.get(name)
+            one["after"] = self.after.get(name)
 
     @property
     def gated(self) -> bool:
         """Whether a claim must check limits of every process (a global or a rate
         limit): then it is `sql.EXCHANGE_LIMITED` or `sql.EXCHANGE_RATED`, which take
         the names' locks (in name order)."""
-        return bool(self.global_ or self.rate)
+        return bool(self.global_ or self.rate or self.keyed)
 
     def holds_places(self, name: str) -> bool:
         """Whether runs of `name` hold places a limit counts (per-name or global): one
         ending frees a place its jobs may be waiting for, so the exchange looks again."""
-        return name in self.process or name in self.global_
+        return name in self.process or name in self.global_ or name in self.per_key
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ Two kinds of numbers:
     axa_queue_runs_total{job="Report",outcome="completed"} 5120
     axa_queue_run_seconds_bucket{job="Report",le="0.5"} 4990
     axa_queue_worker_stuck_seconds 0
+    axa_queue_key_jobs{job="Report",key="tenant-42",state="ready"} 12
 
 `serve` answers `/metrics` and `/health` (200 when the database answers the queue's
 pool within a few seconds, 503 with the reason when it does not, or when the queue's
@@ -65,6 +66,7 @@ from .db.calls import run_async
 from .errors import AxaQueueError
 from .handlers.retries import first_line, kind
 from .health import HEALTH_TIMEOUT
+from .jobs.keys import KeyCounts
 from .jobs.model import Counts
 from .jobs.reads import (
     FinishedCounts,
@@ -72,6 +74,7 @@ from .jobs.reads import (
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
+from .key_metrics import key_family, read_keys
 from .presence import Unhandled, WorkerInfo, gone_jobs_call, unhandled_steps
 from .worker import STUCK_AFTER
 
@@ -213,6 +216,8 @@ class QueueCollector(Collector):
         """The names no live process handles whose jobs waited past `unhandled_after`."""
         self.gone_jobs: dict[str, int] = {}
         """The running jobs whose worker process is gone, by name (only names with some)."""
+        self.keys: dict[str, list[KeyCounts]] = {}
+        """The busiest keys of each name this process claims by key (`key_metrics`)."""
         self.up = False
         self.refreshed_at: float | None = None
         """When the last refresh worked (`time.time()`)."""
@@ -237,6 +242,7 @@ class QueueCollector(Collector):
                     ),
                 )
                 gone_jobs = await run_async(conn, gone_jobs_call())
+                self.keys = await read_keys(conn, sorted(self.queue.registry.limits.keyed))
                 if finished:
                     self.finished = await run_async(conn, finished_counts_by_name_call())
                     self.finished_at = time.monotonic()
@@ -356,6 +362,7 @@ class QueueCollector(Collector):
         yield workers
         yield unhandled
         yield gone
+        yield key_family(self.keys if worker_states is not None else {})
         yield GaugeMetricFamily(
             "axa_queue_database_up",
             "1 when the last count of jobs reached the database, else 0.",

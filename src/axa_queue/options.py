@@ -271,6 +271,10 @@ class QueueOptions:
     failed, will retry`). Off by default: a traceback shows source lines and every
     exception message in the chain in full, which may hold whatever the handler put in
     them (`axa-queue worker --log-tracebacks` turns it on)."""
+    log_keys: bool = False
+    """Add a job's key (`NewJob.key`) to the log records of its runs (`key`), for the
+    names this process claims by key. Off by default: a key is not an argument, but it
+    may name a customer."""
     unhandled_after: DurationOption = DurationOption(timedelta(minutes=10))
     """How long a job may wait, due, under a job name no live worker process handles
     before it is warned about: on the dashboard, in `axa-queue counts`, by the
@@ -331,6 +335,8 @@ class QueueOptions:
             raise OptionsError(
                 f"expected log_tracebacks to be True or False, got: {self.log_tracebacks!r}"
             )
+        if not isinstance(self.log_keys, bool):
+            raise OptionsError(f"expected log_keys to be True or False, got: {self.log_keys!r}")
         if self.prepare is not None and not isinstance(self.prepare, bool):
             raise OptionsError(f"expected prepare to be True, False or None, got: {self.prepare!r}")
 

@@ -39,6 +39,7 @@ from .handlers.registry import Registrations, Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
 from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.keys import BUSIEST, KeyCounts, key_counts_call
 from .jobs.linked import Composition, Workflow, workflow_refused
 from .jobs.model import (
     Attempt,
@@ -135,6 +136,23 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         checked by `limits.Limits`."""
         check_name(name)
         self.registry.limits.rate_limit(name, jobs, per)
+
+    def limit_per_key(self, name: str, jobs: int) -> None:
+        """Run at most `jobs` (from one to `limits.MAX_LIMIT`) jobs named `name` at once
+        for each key (`NewJob.key`), across every process and host, and take the name's
+        jobs from its keys in turn (as `fair_by_key`). Enforced by the claim statement
+        under the name's lock, as a global limit is; jobs claimed ahead count. Every
+        process that handles the name should register the same limit (docs/handlers.md)."""
+        check_name(name)
+        self.registry.limits.limit_per_key(name, jobs)
+
+    def fair_by_key(self, name: str) -> None:
+        """Claim jobs named `name` from their keys (`NewJob.key`) in turn, rather than
+        oldest first: a key with 100,000 jobs waiting and a key with 10 both get jobs
+        from the first claim; priority still comes first. Jobs of the name without a
+        key are claimed in their place in the name's order (docs/handlers.md)."""
+        check_name(name)
+        self.registry.limits.keyed.add(name)
 
     # --- connection --------------------------------------------------------------------
 
@@ -362,6 +380,12 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
     async def counts_by_name(self) -> dict[str, Counts]:
         """How many jobs of each name are in each state (estimates as `counts`)."""
         return await self._run(counts_by_name_call())
+
+    async def key_counts(self, name: str, most: int = BUSIEST) -> list[KeyCounts]:
+        """The busiest `most` keys (`NewJob.key`) of job `name`, each with its ready,
+        waiting and running jobs, the most live jobs first (reads the name's live keyed
+        jobs)."""
+        return await self._run(key_counts_call(name, most))
 
     async def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""

@@ -44,6 +44,7 @@ from .handlers.registry import Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
 from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.keys import BUSIEST, KeyCounts, key_counts_call
 from .jobs.linked import Composition, Workflow, workflow_refused
 from .jobs.model import (
     Attempt,
@@ -236,6 +237,12 @@ class SyncQueue(Connected):
     def counts_by_name(self) -> dict[str, Counts]:
         """How many jobs of each name are in each state (estimates as `counts`)."""
         return self._run(counts_by_name_call())
+
+    def key_counts(self, name: str, most: int = BUSIEST) -> list[KeyCounts]:
+        """The busiest `most` keys (`NewJob.key`) of job `name`, each with its ready,
+        waiting and running jobs, the most live jobs first (reads the name's live keyed
+        jobs)."""
+        return self._run(key_counts_call(name, most))
 
     def acts(self, job_id: UUID | str) -> list[Act]:
         """Every act a person did to the job, oldest first; kept after its row is purged."""

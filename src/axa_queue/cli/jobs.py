@@ -21,6 +21,8 @@ from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, wo
 from ..queue import Queue
 from ..schedules.schedule import ScheduleInfo
 from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
+from .keys import DEFAULT_MOST
+from .keys import by_key as show_keys
 from .text import lines, short, shown, tries, when
 
 __all__ = ["counts", "enqueue", "jobs", "schedules", "show", "workers"]
@@ -301,9 +303,18 @@ def _job_table(info: JobInfo) -> Printed:
 @click.option(
     "--by-name", is_flag=True, help="One row per job name, with whether a live worker handles it."
 )
+@click.option(
+    "--by-key",
+    metavar="NAME",
+    help="The busiest keys of job NAME (NewJob.key): each key's ready, waiting and running jobs.",
+)
+@click.option(
+    "--keys", type=click.IntRange(1, 1000), default=DEFAULT_MOST, show_default=True,
+    help="With --by-key, how many keys to show, the busiest first.",
+)  # fmt: skip
 @json_option
 @dsn_option
-def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
+def counts(by_name: bool, by_key: str | None, keys: int, as_json: bool, dsn: str | None) -> None:
     """Count the jobs in each state (ready: queued and due; waiting: queued for later),
     say which job names are paused, and warn of names whose jobs have waited for longer
     than unhandled_after (10 minutes) with no live worker handling them.
@@ -311,7 +322,10 @@ def counts(by_name: bool, as_json: bool, dsn: str | None) -> None:
     With --by-name, the HANDLED column says whether a live axa-queue worker process
     handles each name (the Rust crate's workers record themselves nowhere: a name only
     they handle says no); the JSON gives each name's "handled" and "unhandled_jobs" too.
+    With --by-key NAME, the name's busiest keys instead (--keys of them).
     """
+    if by_key is not None:
+        return show_keys(by_key, keys, as_json, dsn)
 
     async def work(queue: Queue) -> _Looked:
         found = await (queue.counts_by_name() if by_name else queue.counts())

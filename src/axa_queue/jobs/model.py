@@ -11,7 +11,6 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from decimal import Decimal
 from typing import Any, TypedDict
 from uuid import UUID
 
@@ -23,6 +22,8 @@ from .arguments import MAX_ARGS_DEPTH, storable_problem, to_json
 from .dependencies import check_after
 from .ids import Duplicate as Duplicate
 from .ids import job_id_of as job_id_of
+from .keys import key_ok
+from .moments import EARLIEST, LATEST, moment, optional_moment
 
 __all__ = [
     "EARLIEST",
@@ -103,47 +104,6 @@ def check_unique_key(key: object, job: str) -> str:
     )
 
 
-LATEST = datetime.max.replace(tzinfo=timezone.utc)
-"""How a time after what Python's `datetime` holds (past year 9999, or `infinity`) is read."""
-EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
-"""How a time before what Python's `datetime` holds (before year 1, or `-infinity`) is read."""
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_LATEST_MICROS = (LATEST - _EPOCH) // timedelta(microseconds=1)
-_EARLIEST_MICROS = (EARLIEST - _EPOCH) // timedelta(microseconds=1)
-
-
-def optional_moment(epoch: Decimal | float | None) -> datetime | None:
-    """A time read as epoch seconds (how every read statement selects a `timestamptz`),
-    as a UTC datetime; `None` stays `None`.
-
-    PostgreSQL holds times Python's `datetime` cannot (past year 9999, before year 1,
-    `infinity`), which rows written by the Rust crate or by hand may have; reading one
-    directly would fail the whole statement, for every row it returns. Such a time is
-    read as `LATEST` or `EARLIEST` (`datetime.max` or `datetime.min`, in UTC) instead.
-    """
-    if epoch is None:
-        return None
-    if isinstance(epoch, float):
-        epoch = Decimal(repr(epoch)) if epoch == epoch else Decimal("NaN")
-    if epoch.is_nan():
-        return None
-    if epoch.is_infinite():
-        return LATEST if epoch > 0 else EARLIEST
-    micros = int((epoch * 1_000_000).to_integral_value())
-    if micros >= _LATEST_MICROS:
-        return LATEST
-    if micros <= _EARLIEST_MICROS:
-        return EARLIEST
-    return _EPOCH + timedelta(microseconds=micros)
-
-
-def moment(epoch: Decimal | float | None) -> datetime:
-    """`optional_moment` of a NOT NULL column."""
-    found = optional_moment(epoch)
-    return LATEST if found is None else found
-
-
 class JobState(str, enum.Enum):
     """Where a job is. The values are the status strings in the `status` column."""
 
@@ -205,7 +165,9 @@ class NewJob:
     nothing and returns the holder's id as a `Duplicate`. With `unique_for`, the key
     stays taken that long after the job finished, whatever its ending ("at most once
     an hour"). The key is shown (`JobInfo`, the CLI, the dashboard): put an id in it,
-    never a secret. See docs/jobs.md.
+    never a secret. See docs/jobs.md. `key` (1 to 200 printable characters, `keys`)
+    says who the job is for: a name claimed by key takes its keys' jobs in turn
+    (`Queue.limit_per_key`, docs/handlers.md).
     """
 
     name: str
@@ -219,6 +181,7 @@ class NewJob:
     unique_for: Duration | None = None
     after: tuple[UUID, ...] = ()
     on_parent_failure: str = "cancel"
+    key: str | None = field(default=None, repr=False)
     _args_json: str = field(default="", init=False, repr=False, compare=False)
     """The arguments as JSON, made once when the job is made: what is checked is what
     is stored, and a job queued by a schedule at every tick is encoded once."""
@@ -236,6 +199,7 @@ class NewJob:
         unique_for: Duration | None = None,
         after: Iterable[UUID | str] = (),
         on_parent_failure: str = "cancel",
+        key: str | None = None,
     ) -> None:
         # What dataclass's __init__ does for these fields, at a third of the cost of its
         # object.__setattr__ per field (a frozen class's): bulk enqueues make thousands.
@@ -251,6 +215,7 @@ class NewJob:
             unique_for=unique_for,
             after=after or (),
             on_parent_failure=on_parent_failure,
+            key=key,
             _args_json="",
         )
         self.__post_init__()
@@ -273,6 +238,7 @@ class NewJob:
             and self.unique_for is None
             and not self.after
             and self.on_parent_failure == "cancel"
+            and key_ok(self.key, name)
         ):
             self._check_options()
         # Refuses what cannot be stored, before any SQL; later changes to a mutable
@@ -488,6 +454,7 @@ class JobOptions(TypedDict, total=False):
     unique_for: Duration | None
     after: Iterable[UUID | str]
     on_parent_failure: str
+    key: str | None
 
 
 def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions]) -> NewJob:

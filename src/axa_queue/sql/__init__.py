@@ -6,6 +6,8 @@ what it does, in one module per table or concern:
 - `jobs`: queuing jobs, reading and counting them;
 - `exchange`: the exchange of endings for claims, and its variants (`EXCHANGE_LIMITED`,
   `EXCHANGE_RATED`, `CLAIM`), composed from named CTEs;
+- `keys`: fairness by key: queuing jobs with a key, the keyed claim (`EXCHANGE_KEYED`,
+  made of `exchange`'s pieces and its own), the counts by key;
 - `runs`: a run after its claim (heartbeats, giving back, lost runs);
 - `maintenance`: stale recovery and retention;
 - `history`: the history table's partitions, and moving finished jobs to it;
@@ -139,6 +141,21 @@ from .jobs import (
 )
 from .jobs import (
     TASK_RESULT as TASK_RESULT,
+)
+from .keys import (
+    ENQUEUE_COPY_KEYED as ENQUEUE_COPY_KEYED,
+)
+from .keys import (
+    ENQUEUE_KEYED as ENQUEUE_KEYED,
+)
+from .keys import (
+    ENQUEUE_MANY_KEYED as ENQUEUE_MANY_KEYED,
+)
+from .keys import (
+    EXCHANGE_KEYED as EXCHANGE_KEYED,
+)
+from .keys import (
+    KEY_COUNTS as KEY_COUNTS,
 )
 from .maintenance import (
     GIVE_BACK_GONE as GIVE_BACK_GONE,

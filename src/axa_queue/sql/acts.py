@@ -108,7 +108,7 @@ RETRY = statement(
         SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
             created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
             timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
-            run_worker, run_attempt, run_host, run_pid
+            run_worker, run_attempt, run_host, run_pid, key
         FROM unmoved
         RETURNING id, name, attempts, 'failed'::text AS was
     ), kept AS (
@@ -279,7 +279,7 @@ RETRY_MOVED_BATCH = statement(
         SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
             created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
             timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
-            run_worker, run_attempt, run_host, run_pid
+            run_worker, run_attempt, run_host, run_pid, key
         FROM unmoved
         RETURNING id, name, attempts, 'failed'::text AS was
     ), kept AS (

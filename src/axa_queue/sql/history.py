@@ -25,7 +25,7 @@ __all__ = [
 HISTORY_COLUMNS_MOVED = (
     "id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, "
     "max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, "
-    "ahead, given_back, run_worker, run_attempt, run_host, run_pid"
+    "ahead, given_back, run_worker, run_attempt, run_host, run_pid, key"
 )
 """The columns a move carries, named (never `*`): the jobs table's of migrations 1 to 8
 and 18.

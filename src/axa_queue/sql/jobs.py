@@ -57,9 +57,9 @@ ENQUEUE_UNIQUE = statement("""WITH jobs AS (
         SELECT * FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[],
                              %(max_attempts)s::int[], %(priority)s::smallint[],
                              %(at)s::timestamptz[], %(delay)s::float8[], %(timeout_ms)s::bigint[],
-                             %(unique_key)s::text[], %(unique_for_ms)s::bigint[])
+                             %(unique_key)s::text[], %(unique_for_ms)s::bigint[], %(key)s::text[])
             AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms, unique_key,
-                 unique_for_ms)
+                 unique_for_ms, key)
     ), expired AS (
         UPDATE {axa_queue} SET unique_key = NULL
         WHERE unique_key = ANY(%(unique_key)s::text[]) AND unique_for_ms IS NOT NULL
@@ -69,10 +69,10 @@ ENQUEUE_UNIQUE = statement("""WITH jobs AS (
         RETURNING id
     ), inserted AS (
         INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
-                               trace_context, unique_key, unique_for_ms)
+                               trace_context, unique_key, unique_for_ms, key)
         SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
                COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
-               j.timeout_ms, %(trace_context)s::jsonb, j.unique_key, j.unique_for_ms
+               j.timeout_ms, %(trace_context)s::jsonb, j.unique_key, j.unique_for_ms, j.key
         FROM jobs j WHERE (SELECT count(*) FROM expired) >= 0
         ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
             AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
@@ -108,10 +108,11 @@ conflict."""
 
 ENQUEUE_UNIQUE_ONE = statement("""WITH inserted AS (
         INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
-                               trace_context, unique_key, unique_for_ms)
+                               trace_context, unique_key, unique_for_ms, key)
         VALUES (%(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
                 COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
-                %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s)
+                %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s,
+                %(key)s)
         ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
             AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)
         DO NOTHING
@@ -126,10 +127,11 @@ ENQUEUE_UNIQUE_ONE = statement("""WITH inserted AS (
         RETURNING id
     ), again AS (
         INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
-                               trace_context, unique_key, unique_for_ms)
+                               trace_context, unique_key, unique_for_ms, key)
         SELECT %(id)s, %(name)s, %(args)s::text::jsonb, %(max_attempts)s, %(priority)s,
                COALESCE(%(at)s, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(delay)s)),
-               %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s
+               %(timeout_ms)s, %(trace_context)s::text::jsonb, %(unique_key)s, %(unique_for_ms)s,
+               %(key)s::text
         WHERE EXISTS (SELECT FROM expired)
         ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL
             AND (status IN ('queued', 'running', 'needs_review') OR unique_for_ms IS NOT NULL)

@@ -47,6 +47,7 @@ NAMES = (
     "axa_job_acts_role",
     "axa_queue_room",
     "axa_queue_rate_room",
+    "axa_queue_key_room",
     "axa_queue_history_days",
     "axa_queue_history_drop",
     "axa_queue_blocked_rule",

@@ -156,7 +156,7 @@ MARK_LOST = statement(
         SELECT id, name, args, 'needs_review', %(error)s, run_at, started_at, created_at,
             COALESCE(%(now)s::timestamptz, clock_timestamp()), attempts, max_attempts, priority,
             timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
-            run_worker, run_attempt, run_host, run_pid
+            run_worker, run_attempt, run_host, run_pid, key
         FROM unmoved
         RETURNING id, status
     ), ended AS (

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..acts import acts_call, paused_call
+from ..jobs.keys import key_counts_call
 from ..jobs.model import JobInfo, JobState
 from ..jobs.reads import job_call
 from . import params
@@ -84,6 +85,7 @@ async def _list(
         key, after = cursor_at(start), NIL
     page = await board.read(jobs_page_call(state, name, newest=newest, key=key, after=after))
     pauses = [] if name is None else await board.read(paused_call())
+    keys = [] if name is None or not first else await board.read(key_counts_call(name))
     return board.page(
         request,
         template,
@@ -95,6 +97,7 @@ async def _list(
         page=within(page, state, since, until),
         first=first,
         pause=next((one for one in pauses if one.name == name), None),
+        keys=keys,
         **extra,
     )
 

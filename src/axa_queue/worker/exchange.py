@@ -39,7 +39,7 @@ from .run import Run, order_of
 from .runs import Runner
 from .skips import Skips
 from .state import Phase, State
-from .wire import endings, exchange_rows
+from .wire import KeyCursor, endings, exchange_rows
 
 __all__ = ["OUTCOMES", "Exchange"]
 
@@ -93,9 +93,12 @@ class Exchange:
 
     def statement(self, recording: bool) -> str:
         """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
-        or `sql.EXCHANGE_RATED` once it has a rate limit: a process without either sends
-        the plain statement, whose plan is unchanged, or `sql.CLAIM` when it has nothing
-        to record (no ending, no start to mark: `recording` false)."""
+        or `sql.EXCHANGE_RATED` once it has a rate limit, or `sql.EXCHANGE_KEYED` once it
+        claims a name by key: a process without any sends the plain statement, whose
+        plan is unchanged, or `sql.CLAIM` when it has nothing to record (no ending, no
+        start to mark: `recording` false)."""
+        if self.registry.limits.keyed:
+            return sql.EXCHANGE_KEYED
         if self.registry.limits.rate:
             return sql.EXCHANGE_RATED
         if self.registry.limits.global_:
@@ -260,7 +263,9 @@ class Exchange:
         completed, completed_attempts, others = endings(batch)
         sent = self.connections.monotonic()  # when the claims made here last proved theirs
         try:
-            cursor = conn.cursor(row_factory=exchange_rows(self.attempts, sent, self.timeouts))
+            cursor = conn.cursor(
+                row_factory=exchange_rows(self.attempts, sent, self.timeouts, self.options.log_keys)
+            )
             await cursor.execute(
                 self.statement(bool(batch or starts)),
                 {
@@ -282,18 +287,28 @@ class Exchange:
         except psycopg.OperationalError:
             await self.connections.exchange_broke(conn)
             raise
-        if self.registry.limits.rate:
-            # Rows with a float: seconds until a rate-limited name's next free slot.
-            waits = [row for row in rows if type(row) is float]
-            if waits:
-                self.state.wake_in(max(min(waits), 0.0))
-                rows = [row for row in rows if type(row) is not float]
+        if self.registry.limits.rate or self.registry.limits.keyed:
+            rows = self._waits_and_cursors(rows)
         claimed = [row for row in rows if type(row) is Run]
         if len(claimed) > 1:
             claimed.sort(key=order_of)
         if len(rows) - len(claimed) == len(batch):
             return claimed, None  # every ending recorded (the usual case)
         return claimed, {row for row in rows if type(row) is not Run}
+
+    def _waits_and_cursors(self, rows: list[Any]) -> list[Any]:
+        """Take out of `rows` those of `sql.EXCHANGE_RATED` (a float: seconds until a
+        rate-limited name's next free slot, set as a timer) and of
+        `sql.EXCHANGE_KEYED` (a `KeyCursor`: where a keyed name's walk stopped, kept for
+        its next claim); the rest are runs and endings."""
+        waits = [row for row in rows if type(row) is float]
+        if waits:
+            self.state.wake_in(max(min(waits), 0.0))
+        after = self.registry.limits.after
+        for row in rows:
+            if type(row) is KeyCursor and row.key is not None:
+                after[row.name] = row.key
+        return [row for row in rows if type(row) is not float and type(row) is not KeyCursor]
 
     async def isolate(
         self,

@@ -122,6 +122,9 @@ class Run:
     trace_context: str | None = None
     """The trace context stored when the job was queued (JSON text), or `None`: what
     `JobContext.trace_context` is read from (see `tracing`)."""
+    job_key: str | None = field(default=None, repr=False)
+    """The job's key (`NewJob.key`), read only when the process logs keys
+    (`QueueOptions.log_keys`) and the name is claimed by key; else `None`."""
     result: str | None = field(default=None, repr=False)
     """What its handler returned, as JSON text, once it has completed; `None` when it
     returned `None` (the row's result stays NULL). Private like the arguments."""
@@ -177,7 +180,12 @@ class Run:
         return (self.id, self.attempts)
 
     def fields(self) -> dict[str, Any]:
-        """The log fields that name this run (never its arguments)."""
+        """The log fields that name this run (never its arguments; its key only when
+        the process logs keys: `job_key`)."""
+        if self.job_key is not None:
+            return {
+                "job_id": self.id, "job": self.name, "attempt": self.attempts, "key": self.job_key
+            }  # fmt: skip
         return {"job_id": self.id, "job": self.name, "attempt": self.attempts}
 
     def named(self) -> tuple[str, str, int]:

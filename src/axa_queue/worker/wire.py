@@ -7,14 +7,22 @@ attempt), and each row saying when a rate-limited name's next slot frees its sec
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from psycopg.rows import RowMaker
 
 from ..limits import AttemptLimits
 from .run import Run
 
-__all__ = ["COLUMNS", "endings", "exchange_rows"]
+__all__ = ["COLUMNS", "KeyCursor", "endings", "exchange_rows"]
+
+
+class KeyCursor(NamedTuple):
+    """A row of `sql.EXCHANGE_KEYED` saying where a keyed name's walk stopped: the next
+    claim of the name starts after `key` (`limits.Limits.after`)."""
+
+    name: str
+    key: str | None
 
 
 def endings(batch: list[Run]) -> tuple[str, str, str]:
@@ -68,11 +76,14 @@ COLUMNS = (
 """The columns `sql.EXCHANGE` returns, read by name."""
 
 
-def exchange_rows(attempts: AttemptLimits, sent: float, timeouts: dict[str, float]) -> Any:
+def exchange_rows(
+    attempts: AttemptLimits, sent: float, timeouts: dict[str, float], log_keys: bool = False
+) -> Any:
     """A row factory for `sql.EXCHANGE`, made once per statement: each row claimed
     becomes a `Run`, each ending recorded its (id, attempt), and each row of
     `sql.EXCHANGE_RATED` saying when a rate-limited name's next slot frees its seconds
-    (a float). It finds every column
+    (a float), each row of `sql.EXCHANGE_KEYED` saying where a keyed name's walk
+    stopped a `KeyCursor`; a run's key is kept only with `log_keys`. It finds every column
     by its name once, then reads each row's values by those places: as cheap as reading
     tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
     the statement cannot shift the others. A job stored without `max_attempts` or a
@@ -86,11 +97,15 @@ def exchange_rows(attempts: AttemptLimits, sent: float, timeouts: dict[str, floa
         id_, attempts, name, args, limit, timeout, priority, run_at, trace, ahead = (
             at[c] for c in COLUMNS
         )
+        key = at.get("key")  # `sql.EXCHANGE_KEYED` only
+        keys = log_keys and key is not None
 
-        def make(values: Any) -> Run | tuple[str, int] | float:
+        def make(values: Any) -> Run | tuple[str, int] | float | KeyCursor:
             if values[name] is None:
                 return (values[id_], values[attempts])
             if values[id_] is None:  # `sql.EXCHANGE_RATED`: when a name's next slot frees
+                if values[run_at] is None and key is not None:  # where a walk stopped
+                    return KeyCursor(values[name], values[key])
                 return float(values[run_at])
             ms = values[timeout]
             job = values[name]
@@ -105,6 +120,7 @@ def exchange_rows(attempts: AttemptLimits, sent: float, timeouts: dict[str, floa
                 order=(-values[priority], values[run_at]),
                 ahead=values[ahead],
                 trace_context=values[trace],
+                job_key=values[key] if keys else None,
             )
 
         return make

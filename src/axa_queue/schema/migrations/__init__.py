@@ -16,8 +16,9 @@ with the functions that make and drop its partitions, migration 11 each worker
 process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 (`jobs`) a page's read on millions of rows, migration 13 the attempts table, a row
 per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
-the dependencies and workflows tables, and the triggers that release dependents, and
-migration 18 the columns naming the process of each job's last run.
+the dependencies and workflows tables, and the triggers that release dependents,
+migration 15 a job's key, for fairness by key, and migration 18 the columns naming the
+process of each job's last run.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -26,7 +27,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v18`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v18`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -322,6 +323,27 @@ from .v14 import SETUP_RELEASE_TRIGGER as SETUP_RELEASE_TRIGGER
 from .v14 import SETUP_WORKFLOWS_JOB_INDEX as SETUP_WORKFLOWS_JOB_INDEX
 from .v14 import SETUP_WORKFLOWS_TABLE as SETUP_WORKFLOWS_TABLE
 from .v14 import WORKFLOWS_COLUMNS as WORKFLOWS_COLUMNS
+from .v15 import (
+    MIGRATION_15 as MIGRATION_15,
+)
+from .v15 import (
+    RECORD_15 as RECORD_15,
+)
+from .v15 import (
+    SETUP_HISTORY_KEY as SETUP_HISTORY_KEY,
+)
+from .v15 import (
+    SETUP_KEY as SETUP_KEY,
+)
+from .v15 import (
+    SETUP_KEY_ROOM_FUNCTION as SETUP_KEY_ROOM_FUNCTION,
+)
+from .v15 import (
+    SETUP_KEYED_INDEX as SETUP_KEYED_INDEX,
+)
+from .v15 import (
+    SETUP_RUNNING_KEYS_INDEX as SETUP_RUNNING_KEYS_INDEX,
+)
 from .v18 import (
     MIGRATION_18 as MIGRATION_18,
 )
@@ -355,6 +377,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_12,
     MIGRATION_13,
     MIGRATION_14,
+    MIGRATION_15,
     MIGRATION_18,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""

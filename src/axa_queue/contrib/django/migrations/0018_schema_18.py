@@ -9,6 +9,6 @@ from axa_queue.contrib.django.tables import operation
 
 
 class Migration(migrations.Migration):
-    dependencies = (("axa_queue", "0014_schema_14"),)
+    dependencies = (("axa_queue", "0015_schema_15"),)
 
     operations = (operation(18),)
