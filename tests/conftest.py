@@ -42,10 +42,64 @@ def _reachable(dsn: str) -> bool:
         return False
 
 
+OWN_DATABASES = 64
+"""How many databases of the tests' own a local server may hold: `axa_tests_1`,
+`axa_tests_2`..., one for each test process running at once (two under `-n 2`), kept
+and used again by later runs."""
+
+OWN_DATABASE_LOCK = 0x6178_6174  # `axat`; the second key is the database's number
+"""The session-level advisory lock (in the server's own database) a process holds on
+the database of the tests' own it uses, so that no other process uses it at once."""
+
+_own_database = False
+"""Whether this process's tests run in a database of their own (`own_database`)."""
+
+
+@contextlib.contextmanager
+def own_database(server_url: str) -> Iterator[str]:
+    """A database of this process's own on the server at `server_url`, made when the
+    server has none free, else `server_url` itself when this user may not make one.
+
+    What a database holds for all its sessions is then this process's alone: the
+    advisory setup lock that every schema's setup takes, the oldest snapshot that
+    VACUUM must keep rows for, the count of deadlocks. So a test waiting on one of
+    them (`alone`) need not stop the tests of the other processes, and two runs of the
+    suite on one server (or the two processes of `-n 2`) never wait for each other's
+    setups. A database is kept for the next run: dropping one makes the server write
+    a checkpoint (seconds to a minute on a busy disk)."""
+    global _own_database
+    with psycopg.connect(server_url, autocommit=True) as holder:
+        for number in range(1, OWN_DATABASES + 1):
+            row = holder.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (OWN_DATABASE_LOCK, number)
+            ).fetchone()
+            if row is not None and row[0]:
+                break
+        else:
+            yield server_url  # every one in use: share the server's database
+            return
+        name = f"axa_tests_{number}"
+        try:
+            holder.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name))
+            )
+        except psycopg.errors.DuplicateDatabase:
+            pass  # made by an earlier run
+        except psycopg.errors.InsufficientPrivilege:
+            yield server_url
+            return
+        _own_database = True
+        try:
+            yield make_conninfo(server_url, dbname=name)
+        finally:
+            _own_database = False
+
+
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """The server the tests use: `AXA_TEST_DATABASE_URL`, else a local server on the
-    socket or port 5432, else an embedded server started for this session."""
+    socket or port 5432 (in a database of this process's own: `own_database`), else an
+    embedded server started for this session."""
     given = os.environ.get("AXA_TEST_DATABASE_URL")
     if given:
         yield given
@@ -53,7 +107,8 @@ def database_url() -> Iterator[str]:
     local = os.environ.get("AXA_TEST_LOCAL_CANDIDATES")  # to show the fallback
     for candidate in local.split(",") if local is not None else LOCAL_CANDIDATES:
         if _reachable(candidate):
-            yield candidate
+            with own_database(candidate) as url:
+                yield url
             return
     from axa_queue.embedded import EmbeddedPostgres, is_available
 
@@ -66,22 +121,35 @@ def database_url() -> Iterator[str]:
     with EmbeddedPostgres(settings={"max_connections": "300"}) as server:
         print(f"\nno PostgreSQL answered; using an embedded server at {server.dsn}")
         os.environ["AXA_TEST_DATABASE_URL"] = server.dsn  # for subprocesses
-        yield server.dsn
+        global _own_database
+        _own_database = True  # this process's server: all its own
+        try:
+            yield server.dsn
+        finally:
+            _own_database = False
 
 
 @pytest.fixture(autouse=True)
 def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
     """Under pytest-xdist (`-n 2`), a test marked `alone` runs while no other does: it
-    waits on something the whole server shares (the setup's advisory lock) with a short
-    timeout. Every other test holds a shared lock on one file, the `alone` one an
-    exclusive lock. A gate in front of it makes an `alone` test waiting for its turn
-    hold the others back (else they would take their shared lock again and again, one
-    test after another, while it waits). Without xdist this does nothing, and so in a
-    pytest a test starts (which inherits the worker's environment, not its role)."""
+    waits on something its whole database shares (the setup's advisory lock, the oldest
+    snapshot VACUUM keeps rows for) with a short timeout. That is needed only when the
+    processes share a database: each has one of its own (`own_database`) unless the
+    server is given (`AXA_TEST_DATABASE_URL`) or this user may not make one. Every other
+    test holds a shared lock on one file, the `alone` one an exclusive lock. A gate in
+    front of it makes an `alone` test waiting for its turn hold the others back (else
+    they would take their shared lock again and again, one test after another, while it
+    waits). Without xdist this does nothing, and so in a pytest a test starts (which
+    inherits the worker's environment, not its role)."""
     workerinput = getattr(request.config, "workerinput", None)
-    if workerinput is None:
+    if workerinput is None or _own_database:
         yield
         return
+    if request.node.get_closest_marker("alone") is not None:
+        request.getfixturevalue("database_url")  # made now: is the database our own?
+        if _own_database:
+            yield
+            return
     run = workerinput["testrunuid"]
     import fcntl  # xdist runs are on Linux or macOS (CI: Linux)
 
