@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -55,6 +56,18 @@ _own_database = False
 """Whether this process's tests run in a database of their own (`own_database`)."""
 
 
+def _with_database(url: str, name: str) -> str:
+    """`url` with the database `name` in place of its own, in the same form (a URL
+    stays a URL)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        scheme, rest = url.split("://", 1)
+        where = re.match(r"[^/?]*", rest)
+        assert where is not None
+        query = rest[where.end() :].partition("?")[2]
+        return f"{scheme}://{where[0]}/{name}" + (f"?{query}" if query else "")
+    return make_conninfo(url, dbname=name)
+
+
 @contextlib.contextmanager
 def own_database(server_url: str) -> Iterator[str]:
     """A database of this process's own on the server at `server_url`, made when the
@@ -90,7 +103,7 @@ def own_database(server_url: str) -> Iterator[str]:
             return
         _own_database = True
         try:
-            yield make_conninfo(server_url, dbname=name)
+            yield _with_database(server_url, name)
         finally:
             _own_database = False
 
