@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import tempfile
 import threading
 import time
@@ -42,10 +43,76 @@ def _reachable(dsn: str) -> bool:
         return False
 
 
+OWN_DATABASES = 64
+"""How many databases of the tests' own a local server may hold: `axa_tests_1`,
+`axa_tests_2`..., one for each test process running at once (two under `-n 2`), kept
+and used again by later runs."""
+
+OWN_DATABASE_LOCK = 0x6178_6174  # `axat`; the second key is the database's number
+"""The session-level advisory lock (in the server's own database) a process holds on
+the database of the tests' own it uses, so that no other process uses it at once."""
+
+_own_database = False
+"""Whether this process's tests run in a database of their own (`own_database`)."""
+
+
+def _with_database(url: str, name: str) -> str:
+    """`url` with the database `name` in place of its own, in the same form (a URL
+    stays a URL)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        scheme, rest = url.split("://", 1)
+        where = re.match(r"[^/?]*", rest)
+        assert where is not None
+        query = rest[where.end() :].partition("?")[2]
+        return f"{scheme}://{where[0]}/{name}" + (f"?{query}" if query else "")
+    return make_conninfo(url, dbname=name)
+
+
+@contextlib.contextmanager
+def own_database(server_url: str) -> Iterator[str]:
+    """A database of this process's own on the server at `server_url`, made when the
+    server has none free, else `server_url` itself when this user may not make one.
+
+    What a database holds for all its sessions is then this process's alone: the
+    advisory setup lock that every schema's setup takes, the oldest snapshot that
+    VACUUM must keep rows for, the count of deadlocks. So a test waiting on one of
+    them (`alone`) need not stop the tests of the other processes, and two runs of the
+    suite on one server (or the two processes of `-n 2`) never wait for each other's
+    setups. A database is kept for the next run: dropping one makes the server write
+    a checkpoint (seconds to a minute on a busy disk)."""
+    global _own_database
+    with psycopg.connect(server_url, autocommit=True) as holder:
+        for number in range(1, OWN_DATABASES + 1):
+            row = holder.execute(
+                "SELECT pg_try_advisory_lock(%s, %s)", (OWN_DATABASE_LOCK, number)
+            ).fetchone()
+            if row is not None and row[0]:
+                break
+        else:
+            yield server_url  # every one in use: share the server's database
+            return
+        name = f"axa_tests_{number}"
+        try:
+            holder.execute(
+                sql.SQL("CREATE DATABASE {} TEMPLATE template0").format(sql.Identifier(name))
+            )
+        except psycopg.errors.DuplicateDatabase:
+            pass  # made by an earlier run
+        except psycopg.errors.InsufficientPrivilege:
+            yield server_url
+            return
+        _own_database = True
+        try:
+            yield _with_database(server_url, name)
+        finally:
+            _own_database = False
+
+
 @pytest.fixture(scope="session")
 def database_url() -> Iterator[str]:
     """The server the tests use: `AXA_TEST_DATABASE_URL`, else a local server on the
-    socket or port 5432, else an embedded server started for this session."""
+    socket or port 5432 (in a database of this process's own: `own_database`), else an
+    embedded server started for this session."""
     given = os.environ.get("AXA_TEST_DATABASE_URL")
     if given:
         yield given
@@ -53,7 +120,8 @@ def database_url() -> Iterator[str]:
     local = os.environ.get("AXA_TEST_LOCAL_CANDIDATES")  # to show the fallback
     for candidate in local.split(",") if local is not None else LOCAL_CANDIDATES:
         if _reachable(candidate):
-            yield candidate
+            with own_database(candidate) as url:
+                yield url
             return
     from axa_queue.embedded import EmbeddedPostgres, is_available
 
@@ -66,22 +134,35 @@ def database_url() -> Iterator[str]:
     with EmbeddedPostgres(settings={"max_connections": "300"}) as server:
         print(f"\nno PostgreSQL answered; using an embedded server at {server.dsn}")
         os.environ["AXA_TEST_DATABASE_URL"] = server.dsn  # for subprocesses
-        yield server.dsn
+        global _own_database
+        _own_database = True  # this process's server: all its own
+        try:
+            yield server.dsn
+        finally:
+            _own_database = False
 
 
 @pytest.fixture(autouse=True)
 def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
     """Under pytest-xdist (`-n 2`), a test marked `alone` runs while no other does: it
-    waits on something the whole server shares (the setup's advisory lock) with a short
-    timeout. Every other test holds a shared lock on one file, the `alone` one an
-    exclusive lock. A gate in front of it makes an `alone` test waiting for its turn
-    hold the others back (else they would take their shared lock again and again, one
-    test after another, while it waits). Without xdist this does nothing, and so in a
-    pytest a test starts (which inherits the worker's environment, not its role)."""
+    waits on something its whole database shares (the setup's advisory lock, the oldest
+    snapshot VACUUM keeps rows for) with a short timeout. That is needed only when the
+    processes share a database: each has one of its own (`own_database`) unless the
+    server is given (`AXA_TEST_DATABASE_URL`) or this user may not make one. Every other
+    test holds a shared lock on one file, the `alone` one an exclusive lock. A gate in
+    front of it makes an `alone` test waiting for its turn hold the others back (else
+    they would take their shared lock again and again, one test after another, while it
+    waits). Without xdist this does nothing, and so in a pytest a test starts (which
+    inherits the worker's environment, not its role)."""
     workerinput = getattr(request.config, "workerinput", None)
-    if workerinput is None:
+    if workerinput is None or _own_database:
         yield
         return
+    if request.node.get_closest_marker("alone") is not None:
+        request.getfixturevalue("database_url")  # made now: is the database our own?
+        if _own_database:
+            yield
+            return
     run = workerinput["testrunuid"]
     import fcntl  # xdist runs are on Linux or macOS (CI: Linux)
 
@@ -103,27 +184,32 @@ def _alone_or_together(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 SLOW = (
-    "tests/test_chaos.py::",
     "tests/test_fallback.py::",
+    "tests/test_chaos.py::",
     "tests/test_soak.py::test_a_tiny_soak_",
-    "tests/test_outage.py::test_a_server_down_longer_than_stale_after_",
     "tests/test_bench.py::test_every_workload_runs_once",
-    "tests/test_outage.py::test_after_a_restart_no_process_takes_a_job_for_stale_",
-    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_worker_processes",
-    "tests/test_global_limits.py::test_a_global_limit_is_never_exceeded_by_several_processes",
+    "tests/test_browser.py::test_a_database_outage_",
     "tests/test_docs.py::test_the_python_block_runs_as_written[docs/handlers.md:484]",
-    "tests/test_cli.py::test_the_demo_runs_on_an_embedded_server",
+    "tests/test_web_outage.py::test_an_outage_gets_a_503_",
+    "tests/test_global_limits.py::test_a_global_limit_is_never_exceeded_by_several_processes",
     "tests/test_django.py::test_manage_py_axa_queue_lists_shows_and_cancels_jobs",
+    "tests/test_setup.py::test_eight_setups_at_once_from_processes",
     "tests/test_web_inputs.py::test_every_route_answers_every_bad_parameter",
-    "tests/test_cli.py::test_the_demo_on_a_given_database",
-    "tests/test_dsns.py::test_the_demo_on_a_given_sqlalchemy_url",
-    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_queues",
+    "tests/test_testing.py::test_a_users_project_gets_the_fixtures_",
+    "tests/test_cli.py::test_the_demo_runs_on_an_embedded_server",
+    "tests/test_crash.py::test_three_worker_processes_run_each_of_600_jobs_exactly_once",
+    "tests/test_cli.py::test_worker_processes_are_supervised_restarted_when_killed",
+    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_worker_processes",
     "tests/test_rate_limit.py::test_several_processes_claiming_one_name",
     "tests/test_cli.py::test_a_supervisors_health_says_when_a_worker_process_cannot",
+    "tests/test_cli.py::test_the_demo_on_a_given_database",
+    "tests/test_outage.py::test_a_server_down_longer_than_stale_after_",
+    "tests/test_testing.py::test_a_failing_user_assertion_shows_",
     "tests/test_schedules.py::test_each_cron_due_time_is_queued_once_by_two_running_workers",
-    "tests/test_cli.py::test_worker_processes_are_supervised_restarted_when_killed",
     "tests/test_survival.py::test_one_sigterm_stops_a_worker_within_its_grace",
-    "tests/test_crash.py::test_three_worker_processes_run_each_of_600_jobs_exactly_once",
+    "tests/test_outage.py::test_after_a_restart_no_process_takes_a_job_for_stale_",
+    "tests/test_dsns.py::test_the_demo_on_a_given_sqlalchemy_url",
+    "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_queues",
 )
 """The tests that take seconds (worker processes, an embedded server, the chaos run),
 longest first: run first (`pytest_collection_modifyitems`). A name not found here only

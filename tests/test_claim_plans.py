@@ -194,7 +194,9 @@ class Claims:
 
 @contextlib.contextmanager
 def table(database_url: str) -> Iterator[psycopg.Connection[Any]]:
-    """A connection on a fresh schema holding the queue's tables (dropped afterwards)."""
+    """A connection on a fresh schema holding the queue's tables (dropped afterwards),
+    which autovacuum leaves alone: each test's statistics are those its fixture took
+    (an ANALYZE of autovacuum's own, whenever it comes by, would plan again on others)."""
     with (
         fresh_schema(database_url) as name,
         psycopg.connect(schema_dsn(database_url, name), autocommit=True) as conn,
@@ -202,6 +204,7 @@ def table(database_url: str) -> Iterator[psycopg.Connection[Any]]:
         with conn.transaction():
             for statement in SETUP_STATEMENTS:
                 conn.execute(statement)
+            conn.execute("ALTER TABLE axa_queue SET (autovacuum_enabled = off)")
         conn.execute("SET axa_queue.notify = off")
         yield conn
 
