@@ -9,12 +9,20 @@ callback)`), ANALYZE, then time a worker draining them with no-op handlers, from
 start of `run` to the last ending observed (the chord's: its callback's). The figure is
 jobs a second; the ratio is the chord's over the plain jobs'. Each round works in a
 schema of its own, dropped afterwards.
+
+On a shared, noisy machine the wall-clock figure moves by tens of percent between runs;
+when the server runs on this machine (its `/proc` readable), each round also reports the
+CPU seconds its backends spent (utime + stime of every backend serving this process,
+found by its client port, read before `run` and at the last ending; a backend opened
+by `run` counts from its start),
+as microseconds of server CPU a job: the chord's extra per job is the release's cost.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import time
 import uuid
@@ -29,8 +37,54 @@ from axa_queue import NewJob, Queue, QueueOptions, chord, group
 JOB = "bench.noop"
 
 
-async def _drain(dsn: str, jobs: int, loops: int, as_chord: bool) -> float:
-    """Jobs a second: `jobs` no-op jobs (and, as a chord, one callback after them)."""
+def _own_ports() -> set[int]:
+    """The local TCP ports of this process's sockets (its connections to the server)."""
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/self/net/tcp", "/proc/self/net/tcp6"):
+        try:
+            with open(table) as lines:
+                for line in list(lines)[1:]:
+                    fields = line.split()
+                    if fields[9] in inodes:
+                        ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+        except OSError:
+            continue
+    return ports
+
+
+def _backend_cpu(dsn: str) -> dict[int, float] | None:
+    """CPU seconds (user + system) spent so far by each backend serving this process, by
+    process id, or None when the server's processes cannot be read from here."""
+    ports = _own_ports()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        pids = [
+            row[0]
+            for row in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE client_port = ANY(%s)", (list(ports),)
+            )
+        ]
+    spent: dict[int, float] = {}
+    try:
+        for pid in pids:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            spent[pid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        return None
+    return spent
+
+
+async def _drain(dsn: str, jobs: int, loops: int, as_chord: bool) -> tuple[float, float | None]:
+    """Jobs a second, and server CPU microseconds a job (None when unreadable): `jobs`
+    no-op jobs (and, as a chord, one callback after them)."""
     schema = f"bench_wf_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(pgsql.Identifier(schema)))
@@ -55,6 +109,7 @@ async def _drain(dsn: str, jobs: int, loops: int, as_chord: bool) -> float:
                 conn.execute("ANALYZE axa_queue")
                 conn.execute("CHECKPOINT")
             stop = asyncio.Event()
+            spent: list[dict[int, float] | None] = []
             ended = 0
             last = 0.0
 
@@ -63,12 +118,22 @@ async def _drain(dsn: str, jobs: int, loops: int, as_chord: bool) -> float:
                 ended += 1
                 if ended >= total:
                     last = time.monotonic()
+                    spent.append(_backend_cpu(dsn))  # before `run` closes its connections
                     stop.set()
 
             queue.observe(seen)
+            cpu0 = _backend_cpu(dsn)
             t0 = time.monotonic()
             await asyncio.wait_for(queue.run(stop), 600)
-            return total / (last - t0)
+            cpu1 = spent[0] if spent else None
+            # Each backend alive at the end, less what it had spent before the run (a
+            # backend closed during the run is not counted: the pool keeps its own).
+            cpu = (
+                None
+                if cpu0 is None or cpu1 is None
+                else sum(v - cpu0.get(pid, 0.0) for pid, v in cpu1.items()) / total * 1e6
+            )
+            return total / (last - t0), cpu
         finally:
             await queue.close()
     finally:
@@ -87,13 +152,27 @@ def main() -> None:
     given = parser.parse_args()
     plain: list[float] = []
     chords: list[float] = []
+    ratios: list[float] = []
+    plain_cpu: list[float] = []
+    chord_cpu: list[float] = []
     for _ in range(given.rounds):
-        plain.append(asyncio.run(_drain(given.dsn, given.jobs, given.loops, False)))
-        chords.append(asyncio.run(_drain(given.dsn, given.jobs, given.loops, True)))
+        p_rate, p_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, False))
+        c_rate, c_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, True))
+        plain.append(p_rate)
+        chords.append(c_rate)
+        ratios.append(c_rate / p_rate)
+        if p_cpu is not None and c_cpu is not None:
+            plain_cpu.append(p_cpu)
+            chord_cpu.append(c_cpu)
     p, c = statistics.median(plain), statistics.median(chords)
     print(f"plain jobs: {p:,.0f} jobs/s  (rounds: {', '.join(f'{x:,.0f}' for x in plain)})")
     print(f"chord:      {c:,.0f} jobs/s  (rounds: {', '.join(f'{x:,.0f}' for x in chords)})")
-    print(f"chord / plain: {c / p:.2f}")
+    print(f"chord / plain: {c / p:.2f}  (per round: {', '.join(f'{x:.2f}' for x in ratios)})")
+    if plain_cpu:
+        pc, cc = statistics.median(plain_cpu), statistics.median(chord_cpu)
+        print(
+            f"server CPU a job: plain {pc:.0f} us, chord {cc:.0f} us (plain / chord {pc / cc:.2f})"
+        )
 
 
 if __name__ == "__main__":

@@ -301,6 +301,26 @@ def test_two_parents_ending_at_once_in_two_transactions_release_their_child_once
         second.close()
 
 
+def test_one_statement_ending_every_parent_of_two_children_releases_both(admin) -> None:
+    # The first ending's look share-locks the second's dependency (its own transaction's
+    # lock), the second marks it and, its look finding none left, releases both children.
+    parents = [enqueue_on(admin, NewJob("P")) for _ in range(3)]
+    first = enqueue_on(admin, NewJob("C", after=parents))
+    second = enqueue_on(admin, NewJob("C", after=list(reversed(parents))))
+    for parent in parents:
+        claim(admin, parent)
+    exchange(admin, completed=parents[:2])
+    assert state(admin, first)[0] == "blocked" and state(admin, second)[0] == "blocked"
+    exchange(admin, completed=parents[2:])
+    assert state(admin, first)[0] == "queued" and state(admin, second)[0] == "queued"
+    parents = [enqueue_on(admin, NewJob("P")) for _ in range(3)]
+    both = [enqueue_on(admin, NewJob("C", after=parents)) for _ in range(2)]
+    for parent in parents:
+        claim(admin, parent)
+    exchange(admin, completed=parents)
+    assert [state(admin, child)[0] for child in both] == ["queued", "queued"]
+
+
 def test_the_last_parent_ending_releases_even_when_the_other_committed_meanwhile(
     admin, dsn
 ) -> None:

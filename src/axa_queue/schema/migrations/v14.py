@@ -154,27 +154,27 @@ SETUP_RELEASE_FUNCTION = statement(
 LANGUAGE plpgsql AS $${body}$$""",
     body="""
 DECLARE
-    kids uuid[];
     kid uuid;
+    pos integer;
+    maybe uuid[] := '{}';
     released boolean := false;
 BEGIN
-    WITH satisfied AS (
+    FOR kid, pos IN
         UPDATE axa_queue_deps SET done = true
         WHERE parent = NEW.id AND NOT done
           AND (NEW.status = 'completed' OR on_parent_failure = 'run')
         RETURNING child, position
-    )
-    SELECT array_agg(s.child ORDER BY s.child) INTO kids
-    FROM satisfied s
-    WHERE NOT EXISTS (
-        SELECT FROM axa_queue_deps w
-        WHERE w.child = s.child AND NOT w.done AND w.position > s.position + 64
-        ORDER BY w.position LIMIT 1 FOR SHARE SKIP LOCKED
-    ) AND NOT EXISTS (
-        SELECT FROM axa_queue_deps w
-        WHERE w.child = s.child AND NOT w.done AND w.parent <> NEW.id
-        ORDER BY w.position DESC LIMIT 1 FOR SHARE SKIP LOCKED
-    );
+    LOOP
+        PERFORM FROM axa_queue_deps w
+        WHERE w.child = kid AND NOT w.done AND w.position > pos + 64
+        ORDER BY w.position LIMIT 1 FOR SHARE SKIP LOCKED;
+        CONTINUE WHEN FOUND;
+        PERFORM FROM axa_queue_deps w
+        WHERE w.child = kid AND NOT w.done
+        ORDER BY w.position DESC LIMIT 1 FOR SHARE SKIP LOCKED;
+        CONTINUE WHEN FOUND;
+        maybe := maybe || kid;
+    END LOOP;
     IF NEW.status <> 'completed' THEN
         WITH RECURSIVE doomed(child, parent) AS (
             SELECT d.child, d.parent FROM axa_queue_deps d
@@ -192,7 +192,10 @@ BEGIN
               ORDER BY child, parent = NEW.id DESC, parent) x
         WHERE q.id = x.child AND q.status = 'blocked';
     END IF;
-    FOREACH kid IN ARRAY COALESCE(kids, '{}') LOOP
+    IF cardinality(maybe) > 1 THEN
+        maybe := ARRAY(SELECT DISTINCT unnest(maybe) ORDER BY 1);
+    END IF;
+    FOREACH kid IN ARRAY maybe LOOP
         PERFORM FROM axa_queue WHERE id = kid AND status = 'blocked' FOR NO KEY UPDATE;
         CONTINUE WHEN NOT FOUND;
         UPDATE axa_queue SET status = 'queued', updated_at = now()
@@ -220,22 +223,27 @@ docs/design.md, "Workflows", for why it is correct under concurrency.
    <id> failed` (or `was cancelled`) naming the job that stopped it.
 3. Each dependent with a dependency just done is released (`queued`) when no
    dependency of it is left. Under READ COMMITTED two parents ending at once, in two
-   transactions, may each see the other's dependency as not done: so an ending first
-   looks for a dependency left that no transaction is ending now (`FOR SHARE SKIP
-   LOCKED`: a dependency being marked `done` is locked by its ending). If it finds
-   one, it keeps it share-locked until it commits: that dependency's own ending cannot
-   mark it until then, so it will see this one done; this ending stops there. If it
-   finds none, it may be the last: it locks the dependent's row and looks again with
-   a snapshot taken after the lock; two such endings take the lock one after the
-   other, and the second sees the first's. So no dependent is released before every
-   dependency is done, and none stays blocked once they all are, and an ending locks
-   the dependent only when it may be the last: a chord's callback is not a row every
-   parent's ending waits for. The dependency left that it share-locks is the first one
-   more than 64 places after its own (else the last): parents end roughly in their
-   order (a group is claimed in the order it was given), so that one is not ending now
-   and is far enough ahead that this ending has committed before it ends, and each
-   ending of a chord's group share-locks a row of its own (one row locked by every
-   ending would write its lock to one page at every ending).
+   transactions, may each see the other's dependency as not done: so an ending,
+   dependent by dependent as its marking returns them (a `FOR` loop over the
+   `UPDATE ... RETURNING`), looks for a dependency left that no transaction is ending
+   now (`FOR SHARE SKIP LOCKED`: a dependency being marked `done` is locked by its
+   ending), with a snapshot taken after its own marking. If it finds one, it keeps it
+   share-locked until it commits: that dependency's own ending cannot mark it until
+   then, so it will see this one done; this ending stops there for that dependent. If
+   it finds none, it may be the last: after the cancelling, it locks the dependent's row
+   (dependents in id order) and looks again with a snapshot taken after the lock; two
+   such endings take the lock one after the other, and the second sees the first's.
+   So no dependent is released before every dependency is done, and none stays
+   blocked once they all are, and an ending locks the dependent only when it may be
+   the last: a chord's callback is not a row every parent's ending waits for. The
+   dependency left that it share-locks is the first one more than 64 places after its
+   own (else the last): parents end roughly in their order (a group is claimed in the
+   order it was given), so that one is not ending now and is far enough ahead that
+   this ending has committed before it ends, and each ending of a chord's group
+   share-locks a row of its own (one row locked by every ending would write its lock
+   to one page at every ending). Two plain statements per ending (the marking, one
+   look) rather than one statement gathering every dependent into an array: about a
+   sixth less server time per ending (docs/performance.md).
 4. One notification (the insert trigger's kind) when it released any, so a worker
    waiting wakes.
 
