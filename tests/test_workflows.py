@@ -30,6 +30,7 @@ from axa_queue import (
     sql,
     workflow_on,
 )
+from axa_queue.context import fresh, running_job
 from axa_queue.errors import OptionsError
 from conftest import eventually, running
 from test_fencing import exchange
@@ -330,8 +331,7 @@ async def test_a_chord_runs_its_callback_once_with_its_groups_results_in_order(
         return args["n"] * 10
 
     async def callback(args: dict[str, Any]) -> int:
-        async with queue.connection() as conn:
-            results = await current_job().parent_results(conn)
+        results = await current_job().parent_results()
         seen.append(results)
         return sum(results)
 
@@ -351,8 +351,7 @@ async def test_a_chain_runs_in_order_each_step_reading_the_one_before(make_queue
     order: list[str] = []
 
     async def step(args: dict[str, str]) -> str:
-        async with queue.connection() as conn:
-            before = await current_job().parent_results(conn)
+        before = await current_job().parent_results()
         order.append(args["name"])
         return "".join(before) + args["name"]
 
@@ -362,6 +361,72 @@ async def test_a_chain_runs_in_order_each_step_reading_the_one_before(make_queue
         await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
     assert order == ["a", "b", "c"]
     assert await queue.result(flow.jobs[-1]) == "abc"
+
+
+async def test_a_sync_callback_reads_its_parents_results_with_no_connection_of_its_own(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+
+    def part(args: dict[str, int]) -> int:
+        return args["n"] + 1
+
+    def callback(args: dict[str, Any]) -> None:
+        seen.append(current_job().parent_results())
+
+    queue.handle("part", part)
+    queue.handle("gather", callback)
+    flow = await queue.enqueue(
+        chord(group([NewJob("part", {"n": n}) for n in range(3)]), NewJob("gather"))
+    )
+    async with running(queue):
+        await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
+    assert seen == [[1, 2, 3]]
+
+
+async def test_a_drain_gives_a_callback_its_groups_results_and_the_context_never_shows_them(
+    make_queue,
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+    shown: list[str] = []
+
+    async def part(args: dict[str, int]) -> str:
+        return f"secret-{args['n']}"
+
+    async def callback(args: dict[str, Any]) -> None:
+        job = current_job()
+        seen.append(await job.parent_results())
+        shown.append(repr(job))
+
+    queue.handle("part", part)
+    queue.handle("gather", callback)
+    await queue.enqueue(
+        chord(group([NewJob("part", {"n": n}) for n in range(3)]), NewJob("gather"))
+    )
+    result = await queue.drain()
+    assert result.completed == 4
+    assert seen == [["secret-0", "secret-1", "secret-2"]]
+    assert "secret" not in shown[0]
+
+
+async def test_a_job_without_dependencies_and_a_run_without_a_row_read_no_parent_results(
+    make_queue,
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+
+    async def alone(args: dict[str, Any]) -> None:
+        seen.append(await current_job().parent_results())
+
+    queue.handle("alone", alone)
+    await queue.enqueue(NewJob("alone"))
+    await queue.drain()
+    assert seen == [[]]
+    with running_job(fresh("alone", 1)) as job:
+        assert await job.parent_results() == []
+    assert await asyncio.to_thread(fresh("alone", 1).parent_results) == []
 
 
 # --- what a plain job pays, and the other ways in -----------------------------------------
