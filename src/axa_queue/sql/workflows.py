@@ -11,7 +11,7 @@ from __future__ import annotations
 from .acts import _CANCELLED
 from .naming import statement
 
-__all__ = ["CANCEL_WORKFLOW", "ENQUEUE_LINKED", "PARENT_RESULTS", "WORKFLOW"]
+__all__ = ["CANCEL_WORKFLOW", "ENQUEUE_LINKED", "PARENT_RESULTS", "WORKFLOW", "WORKFLOW_OF"]
 
 ENQUEUE_LINKED = statement("""WITH named AS (
         UPDATE {axa_queue} SET dependents = true
@@ -96,6 +96,14 @@ WORKFLOW = statement("""SELECT m.position, m.job::text AS id, COALESCE(q.name, h
 """A workflow's members in the order they were given: each job's id, name, state (in
 `axa_queue` or the history; NULL once purged) and the ids it depends on, in order.
 Never arguments or results."""
+
+WORKFLOW_OF = statement("""SELECT COALESCE(
+        (SELECT workflow::text FROM {axa_workflows} WHERE job = %(id)s),
+        (SELECT workflow::text FROM {axa_workflows} WHERE workflow = %(id)s LIMIT 1)
+    ) AS workflow""")
+"""The workflow `id` names: the one the job `id` is a member of (`axa_workflows_job`),
+else the workflow whose own id it is; NULL when neither (the CLI and the dashboard take
+either id)."""
 
 PARENT_RESULTS = statement("""SELECT d.parent::text AS id, COALESCE(q.status, h.status) AS status,
         COALESCE(q.result, h.result)::text AS result
