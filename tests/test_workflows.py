@@ -429,6 +429,39 @@ async def test_a_job_without_dependencies_and_a_run_without_a_row_read_no_parent
     assert await asyncio.to_thread(fresh("alone", 1).parent_results) == []
 
 
+async def test_a_drain_runs_a_nested_workflow_in_dependency_order_and_assert_enqueued_sees_it_blocked(
+    make_queue,
+) -> None:
+    from axa_queue.testing import assert_enqueued, refute_enqueued
+
+    queue = await make_queue()
+    order: list[str] = []
+
+    async def step(args: dict[str, str]) -> str:
+        order.append(args["name"])
+        return args["name"]
+
+    queue.handle("step", step)
+    flow = await queue.enqueue(
+        chain(
+            NewJob("step", {"name": "first"}),
+            chord(
+                group([NewJob("step", {"name": f"part{n}"}) for n in range(3)]),
+                NewJob("step", {"name": "gather"}),
+            ),
+            NewJob("step", {"name": "last"}),
+        )
+    )
+    await assert_enqueued(queue, "step", args={"name": "gather"}, state="blocked")
+    await assert_enqueued(queue, "step", args={"name": "last"}, state="blocked")
+    await refute_enqueued(queue, "step", args={"name": "first"}, state="blocked")
+    assert (await queue.drain()).completed == 6
+    assert order[0] == "first" and sorted(order[1:4]) == ["part0", "part1", "part2"]
+    assert order[4:] == ["gather", "last"]
+    await refute_enqueued(queue, "step", state="blocked")
+    assert await queue.result(flow.jobs[-1]) == "last"
+
+
 # --- what a plain job pays, and the other ways in -----------------------------------------
 
 
