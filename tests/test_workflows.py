@@ -523,3 +523,48 @@ def test_the_crate_never_claims_a_blocked_job_and_its_ending_releases_one(admin)
     admin.execute(crate.FINISH, crate.params(first, claimed[3], "completed", None))
     assert state(admin, second)[0] == "queued"
     assert crate_claim(admin, "second") is not None
+
+
+async def test_dropping_the_historys_days_deletes_their_jobs_dependencies_and_workflow_places(
+    make_queue, admin
+) -> None:
+    from datetime import timedelta
+
+    queue = await make_queue()
+
+    async def step(args: dict[str, Any]) -> None:
+        return None
+
+    queue.handle("step", step)
+    old = await queue.enqueue(chain(NewJob("step"), NewJob("step")))
+    kept = await queue.enqueue(chain(NewJob("step"), NewJob("step")))
+    assert (await queue.drain()).completed == 4
+
+    def rows(flow: Workflow) -> tuple[int, int]:
+        deps = admin.execute(
+            "SELECT count(*) FROM axa_queue_deps WHERE child = ANY(%s)", (list(flow.jobs),)
+        ).fetchone()[0]
+        places = admin.execute(
+            "SELECT count(*) FROM axa_workflows WHERE workflow = %s", (flow.id,)
+        ).fetchone()[0]
+        return deps, places
+
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = now() - interval '3 days' WHERE id = ANY(%s)",
+        (list(old.jobs),),
+    )
+    assert (await queue.move_history(timedelta(0))).moved == 4
+    assert rows(old) == (1, 2) and rows(kept) == (1, 2)
+
+    # A drop given up (its lock not had) keeps them with their jobs.
+    import contextlib
+
+    with psycopg.connect(admin.info.dsn) as holder, holder.transaction():
+        holder.execute("LOCK TABLE axa_queue_history IN ACCESS SHARE MODE")
+        with contextlib.suppress(psycopg.errors.LockNotAvailable):
+            await queue.purge(older_than=timedelta(days=1))
+        assert rows(old) == (1, 2)
+
+    await queue.purge(older_than=timedelta(days=1))
+    assert rows(old) == (0, 0)
+    assert rows(kept) == (1, 2)  # its day is kept
