@@ -27,6 +27,16 @@ each run's start and end (job, attempt, process, times):
 - started late: no handler starts while its row is not `running` under its attempt,
   and no (job, attempt) starts twice;
 - schedule: each due time of the schedule is moved on (and its job queued) once;
+- released early: no dependent of a workflow (chords and chains of `Work` jobs among
+  the others) goes from `blocked` to `queued` unless each of its parents was completed
+  before or in the same transaction: so never by a run that lost its claim (whose
+  ending writes nothing);
+- started early: no dependent's handler starts before every parent completed;
+- stuck blocked: no job stays `blocked` whose parents all ended;
+- wrong results: each dependent's `parent_results()` holds its parents' results, in
+  order (a chord's callback: its group's); every callback runs exactly once is "lost"
+  and "completed twice" above, which cover the workflows' jobs too (a job held blocked
+  by a parent in review is not lost);
 - review: a job reaches `needs_review` only after stale recovery took the claim of a
   run of it that had started (a run that really lost its claim).
 
@@ -55,7 +65,7 @@ HERE = Path(__file__).resolve().parent
 SRC = HERE.parent / "src"
 sys.path.insert(0, str(SRC))
 
-from axa_queue import NewJob, Queue, QueueOptions, enqueue_on  # noqa: E402
+from axa_queue import NewJob, Queue, QueueOptions, chain, chord, enqueue_on, group  # noqa: E402
 from axa_queue.embedded import EmbeddedPostgres  # noqa: E402
 
 HANDLERS = '''
@@ -67,7 +77,7 @@ import uuid
 
 import psycopg
 
-from axa_queue import NewJob, Queue, QueueOptions, Schedule
+from axa_queue import NewJob, Queue, QueueOptions, Schedule, current_job
 
 queue = Queue(
     options=QueueOptions(
@@ -118,9 +128,12 @@ async def work(args):
             time.sleep(args["block"])  # blocks the event loop
         if args.get("fail") and attempts == 1:
             raise RuntimeError("told to fail once")
+        if "expect" in args and await current_job().parent_results() != args["expect"]:
+            await note(run, n, "wrong results")
         await note(run, n, "end")
     finally:
         RUNNING.discard(n)
+    return n
 
 
 @queue.handler("Tick")
@@ -132,7 +145,8 @@ SCHEMA = [
     "CREATE INDEX chaos_n ON axa_queue ((args->>'n'))",
     """CREATE TABLE chaos_changes (
         seq BIGSERIAL PRIMARY KEY, id UUID, name TEXT, old TEXT, new TEXT, attempts INT,
-        kind TEXT, at TIMESTAMPTZ DEFAULT clock_timestamp(), pid INT, app TEXT)""",
+        kind TEXT, at TIMESTAMPTZ DEFAULT clock_timestamp(), pid INT, app TEXT,
+        xact BIGINT DEFAULT txid_current())""",
     """CREATE FUNCTION chaos_note() RETURNS trigger LANGUAGE plpgsql AS $$
     BEGIN
         IF TG_OP = 'INSERT' OR OLD.status IS DISTINCT FROM NEW.status
@@ -193,6 +207,11 @@ class Chaos:
         self.workers: list[subprocess.Popen[bytes]] = []
         self.counts: dict[str, int] = {"kills": 0, "starts": 0, "restarts": 0, "outages": 0}
         self.log = open(where / "workers.log", "wb")  # noqa: SIM115
+        self.next_n = args.jobs + 10
+        """The last number given to a workflow's job (past the plain jobs, the blocking
+        one and the one held across a start)."""
+        self.flows = max(1, args.jobs // 20)
+        """Workflows still to queue, among the batches."""
 
     def start_worker(self) -> subprocess.Popen[bytes]:
         env = {
@@ -242,10 +261,33 @@ class Chaos:
                 await asyncio.sleep(0.1)
 
     @staticmethod
-    def _insert(conn: psycopg.Connection[Any], jobs: list[NewJob]) -> None:
+    def _insert(conn: psycopg.Connection[Any], jobs: list[NewJob] | Any) -> None:
         from axa_queue import enqueue_all_on
 
-        enqueue_all_on(conn, jobs)
+        if isinstance(jobs, list):
+            enqueue_all_on(conn, jobs)
+        else:  # a workflow, queued whole
+            enqueue_on(conn, jobs)
+
+    def flow(self) -> Any:
+        """A chord (3 to 6 parts, then a callback) or a chain of 3, of `Work` jobs
+        numbered past the plain ones; each dependent expects its parents' numbers as
+        their results, in order."""
+        rng = self.rng
+
+        def member(expect: list[int] | None = None) -> NewJob:
+            self.next_n += 1
+            job = self.job(self.next_n)
+            if expect is not None:
+                job = NewJob("Work", {**job.args, "expect": expect}, priority=job.priority)
+            return job
+
+        if rng.random() < 0.5:
+            parts = [member() for _ in range(rng.randint(3, 6))]
+            return chord(group(parts), member([p.args["n"] for p in parts]))
+        first = member()
+        second = member([first.args["n"]])
+        return chain(first, second, member([second.args["n"]]))
 
     def job(self, n: int) -> NewJob:
         rng = self.rng
@@ -294,6 +336,9 @@ class Chaos:
                 size = self.rng.choice([1, 5, 50])
                 batch, rest = rest[:size], rest[size:]
                 await self.enqueue([self.job(n) for n in batch])
+                if self.flows and self.rng.random() < 0.5:
+                    self.flows -= 1
+                    await self.enqueue(self.flow())
             if now >= next_kill:
                 self.kill_one()
                 self.start_worker()
@@ -315,14 +360,14 @@ class Chaos:
             await asyncio.sleep(0.1)
         for n in rest:
             await self.enqueue([self.job(n)])
+        while self.flows:
+            self.flows -= 1
+            await self.enqueue(self.flow())
         # Let the workers finish: no kills, no events.
         deadline = time.monotonic() + max(60, 4 * args.stale + 30)
         while time.monotonic() < deadline:
             with psycopg.connect(self.server.dsn) as conn:
-                row = conn.execute(
-                    "SELECT count(*) FROM axa_queue WHERE name = 'Work' "
-                    "AND status IN ('queued', 'running')"
-                ).fetchone()
+                row = conn.execute(WAITING).fetchone()
             if row is not None and row[0] == 0:
                 break
             await asyncio.sleep(0.5)
@@ -337,9 +382,20 @@ class Chaos:
                 worker.wait()
 
 
+WAITING = """SELECT count(*) FROM axa_queue q WHERE name = 'Work'
+    AND (status IN ('queued', 'running')
+         OR status = 'blocked' AND NOT EXISTS (
+            SELECT 1 FROM axa_queue_deps d JOIN axa_queue p ON p.id = d.parent
+            WHERE d.child = q.id AND p.status IN ('needs_review', 'blocked')))"""
+"""The jobs the workers still have to run: queued, running, or blocked on parents that
+will end (none of them in review, which holds its dependents, or blocked itself)."""
+
 CHECKS = {
-    "lost": """SELECT count(*) FROM axa_queue
-        WHERE name = 'Work' AND status NOT IN ('completed', 'needs_review')""",
+    "lost": """SELECT count(*) FROM axa_queue q
+        WHERE name = 'Work' AND status NOT IN ('completed', 'needs_review')
+          AND NOT (status = 'blocked' AND EXISTS (
+            SELECT 1 FROM axa_queue_deps d JOIN axa_queue p ON p.id = d.parent
+            WHERE d.child = q.id AND p.status IN ('needs_review', 'blocked')))""",
     "completed twice": """SELECT count(*) FROM (
             SELECT id FROM chaos_changes WHERE new = 'completed' GROUP BY id HAVING count(*) > 1
             UNION ALL
@@ -359,6 +415,21 @@ CHECKS = {
             UNION ALL
             SELECT old_due FROM chaos_schedule WHERE new_due <= old_due
         ) bad""",
+    "released early": """SELECT count(*) FROM chaos_changes r
+        JOIN axa_queue_deps d ON d.child = r.id
+        WHERE r.old = 'blocked' AND r.new = 'queued' AND NOT EXISTS (
+            SELECT 1 FROM chaos_changes p
+            WHERE p.id = d.parent AND p.new = 'completed' AND (p.xact = r.xact OR p.at <= r.at))""",
+    "started early": """SELECT count(*) FROM axa_queue_deps d
+        JOIN axa_queue c ON c.id = d.child
+        JOIN chaos_runs s ON s.n = (c.args->>'n')::int AND s.phase = 'start'
+        WHERE s.at < COALESCE((SELECT min(p.at) FROM chaos_changes p
+                               WHERE p.id = d.parent AND p.new = 'completed'), 'infinity')""",
+    "stuck blocked": """SELECT count(*) FROM axa_queue c
+        WHERE c.status = 'blocked' AND NOT EXISTS (
+            SELECT 1 FROM axa_queue_deps d JOIN axa_queue p ON p.id = d.parent
+            WHERE d.child = c.id AND p.status NOT IN ('completed', 'failed', 'cancelled'))""",
+    "wrong results": "SELECT count(*) FROM chaos_runs WHERE phase = 'wrong results'",
     "review": """SELECT count(*) FROM chaos_changes c
         WHERE c.new = 'needs_review' AND NOT EXISTS (
             SELECT 1 FROM chaos_changes r JOIN axa_queue q ON q.id = r.id
@@ -376,6 +447,7 @@ FIGURES = {
         GROUP BY n HAVING count(*) > 1) x""",
     "recovered": "SELECT count(*) FROM chaos_changes WHERE kind = 'recovery'",
     "ticks": "SELECT count(*) FROM chaos_schedule",
+    "dependents": "SELECT count(DISTINCT child) FROM axa_queue_deps",
 }
 
 

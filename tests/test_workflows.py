@@ -30,6 +30,7 @@ from axa_queue import (
     sql,
     workflow_on,
 )
+from axa_queue.context import fresh, running_job
 from axa_queue.errors import OptionsError
 from conftest import eventually, running
 from test_fencing import exchange
@@ -350,8 +351,7 @@ async def test_a_chord_runs_its_callback_once_with_its_groups_results_in_order(
         return args["n"] * 10
 
     async def callback(args: dict[str, Any]) -> int:
-        async with queue.connection() as conn:
-            results = await current_job().parent_results(conn)
+        results = await current_job().parent_results()
         seen.append(results)
         return sum(results)
 
@@ -371,8 +371,7 @@ async def test_a_chain_runs_in_order_each_step_reading_the_one_before(make_queue
     order: list[str] = []
 
     async def step(args: dict[str, str]) -> str:
-        async with queue.connection() as conn:
-            before = await current_job().parent_results(conn)
+        before = await current_job().parent_results()
         order.append(args["name"])
         return "".join(before) + args["name"]
 
@@ -382,6 +381,105 @@ async def test_a_chain_runs_in_order_each_step_reading_the_one_before(make_queue
         await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
     assert order == ["a", "b", "c"]
     assert await queue.result(flow.jobs[-1]) == "abc"
+
+
+async def test_a_sync_callback_reads_its_parents_results_with_no_connection_of_its_own(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+
+    def part(args: dict[str, int]) -> int:
+        return args["n"] + 1
+
+    def callback(args: dict[str, Any]) -> None:
+        seen.append(current_job().parent_results())
+
+    queue.handle("part", part)
+    queue.handle("gather", callback)
+    flow = await queue.enqueue(
+        chord(group([NewJob("part", {"n": n}) for n in range(3)]), NewJob("gather"))
+    )
+    async with running(queue):
+        await eventually(lambda: state(admin, flow.jobs[-1])[0] == "completed")
+    assert seen == [[1, 2, 3]]
+
+
+async def test_a_drain_gives_a_callback_its_groups_results_and_the_context_never_shows_them(
+    make_queue,
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+    shown: list[str] = []
+
+    async def part(args: dict[str, int]) -> str:
+        return f"secret-{args['n']}"
+
+    async def callback(args: dict[str, Any]) -> None:
+        job = current_job()
+        seen.append(await job.parent_results())
+        shown.append(repr(job))
+
+    queue.handle("part", part)
+    queue.handle("gather", callback)
+    await queue.enqueue(
+        chord(group([NewJob("part", {"n": n}) for n in range(3)]), NewJob("gather"))
+    )
+    result = await queue.drain()
+    assert result.completed == 4
+    assert seen == [["secret-0", "secret-1", "secret-2"]]
+    assert "secret" not in shown[0]
+
+
+async def test_a_job_without_dependencies_and_a_run_without_a_row_read_no_parent_results(
+    make_queue,
+) -> None:
+    queue = await make_queue()
+    seen: list[Any] = []
+
+    async def alone(args: dict[str, Any]) -> None:
+        seen.append(await current_job().parent_results())
+
+    queue.handle("alone", alone)
+    await queue.enqueue(NewJob("alone"))
+    await queue.drain()
+    assert seen == [[]]
+    with running_job(fresh("alone", 1)) as job:
+        assert await job.parent_results() == []
+    assert await asyncio.to_thread(fresh("alone", 1).parent_results) == []
+
+
+async def test_a_drain_runs_a_nested_workflow_in_dependency_order_and_assert_enqueued_sees_it_blocked(
+    make_queue,
+) -> None:
+    from axa_queue.testing import assert_enqueued, refute_enqueued
+
+    queue = await make_queue()
+    order: list[str] = []
+
+    async def step(args: dict[str, str]) -> str:
+        order.append(args["name"])
+        return args["name"]
+
+    queue.handle("step", step)
+    flow = await queue.enqueue(
+        chain(
+            NewJob("step", {"name": "first"}),
+            chord(
+                group([NewJob("step", {"name": f"part{n}"}) for n in range(3)]),
+                NewJob("step", {"name": "gather"}),
+            ),
+            NewJob("step", {"name": "last"}),
+        )
+    )
+    await assert_enqueued(queue, "step", args={"name": "gather"}, state="blocked")
+    await assert_enqueued(queue, "step", args={"name": "last"}, state="blocked")
+    await refute_enqueued(queue, "step", args={"name": "first"}, state="blocked")
+    assert (await queue.drain()).completed == 6
+    assert order[0] == "first" and sorted(order[1:4]) == ["part0", "part1", "part2"]
+    assert order[4:] == ["gather", "last"]
+    await refute_enqueued(queue, "step", state="blocked")
+    assert await queue.result(flow.jobs[-1]) == "last"
 
 
 # --- what a plain job pays, and the other ways in -----------------------------------------
@@ -445,3 +543,48 @@ def test_the_crate_never_claims_a_blocked_job_and_its_ending_releases_one(admin)
     admin.execute(crate.FINISH, crate.params(first, claimed[3], "completed", None))
     assert state(admin, second)[0] == "queued"
     assert crate_claim(admin, "second") is not None
+
+
+async def test_dropping_the_historys_days_deletes_their_jobs_dependencies_and_workflow_places(
+    make_queue, admin
+) -> None:
+    from datetime import timedelta
+
+    queue = await make_queue()
+
+    async def step(args: dict[str, Any]) -> None:
+        return None
+
+    queue.handle("step", step)
+    old = await queue.enqueue(chain(NewJob("step"), NewJob("step")))
+    kept = await queue.enqueue(chain(NewJob("step"), NewJob("step")))
+    assert (await queue.drain()).completed == 4
+
+    def rows(flow: Workflow) -> tuple[int, int]:
+        deps = admin.execute(
+            "SELECT count(*) FROM axa_queue_deps WHERE child = ANY(%s)", (list(flow.jobs),)
+        ).fetchone()[0]
+        places = admin.execute(
+            "SELECT count(*) FROM axa_workflows WHERE workflow = %s", (flow.id,)
+        ).fetchone()[0]
+        return deps, places
+
+    admin.execute(
+        "UPDATE axa_queue SET updated_at = now() - interval '3 days' WHERE id = ANY(%s)",
+        (list(old.jobs),),
+    )
+    assert (await queue.move_history(timedelta(0))).moved == 4
+    assert rows(old) == (1, 2) and rows(kept) == (1, 2)
+
+    # A drop given up (its lock not had) keeps them with their jobs.
+    import contextlib
+
+    with psycopg.connect(admin.info.dsn) as holder, holder.transaction():
+        holder.execute("LOCK TABLE axa_queue_history IN ACCESS SHARE MODE")
+        with contextlib.suppress(psycopg.errors.LockNotAvailable):
+            await queue.purge(older_than=timedelta(days=1))
+        assert rows(old) == (1, 2)
+
+    await queue.purge(older_than=timedelta(days=1))
+    assert rows(old) == (0, 0)
+    assert rows(kept) == (1, 2)  # its day is kept

@@ -9,8 +9,9 @@ never the job's arguments.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -18,7 +19,6 @@ from typing import Any, Protocol
 from uuid import UUID, uuid4
 
 from .errors import NotInAJobError
-from .jobs.parents import parent_results_on
 
 __all__ = [
     "JobContext",
@@ -67,6 +67,14 @@ class JobContext:
     _lender: Any = field(default=None, repr=False, compare=False)
     """The worker loop's `lending.Lender` while an async handler runs (its lent
     connection is what `queue.pool.connection()` hands out), else `None`."""
+    _parents: Callable[[], Awaitable[list[Any]]] | None = field(
+        default=None, repr=False, compare=False
+    )
+    """Reads what the job's parents returned, on the worker's event loop (`_loop`): the
+    worker's, for a run of a stored job; `None` for a run without a row."""
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
+    """The event loop of the worker running the job (a sync handler's thread sends the
+    read there)."""
 
     @property
     def cancelled(self) -> bool:
@@ -77,17 +85,47 @@ class JobContext:
         Nothing it returns afterwards is recorded. Safe to read from any thread."""
         return self._run is not None and self._run.stopped is not None
 
-    def parent_results(self, conn: Any) -> Any:
+    def parent_results(self) -> Any:
         """What the jobs this one depends on returned, in the order of its dependencies
-        (a chord's callback: its group's results in the group's order), read on `conn`
-        (any connection `enqueue_on` takes; awaitable when async: `await
-        job.parent_results(conn)`). Private like arguments: never logged or shown."""
-        return parent_results_on(conn, self.id)
+        (a chord's callback: its group's results in the group's order; `None` for a
+        parent that returned nothing or did not complete), read by the worker running
+        the job: awaitable in an async handler (`await job.parent_results()`), a list
+        in a sync one (its thread waits for the read). Empty for a job without
+        dependencies, and for a run without a row (inline, or a handler called
+        directly); with a connection of your own, `parent_results_on(conn, job.id)`.
+        Private like arguments: never logged or shown."""
+        reader, loop = self._parents, self._loop
+        if reader is None or loop is None:
+            return _nothing() if _on_a_loop() else []
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            return reader()
+        return asyncio.run_coroutine_threadsafe(_awaited(reader), loop).result()
 
     @property
     def is_last_attempt(self) -> bool:
         """Whether a failure of this run fails the job for good (no retry follows)."""
         return self.attempt >= self.max_attempts
+
+
+async def _awaited(reader: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
+    return await reader()
+
+
+async def _nothing() -> list[Any]:
+    return []
+
+
+def _on_a_loop() -> bool:
+    """Whether this thread runs an event loop (so a caller awaits what it is given)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 _current: ContextVar[JobContext] = ContextVar("axa_queue_current_job")

@@ -6,6 +6,7 @@
     axa-queue worker myapp.jobs:queue               run the jobs
     axa-queue enqueue NAME --args JSON              queue one
     axa-queue jobs | show ID | counts | schedules | workers | acts ID   look
+    axa-queue workflow ID                           a workflow's members, as a tree
     axa-queue cancel ID --by B --reason R | retry ID ...        a person's acts
     axa-queue pause NAME --by B --reason R | resume NAME ... | paused   names
     axa-queue recover | purge                       housekeeping, now
@@ -24,7 +25,7 @@ This package holds the top command and its error line (here), what every command
 shares (`conventions`: the options, errors, and `answer`, which opens a queue and
 prints what it found as JSON or as tables; `text`: what is printed), and one module
 per group of commands: `tables` (setup, sql, check), `run` (worker), `jobs` (enqueue,
-jobs, show, counts, schedules, workers), `acts` (acts, cancel, retry, pause, resume, paused), `housekeeping`
+jobs, show, counts, schedules, workers), `workflows` (workflow), `acts` (acts, cancel, retry, pause, resume, paused), `housekeeping`
 (recover, purge, move-history), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
 runs is in `process` (one process) and `supervisor` (several
 under a supervisor) and what `demo` runs is in `axa_queue.demo`.
@@ -46,7 +47,7 @@ except ImportError as missing:  # pragma: no cover - only without the extra
     ) from None
 
 from .. import __version__
-from . import acts, demo, housekeeping, jobs, run, tables, web
+from . import acts, demo, housekeeping, jobs, run, tables, web, workflows
 from .run import load_queue
 from .text import one_line, shown
 
@@ -111,6 +112,7 @@ for _command in (
     jobs.counts,
     jobs.schedules,
     jobs.workers,
+    workflows.workflow,
     acts.acts,
     acts.cancel_command,
     acts.retry_command,

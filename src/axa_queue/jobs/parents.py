@@ -14,11 +14,16 @@ from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection
 from ..db.calls import Call, Row
 from .ids import job_id_of
 
-__all__ = ["parent_results_call", "parent_results_on"]
+__all__ = ["parent_results_call", "parent_results_on", "results_of"]
+
+
+def results_of(rows: list[Any]) -> list[Any]:
+    """The results `PARENT_RESULTS` returned, decoded (`None` where a parent has none)."""
+    return [None if row.result is None else json.loads(row.result) for row in rows]
 
 
 def _results(rows: list[Row], _count: int) -> list[Any]:
-    return [None if row.result is None else json.loads(row.result) for row in rows]
+    return results_of(rows)
 
 
 def parent_results_call(job_id: UUID) -> Call[list[Any]]:

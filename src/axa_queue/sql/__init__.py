@@ -327,6 +327,8 @@ from .workflows import CANCEL_WORKFLOW as CANCEL_WORKFLOW
 from .workflows import ENQUEUE_LINKED as ENQUEUE_LINKED
 from .workflows import PARENT_RESULTS as PARENT_RESULTS
 from .workflows import WORKFLOW as WORKFLOW
+from .workflows import WORKFLOW_OF as WORKFLOW_OF
+from .workflows import WORKFLOWS_DROP as WORKFLOWS_DROP
 
 __all__ = ["CANCEL_CHANNEL", "CHANNEL", "DONE_CHANNEL", "in_schema"]
 

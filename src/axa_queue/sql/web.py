@@ -27,6 +27,7 @@ WEB_LIVE_COUNTS = statement("""SELECT name,
     count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
+    count(*) FILTER (WHERE status = 'blocked') AS blocked,
     (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
         FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
     FROM (
@@ -36,11 +37,14 @@ WEB_LIVE_COUNTS = statement("""SELECT name,
         (SELECT name, status, run_at FROM {axa_queue} WHERE status = 'running' LIMIT %(cap)s)
         UNION ALL
         (SELECT name, status, run_at FROM {axa_queue} WHERE status = 'needs_review' LIMIT %(cap)s)
+        UNION ALL
+        (SELECT name, status, run_at FROM {axa_queue} WHERE status = 'blocked' LIMIT %(cap)s)
     ) live GROUP BY name ORDER BY name""")
 """The dashboard's counts of jobs not finished, per name, reading at most `cap` rows of
 each state: queued ones in due order through `axa_queue_ready` (so the ready ones come
-first, and each name's oldest ready job is among them), running ones and those in
-review through their partial indexes. Exact while a state holds fewer than `cap` jobs;
+first, and each name's oldest ready job is among them), running ones, those in
+review and those blocked (waiting for the jobs they depend on: `axa_queue_blocked`)
+through their partial indexes. Exact while a state holds fewer than `cap` jobs;
 past that the dashboard shows the counts read as "at least" and the totals from
 `WEB_ESTIMATE_READY` and `WEB_ESTIMATE_WAITING`. Counting a backlog of 100,000 jobs
 exactly at every refresh would cost more than the 50 ms a page may take."""
@@ -81,6 +85,7 @@ _STATES = (
     ("%(state)s::text = 'queued' AND status = 'queued'", "run_at", "axa_queue"),
     ("%(state)s::text = 'running' AND status = 'running'", "updated_at", "axa_queue"),
     ("%(state)s::text = 'needs_review' AND status = 'needs_review'", "updated_at", "axa_queue"),
+    ("%(state)s::text = 'blocked' AND status = 'blocked'", "updated_at", "axa_queue"),
     (
         "%(state)s::text = ANY('{{completed,failed,cancelled}}'::text[]) AND status IN "
         "('completed', 'failed', 'cancelled') AND status = %(state)s::text",
@@ -96,7 +101,8 @@ _STATES = (
 )
 """Each state's test, time and table: queued jobs by due time (`axa_queue_ready`),
 running ones and those in review by their last change (`axa_queue_running`,
-`axa_queue_review`), finished ones by when they finished, those not moved yet
+`axa_queue_review`), blocked ones by their last change too (found through
+`axa_queue_blocked`, then sorted: they are a workflow's, not a backlog), finished ones by when they finished, those not moved yet
 (`axa_queue_finished`) and those moved (`axa_queue_history_finished`, the partitions
 walked in order). Each test names its status as a literal, so even a generic plan can
 use the partial index; the `%(state)s` test is a one-time filter that skips the other

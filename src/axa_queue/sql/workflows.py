@@ -11,7 +11,14 @@ from __future__ import annotations
 from .acts import _CANCELLED
 from .naming import statement
 
-__all__ = ["CANCEL_WORKFLOW", "ENQUEUE_LINKED", "PARENT_RESULTS", "WORKFLOW"]
+__all__ = [
+    "CANCEL_WORKFLOW",
+    "ENQUEUE_LINKED",
+    "PARENT_RESULTS",
+    "WORKFLOW",
+    "WORKFLOWS_DROP",
+    "WORKFLOW_OF",
+]
 
 ENQUEUE_LINKED = statement("""WITH named AS (
         UPDATE {axa_queue} SET dependents = true
@@ -97,6 +104,14 @@ WORKFLOW = statement("""SELECT m.position, m.job::text AS id, COALESCE(q.name, h
 `axa_queue` or the history; NULL once purged) and the ids it depends on, in order.
 Never arguments or results."""
 
+WORKFLOW_OF = statement("""SELECT COALESCE(
+        (SELECT workflow::text FROM {axa_workflows} WHERE job = %(id)s),
+        (SELECT workflow::text FROM {axa_workflows} WHERE workflow = %(id)s LIMIT 1)
+    ) AS workflow""")
+"""The workflow `id` names: the one the job `id` is a member of (`axa_workflows_job`),
+else the workflow whose own id it is; NULL when neither (the CLI and the dashboard take
+either id)."""
+
 PARENT_RESULTS = statement("""SELECT d.parent::text AS id, COALESCE(q.status, h.status) AS status,
         COALESCE(q.result, h.result)::text AS result
     FROM {axa_queue_deps} d
@@ -136,3 +151,18 @@ ended and its process told), in one statement, the rows locked in id order. The
 release trigger runs for each member with dependents after the statement's own
 changes, so it finds its dependents in the workflow cancelled already (and releases a
 dependent outside the workflow that says `run`). Returns how many it cancelled."""
+
+WORKFLOWS_DROP = statement("""WITH doomed AS (
+        SELECT id FROM {axa_queue_history}
+        WHERE updated_at < ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s))
+                            AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'
+    ), deps_gone AS (
+        DELETE FROM {axa_queue_deps} WHERE child IN (SELECT id FROM doomed)
+    )
+    DELETE FROM {axa_workflows} WHERE job IN (SELECT id FROM doomed)""")
+"""Delete the dependencies (as the child) and workflow places of the jobs in the
+history's days `HISTORY_DROP` is about to drop (the days before the one `older_than`
+before `now`: `ATTEMPTS_DROP`'s bound), in its transaction, so a drop given up keeps
+them; as `PURGE` does for the rows it deletes. Reads those days' partitions only
+(pruning), the dependencies by `axa_queue_deps_child` and the places by
+`axa_workflows_job`."""

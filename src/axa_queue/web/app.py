@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from ..errors import SchemaError
 from ..options import QueueOptions
 from ..queue import Queue
-from . import act, jobs, overview, params, pauses, signin, system
+from . import act, jobs, overview, params, pauses, signin, system, workflows
 from .access import Access, SignOnRefused, same_origin
 from .board import Dashboard, base_of
 from .formats import templates
@@ -158,6 +158,7 @@ def create_app(
         Route("/names", guarded(overview.names)),
         Route("/jobs", guarded(jobs.jobs)),
         Route("/jobs/{job_id}", guarded(jobs.job)),
+        Route("/workflows/{workflow_id}", guarded(workflows.workflow)),
         Route("/review", guarded(jobs.review)),
         Route("/failed", guarded(jobs.failed)),
         Route("/schedules", guarded(system.schedules)),

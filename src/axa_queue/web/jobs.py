@@ -15,6 +15,7 @@ from ..acts import acts_call, paused_call
 from ..jobs.keys import key_counts_call
 from ..jobs.model import JobInfo, JobState
 from ..jobs.reads import job_call
+from ..workflows.operate import workflow_of_call
 from . import params
 from .board import Dashboard, base_of
 from .params import BadParameter
@@ -132,7 +133,8 @@ async def failed(board: Dashboard, request: Request) -> Response:
 
 
 async def job(board: Dashboard, request: Request) -> Response:
-    """One job, its attempts (`JobInfo.attempts`, read with it) and its acts; a 404 page
+    """One job, its attempts (`JobInfo.attempts`, read with it), its acts and the link to
+    its workflow if it belongs to one; a 404 page
     when there is neither job nor act."""
     job_id = params.as_job_id(request.path_params["job_id"])
     if job_id is None:
@@ -149,4 +151,5 @@ async def job(board: Dashboard, request: Request) -> Response:
             title="No such job",
             message=f"There is no job {job_id}: it never existed, or retention deleted it.",
         )
-    return board.page(request, "job.html", job=info, job_id=job_id, acts=acts)
+    flow = await board.read(workflow_of_call(UUID(job_id)))
+    return board.page(request, "job.html", job=info, job_id=job_id, acts=acts, workflow=flow)

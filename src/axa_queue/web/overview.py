@@ -33,12 +33,14 @@ NAME_ORDERS = ("backlog", "name")
 
 
 def _unfinished(row: dict[str, Any]) -> int:
-    return int(row["ready"] + row["waiting"] + row["running"] + row["needs_review"])
+    return int(
+        row["ready"] + row["waiting"] + row["running"] + row["needs_review"] + row["blocked"]
+    )
 
 
 def _by_backlog(row: dict[str, Any]) -> tuple[int, int, int, str]:
     """The order of names on the overview: the most jobs not finished (ready, delayed,
-    running, in review) first, then the most failed and completed in the last hour,
+    running, in review, blocked) first, then the most failed and completed in the last hour,
     then by name."""
     return (-_unfinished(row), -row["failed"], -row["completed"], row["name"])
 
@@ -49,13 +51,14 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
     live = await board.read(live_counts_call(COUNT_CAP))
     totals: dict[str, Any] = {
         key: sum(getattr(one, key) for one in live)
-        for key in ("ready", "waiting", "running", "needs_review")
+        for key in ("ready", "waiting", "running", "needs_review", "blocked")
     }
     # Past the cap, a state's counts are those of the rows read: at least that many.
     capped = {
         "queued": totals["ready"] + totals["waiting"] >= COUNT_CAP,
         "running": totals["running"] >= COUNT_CAP,
         "needs_review": totals["needs_review"] >= COUNT_CAP,
+        "blocked": totals["blocked"] >= COUNT_CAP,
     }
     estimated = capped["queued"]
     if estimated:
@@ -82,6 +85,7 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
                 "waiting": counts.waiting if counts else 0,
                 "running": counts.running if counts else 0,
                 "needs_review": counts.needs_review if counts else 0,
+                "blocked": counts.blocked if counts else 0,
                 "completed": done.completed,
                 "failed": done.failed,
                 "cancelled": done.cancelled,

@@ -43,6 +43,8 @@ class LiveCounts:
     running: int
     needs_review: int
     oldest_ready_seconds: float
+    blocked: int = 0
+    """Jobs waiting for the jobs they depend on (a workflow's)."""
 
 
 def live_counts_call(cap: int = COUNT_CAP) -> Call[list[LiveCounts]]:
@@ -52,7 +54,9 @@ def live_counts_call(cap: int = COUNT_CAP) -> Call[list[LiveCounts]]:
         sql.WEB_LIVE_COUNTS,
         {"now": None, "cap": cap},
         lambda rows, _n: [
-            LiveCounts(r.name, r.ready, r.waiting, r.running, r.needs_review, r.oldest or 0.0)
+            LiveCounts(
+                r.name, r.ready, r.waiting, r.running, r.needs_review, r.oldest or 0.0, r.blocked
+            )
             for r in rows
         ],
     )

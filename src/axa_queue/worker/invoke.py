@@ -17,10 +17,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID
 
+from .. import sql
 from ..context import JobContext, enter, leave
 from ..db.lending import Lender
 from ..handlers.handler import JobHandler
 from ..handlers.registry import Registry
+from ..jobs.parents import parent_results_on, results_of
 from ..middleware import through
 from ..tracing import carrier_of
 from .claims import Claims
@@ -33,11 +35,30 @@ __all__ = ["Invoke"]
 class Invoke:
     """Calls the handlers of one worker's runs (`call`)."""
 
-    def __init__(self, registry: Registry, claims: Claims, executor: JobThreads) -> None:
+    def __init__(
+        self, registry: Registry, claims: Claims, executor: JobThreads, pool: Any = None
+    ) -> None:
         self.registry = registry
         self.claims = claims
         self.executor = executor
         """The threads of sync handlers."""
+        self.pool = pool
+        """The queue's pool, where a handler's `parent_results()` reads (inside an async
+        run, the connection lent to it); `None` for a drain's worker, which reads on its
+        side connection."""
+
+    def parents_of(self, job_id: UUID) -> Any:
+        """What reads the results of `job_id`'s parents for `JobContext.parent_results`."""
+        pool, connections = self.pool, self.claims.connections
+
+        async def read() -> list[Any]:
+            if pool is None:
+                return results_of(await connections.on_side(sql.PARENT_RESULTS, {"id": job_id}))
+            async with pool.connection() as conn:
+                results: list[Any] = await parent_results_on(conn, job_id)
+            return results
+
+        return read
 
     async def call(self, one: Run, handler: JobHandler[Any], lender: Lender | None) -> Any:
         """Prove `one`'s claim if it may have expired, then call its handler (inside
@@ -82,8 +103,9 @@ class Invoke:
                 deadline = datetime.now(timezone.utc) + timedelta(seconds=left)
             except OverflowError:
                 deadline = None
+        job_id = UUID(one.id)
         return JobContext(
-            UUID(one.id),
+            job_id,
             one.name,
             one.attempts,
             one.limit,
@@ -91,6 +113,8 @@ class Invoke:
             None if one.trace_context is None else carrier_of(one.trace_context),
             one,
             lender,
+            self.parents_of(job_id),
+            asyncio.get_running_loop(),
         )
 
     async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:

@@ -70,7 +70,7 @@ class Runner:
         over): a `CancelledError` in a handler is then ours, not the handler's own."""
         self.shelf = Shelf(None if pool is None else Lending(pool))
         """The connections of the queue's pool lent to the loops; none for a drain's."""
-        self.invoke = Invoke(registry, claims, self.executor).call
+        self.invoke = Invoke(registry, claims, self.executor, pool).call
         """Calls a run's handler (`Invoke.call`)."""
         self.crashed: tuple[float, str] | None = None
         """When (monotonic) a loop last failed unexpectedly, and why (`_failed`)."""

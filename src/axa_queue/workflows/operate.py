@@ -14,7 +14,7 @@ from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection
 from ..db.calls import Call, Row
 from ..jobs.model import JobState, job_id_of
 
-__all__ = ["Member", "WorkflowInfo", "cancel_workflow", "workflow_on"]
+__all__ = ["Member", "WorkflowInfo", "cancel_workflow", "workflow_of_call", "workflow_on"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,16 @@ def workflow_call(workflow_id: UUID) -> Call[WorkflowInfo | None]:
         return WorkflowInfo(found, tuple(_member(r) for r in rows)) if rows else None
 
     return Call(sql.WORKFLOW, {"workflow": found}, read)
+
+
+def workflow_of_call(some_id: UUID) -> Call[UUID | None]:
+    """The call that finds the workflow `some_id` names: the one a job of that id is a
+    member of, else the workflow of that id (`None`: neither)."""
+
+    def read(rows: list[Row], _count: int) -> UUID | None:
+        return None if rows[0].workflow is None else UUID(rows[0].workflow)
+
+    return Call(sql.WORKFLOW_OF, {"id": job_id_of(some_id)}, read)
 
 
 @overload
