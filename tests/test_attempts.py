@@ -393,7 +393,7 @@ async def test_a_claim_and_a_completion_write_no_attempt_row_and_the_jobs_row_na
     make_queue, admin
 ) -> None:
     # The run that ends as nearly every run ends costs no row of `axa_queue_attempts`: the
-    # claim stamps its process on its job's row (migration 18), a completion writes nothing
+    # claim stamps its process on its job's row (migration 16), a completion writes nothing
     # more, and the attempts are read back from the job's row, process and all.
     queue = await make_queue()
     job_id = await queue.enqueue("Quick", {})

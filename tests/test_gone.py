@@ -11,7 +11,7 @@ import contextlib
 import json
 import signal
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from click.testing import CliRunner
@@ -100,16 +100,27 @@ def row_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> Any:
 def attempt_rows(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> list[Any]:
     """A job's attempts as the reads give them (`sql.ATTEMPTS`): the rows kept, and the
     run still going or completed read from the job's row (the claim's stamp)."""
+    rows = admin.cursor(row_factory=namedtuple_row).execute(sql.ATTEMPTS, {"id": job_id})
     return [
-        row._replace(worker=None if row.worker is None else uuid.UUID(row.worker))
-        for row in admin.cursor(row_factory=namedtuple_row)
-        .execute(
-            "SELECT attempt, worker, outcome, error, ended_at IS NOT NULL AS ended "
-            "FROM (" + sql.ATTEMPTS + ") a",
-            {"id": job_id},
+        Run(
+            row.attempt,
+            None if row.worker is None else uuid.UUID(row.worker),
+            row.outcome,
+            row.error,
+            row.ended_at is not None,
         )
-        .fetchall()
+        for row in rows.fetchall()
     ]
+
+
+class Run(NamedTuple):
+    """A run as the tests compare it."""
+
+    attempt: int
+    worker: uuid.UUID | None
+    outcome: str | None
+    error: str | None
+    ended: bool
 
 
 async def give_back(dsn: str, *, limit: int = 1) -> list[Recovered]:
@@ -368,7 +379,9 @@ async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
     [[beaten]] = admin.execute(
         "SELECT max(updated_at) FROM axa_queue WHERE status = 'running'"
     ).fetchall()
-    pages = admin.execute("SELECT relpages FROM pg_class WHERE relname = 'axa_queue'").fetchone()
+    pages = admin.execute(
+        "SELECT relpages FROM pg_class WHERE oid = 'axa_queue'::regclass"
+    ).fetchone()
     assert pages is not None and pages[0] > 100
     admin.execute("SET plan_cache_mode = force_generic_plan")
     params = {

@@ -201,7 +201,8 @@ JOB_TIMES = ("run_at", "started_at", "created_at", "updated_at")
 
 
 def _job_at(admin: psycopg.Connection[Any], status: str, column: str, at: str) -> uuid.UUID:
-    [job] = seed(admin, "Odd", "queued")
+    # A job enters `blocked` only when it is inserted: made so; the others moved there.
+    [job] = seed(admin, "Odd", "blocked" if status == "blocked" else "queued")
     admin.execute(
         "UPDATE axa_queue SET status = %s, attempts = 1, started_at = now() WHERE id = %s",
         (status, job),

@@ -131,7 +131,7 @@ queue's schema, quoted, and a dot (`QueueOptions.schema`), or nothing (the
 # --- Checks ------------------------------------------------------------------------------
 
 CHECK_QUEUE = naming.statement(
-    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, dependents, run_worker, run_attempt, run_host, run_pid, key FROM {axa_queue} LIMIT 0"
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, dependents, key, run_worker, run_attempt, run_host, run_pid FROM {axa_queue} LIMIT 0"
 )
 """Fails unless the jobs table has every column."""
 
@@ -154,7 +154,7 @@ CHECK_PAUSED = naming.statement("SELECT name, by, reason, at FROM {axa_paused} L
 """Fails unless the paused names' table has every column (the claim reads it)."""
 
 CHECK_HISTORY = naming.statement(
-    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, moved_at, run_worker, run_attempt, run_host, run_pid, key FROM {axa_queue_history} LIMIT 0"
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, moved_at, key, run_worker, run_attempt, run_host, run_pid FROM {axa_queue_history} LIMIT 0"
 )
 """Fails unless the history table has every column."""
 

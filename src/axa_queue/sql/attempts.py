@@ -6,7 +6,7 @@ that ends it, never by one more round trip: the exchange's endings (`ENDED`),
 `MARK_LOST`, `GIVE_BACK`, `GIVE_BACK_GONE`, `RECOVER_STALE`, `CANCEL` and
 `CANCEL_BATCH` (their own CTE, in `runs`, `maintenance`, `acts`). A run that is
 running, or completed, has no row: the claim stamps its process on its job's row
-(`run_worker`, `run_attempt`, `run_host`, `run_pid`, migration 18), which is all its
+(`run_worker`, `run_attempt`, `run_host`, `run_pid`, migration 16), which is all its
 row would say, and `RUNS` reads it from there, as it reads a run the Rust crate made
 (which stamps nothing); the stamp also names the process holding a run still going
 (`workers.worker_gone` reads it). The worker's

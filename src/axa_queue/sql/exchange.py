@@ -227,7 +227,7 @@ its row is written, its attempt counted, its attempt limit stored when it had no
 one that applies: its handler's, else the queue's, `limits.AttemptLimits.params`, so
 every reader shows `2 of 3`), stamped with the claiming process (`run_worker`, its id
 in `axa_workers`, `run_host`, `run_pid`, and the attempt they belong to,
-`run_attempt`: migration 18), and `ahead` set past the `idle` loops. The stamp is the
+`run_attempt`: migration 16), and `ahead` set past the `idle` loops. The stamp is the
 run's start as the attempts read it back (`attempts.RUNS`): no other row is written per
 claim."""
 

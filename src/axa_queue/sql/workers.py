@@ -55,7 +55,7 @@ def worker_gone(job: str, updated: str, *, others: bool = False, grace_ms: int =
     """The SQL test that job `job` (a row with `status`, `attempts` and the claim's stamp,
     `run_worker`, `run_attempt`) is a run whose worker process is gone: `running`, its
     claim's stamp names a process for its current attempt (`run_attempt = attempts`:
-    migration 18), and both have been silent for
+    migration 16), and both have been silent for
     `GONE_AFTER_BEATS` of that process's heartbeat intervals: the run's row not renewed
     (`updated`, an expression of its `updated_at` as epoch seconds: every heartbeat stamps
     it) and the process's row in `axa_workers` not refreshed, or not there at all (it

@@ -17,7 +17,7 @@ process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 (`jobs`) a page's read on millions of rows, migration 13 the attempts table, a row
 per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
 the dependencies and workflows tables, and the triggers that release dependents,
-migration 15 a job's key, for fairness by key, and migration 18 the columns naming the
+migration 15 a job's key, for fairness by key, and migration 16 the columns naming the
 process of each job's last run.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
@@ -27,7 +27,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v18`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -344,19 +344,19 @@ from .v15 import (
 from .v15 import (
     SETUP_RUNNING_KEYS_INDEX as SETUP_RUNNING_KEYS_INDEX,
 )
-from .v18 import (
-    MIGRATION_18 as MIGRATION_18,
+from .v16 import (
+    MIGRATION_16 as MIGRATION_16,
 )
-from .v18 import (
-    RECORD_18 as RECORD_18,
+from .v16 import (
+    RECORD_16 as RECORD_16,
 )
-from .v18 import (
+from .v16 import (
     RUN_COLUMNS as RUN_COLUMNS,
 )
-from .v18 import (
+from .v16 import (
     SETUP_RUN_COLUMNS as SETUP_RUN_COLUMNS,
 )
-from .v18 import (
+from .v16 import (
     SETUP_RUN_COLUMNS_HISTORY as SETUP_RUN_COLUMNS_HISTORY,
 )
 
@@ -378,7 +378,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_13,
     MIGRATION_14,
     MIGRATION_15,
-    MIGRATION_18,
+    MIGRATION_16,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 

@@ -1,4 +1,4 @@
-"""Migration 18, additive: who runs a job's run, on its own row (`run_worker`,
+"""Migration 16, additive: who runs a job's run, on its own row (`run_worker`,
 `run_attempt`, `run_host`, `run_pid` in `axa_queue` and `axa_queue_history`), written by
 the claim's own `UPDATE`, so a run costs no row of `axa_queue_attempts` until it ends
 in any way but completed."""
@@ -9,8 +9,8 @@ from ...sql.naming import statement
 from .migration import Expectations, Migration
 
 __all__ = [
-    "MIGRATION_18",
-    "RECORD_18",
+    "MIGRATION_16",
+    "RECORD_16",
     "RUN_COLUMNS",
     "SETUP_RUN_COLUMNS",
     "SETUP_RUN_COLUMNS_HISTORY",
@@ -41,19 +41,19 @@ SETUP_RUN_COLUMNS_HISTORY = statement("""ALTER TABLE {axa_queue_history}
 carries (`history.HISTORY_COLUMNS_MOVED`), so a finished job's last run keeps its
 process there."""
 
-RECORD_18 = statement("""INSERT INTO {axa_schema_version} (version, name)
-    VALUES (18, 'runs on their jobs') ON CONFLICT (version) DO NOTHING""")
-"""Migration 18 is applied."""
+RECORD_16 = statement("""INSERT INTO {axa_schema_version} (version, name)
+    VALUES (16, 'runs on their jobs') ON CONFLICT (version) DO NOTHING""")
+"""Migration 16 is applied."""
 
-MIGRATION_18 = Migration(
-    18,
+MIGRATION_16 = Migration(
+    16,
     "runs on their jobs",
     (SETUP_RUN_COLUMNS, SETUP_RUN_COLUMNS_HISTORY),
-    RECORD_18,
+    RECORD_16,
     Expectations(
         columns=tuple(
             (table, c) for table in ("axa_queue", "axa_queue_history") for c in RUN_COLUMNS
         ),
     ),
 )
-"""Migration 18 and what it makes sure of."""
+"""Migration 16 and what it makes sure of."""
