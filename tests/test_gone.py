@@ -326,7 +326,9 @@ async def test_jobs_a_killed_process_claimed_ahead_are_queued_again_within_a_few
     doomed.process.kill()  # SIGKILL: no cleanup, no final write
     assert await asyncio.wait_for(doomed.process.wait(), 10) == -signal.SIGKILL
 
-    rescuer = await make_queue(workers=4, stale_after=3600, maintenance_interval=3600)
+    rescuer = await make_queue(
+        workers=4, stale_after=3600, maintenance_interval=3600, give_back_gone=True
+    )
     ran: list[int] = []
     rescuer.handle("Sleep", lambda args: ran.append(args["n"]))
     waiting = [i for i in ids if i != started]

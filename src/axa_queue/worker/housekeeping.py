@@ -68,8 +68,12 @@ class Housekeeping:
         """The job names this process has warned about, no live worker handling them."""
 
     async def loop(self) -> None:
-        """The rounds, the moves and the give-backs, side by side, until cancelled."""
-        await asyncio.gather(self.rounds(), self.moves(), self.give_backs())
+        """The rounds, the moves and (`QueueOptions.give_back_gone`) the give-backs, side
+        by side, until cancelled."""
+        loops = [self.rounds(), self.moves()]
+        if self.options.give_back_gone:
+            loops.append(self.give_backs())
+        await asyncio.gather(*loops)
 
     async def give_backs(self) -> None:
         """Every heartbeat interval, give back the runs gone processes claimed ahead and
