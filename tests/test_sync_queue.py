@@ -95,6 +95,7 @@ ONLY_ASYNC = {
     "open",
     "purge",
     "rate_limit",
+    "rebuild_indexes",
     "recover_stale",
     "run",
     "running",

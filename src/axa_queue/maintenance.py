@@ -1,5 +1,5 @@
-"""Housekeeping: stale recovery, moving finished jobs to the history, retention, and
-archiving schedules no longer in code.
+"""Housekeeping: stale recovery, moving finished jobs to the history, retention,
+archiving schedules no longer in code, and rebuilding the hot table's bloated indexes.
 
 A worker does a round at once and then every `maintenance_interval`; its stale
 recovery waits until the worker has been connected for `stale_after` (see
@@ -29,6 +29,7 @@ from .limits import AttemptLimits
 from .options import Duration, QueueOptions, to_seconds
 from .presence import FORGET_AFTER
 from .schedules.schedule import Schedule, Ticker
+from .schema import indexes
 
 __all__ = [
     "PURGE_BATCH",
@@ -267,6 +268,17 @@ async def run_once(
     except psycopg.Error as error:
         log.error("could not purge old jobs (%s)", kind(error), extra={"error": first_line(error)})
         failure = failure or error
+    if options.rebuild_indexes:
+        try:
+            async with pool.connection() as conn:
+                indexes.log_rebuilt(await indexes.rebuild(conn))
+        except psycopg.Error as error:
+            log.error(
+                "could not rebuild bloated indexes (%s)",
+                kind(error),
+                extra={"error": first_line(error)},
+            )
+            failure = failure or error
     return failure
 
 
@@ -372,6 +384,14 @@ class Maintenance:
                 dry_run=dry_run,
                 now=now,
             )
+
+    async def rebuild_indexes(self: Keeper, *, dry_run: bool = False) -> list[indexes.Rebuilt]:
+        """Rebuild the indexes of `axa_queue` grown far past what a fresh build would
+        take (`schema.indexes.rebuild`, which a worker's housekeeping does every
+        `maintenance_interval` unless `QueueOptions.rebuild_indexes` is off); with
+        `dry_run`, only say which."""
+        async with self.pool.connection() as conn:
+            return await indexes.rebuild(conn, dry_run=dry_run)
 
     async def archive_schedules(self: Keeper, *, now: datetime | None = None) -> int:
         """Archive schedules no live process has in code (as of `now`, default the

@@ -275,6 +275,13 @@ class QueueOptions:
     """Add a job's key (`NewJob.key`) to the log records of its runs (`key`), for the
     names this process claims by key. Off by default: a key is not an argument, but it
     may name a customer."""
+    rebuild_indexes: bool = True
+    """Rebuild (`REINDEX INDEX CONCURRENTLY`), in housekeeping's rounds, an index of
+    `axa_queue` grown past twice what a fresh build would take: after a long
+    transaction held vacuum back, so that claims and counts walk as few pages as before
+    it. One process at a time, never while a snapshot is held, and only where the
+    workers' role owns the table (docs/production.md, indexes after a long
+    transaction)."""
     give_back_gone: bool = False
     """Give back at once, every heartbeat interval, the runs a gone worker process (silent
     for 3 of its heartbeat intervals) claimed ahead and never started, rather than leave

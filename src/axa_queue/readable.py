@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-__all__ = ["plural", "seconds"]
+__all__ = ["plural", "seconds", "size"]
 
 
 def seconds(length: timedelta | float | None) -> str:
@@ -30,3 +30,17 @@ def seconds(length: timedelta | float | None) -> str:
 def plural(n: int, one: str, many: str | None = None) -> str:
     """`n` and the word for that many: `1 job`, `3 jobs` (or `many` when not just `one`+s)."""
     return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
+def size(length: int | None) -> str:
+    """A size in bytes, in the unit that reads best: `512 B`, `8 kB`, `12.5 MB`,
+    `1.2 GB` (PostgreSQL's units, of 1024); `-` for none."""
+    if length is None:
+        return "-"
+    if length < 1024:
+        return f"{length} B"
+    if length < 1024**2:
+        return f"{length / 1024:.0f} kB"
+    if length < 1024**3:
+        return f"{length / 1024**2:.1f} MB"
+    return f"{length / 1024**3:.1f} GB"

@@ -9,7 +9,7 @@
     axa-queue workflow ID                           a workflow's members, as a tree
     axa-queue cancel ID --by B --reason R | retry ID ...        a person's acts
     axa-queue pause NAME --by B --reason R | resume NAME ... | paused   names
-    axa-queue recover | purge                       housekeeping, now
+    axa-queue recover | purge | reindex             housekeeping, now
     axa-queue demo [--web]                          see it work, on an embedded server
     axa-queue web                                   the dashboard
 
@@ -26,7 +26,7 @@ shares (`conventions`: the options, errors, and `answer`, which opens a queue an
 prints what it found as JSON or as tables; `text`: what is printed), and one module
 per group of commands: `tables` (setup, sql, check), `run` (worker), `jobs` (enqueue,
 jobs, show, counts, schedules, workers), `workflows` (workflow), `acts` (acts, cancel, retry, pause, resume, paused), `housekeeping`
-(recover, purge, move-history), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
+(recover, purge, move-history, reindex), `demo`, and `web` (the dashboard, served by uvicorn). What `worker`
 runs is in `process` (one process) and `supervisor` (several
 under a supervisor) and what `demo` runs is in `axa_queue.demo`.
 """
@@ -122,6 +122,7 @@ for _command in (
     housekeeping.recover,
     housekeeping.purge,
     housekeeping.move_history,
+    housekeeping.reindex,
     demo.demo_command,
     web.web,
 ):

@@ -1,5 +1,5 @@
-"""Housekeeping, now: `recover`, `purge` and `move-history` (workers also do them
-every few minutes, and move finished jobs every `keep_recent / 2`)."""
+"""Housekeeping, now: `recover`, `purge`, `move-history` and `reindex` (workers also
+do them every few minutes, and move finished jobs every `keep_recent / 2`)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,11 @@ from ..history import Moved
 from ..maintenance import Recovered
 from ..options import QueueOptions
 from ..queue import Queue
+from ..schema.indexes import Rebuilt
 from .conventions import BadInput, Printed, answer, dsn_option, json_option, reported
 from .text import shown
 
-__all__ = ["move_history", "purge", "recover"]
+__all__ = ["move_history", "purge", "recover", "reindex"]
 
 DRY_RUN_HELP = "Only say what would be done; change nothing."
 
@@ -189,5 +190,52 @@ def move_history(
             if dry_run
             else f"moved {jobs_text} to the history"
         )
+
+    answer(dsn, work, show, as_json=as_json, options=options)
+
+
+@click.command()
+@click.option("--dry-run", is_flag=True, help=DRY_RUN_HELP)
+@json_option
+@dsn_option
+def reindex(dry_run: bool, as_json: bool, dsn: str | None) -> None:
+    """Rebuild the indexes of axa_queue grown past twice what a fresh build would take,
+    now (REINDEX INDEX CONCURRENTLY: jobs run as usual meanwhile).
+
+    After a long transaction held vacuum back, the hot table's indexes keep the pages
+    they grew to. Workers also do this every few minutes, unless
+    QueueOptions.rebuild_indexes is off. Only the table's owner may.
+    """
+    with reported(None):
+        options = QueueOptions(pool_size=2)
+
+    async def work(queue: Queue) -> list[Rebuilt]:
+        return await queue.rebuild_indexes(dry_run=dry_run)
+
+    def show(found: list[Rebuilt]) -> list[Printed]:
+        printed: list[Printed] = []
+        if found:
+            table = Table(box=None, header_style="bold")
+            for column in ("INDEX", "SIZE", "FRESH", "AFTER" if not dry_run else "WOULD BE"):
+                table.add_column(column, no_wrap=True)
+            for one in found:
+                after = (
+                    "rebuilt"
+                    if dry_run
+                    else readable.size(one.after)
+                    if one.after is not None
+                    else f"left: {one.skipped}"
+                )
+                table.add_row(
+                    one.index, readable.size(one.bytes), readable.size(one.fresh_bytes), after
+                )
+            printed.append(table)
+        indexes = readable.plural(len(found), "bloated index", "bloated indexes")
+        printed.append(
+            f"{indexes} would be rebuilt (dry run: nothing changed)"
+            if dry_run
+            else f"{indexes} of axa_queue found"
+        )
+        return printed
 
     answer(dsn, work, show, as_json=as_json, options=options)

@@ -9,7 +9,7 @@ what it does, in one module per table or concern:
 - `keys`: fairness by key: queuing jobs with a key, the keyed claim (`EXCHANGE_KEYED`,
   made of `exchange`'s pieces and its own), the counts by key;
 - `runs`: a run after its claim (heartbeats, giving back, lost runs);
-- `maintenance`: stale recovery and retention;
+- `maintenance`: stale recovery, retention, and the rebuild of bloated indexes;
 - `history`: the history table's partitions, and moving finished jobs to it;
 - `attempts`: a row per run (the exchange's pieces that keep it), read back and purged;
 - `acts`, `pauses`, `schedules`, `workers`, `web`: a person's acts on jobs and on job
@@ -22,7 +22,9 @@ Every statement is here by name (`sql.EXCHANGE`), and `statements()` lists them 
 `axa-queue sql --statement NAME`, which prints any one whole. The statements that make
 the tables are in the `schema` package.
 
-Nothing here is built from values: parameters go in as `%s` placeholders. Names are
+Nothing here is built from values: parameters go in as `%s` placeholders. (The one
+exception is DDL, which takes no parameters: `maintenance.reindex` and `drop_index`
+name an index the catalog gave, quoted by `psycopg.sql.Identifier`.) Names are
 unqualified, so the connection's `search_path` decides the schema, unless the queue is
 given one (`QueueOptions.schema`): then `in_schema` names it in each statement, by
 filling the statement's template with `psycopg.sql` (`naming`).
@@ -164,6 +166,9 @@ from .maintenance import (
     GIVE_BACK_LIMIT as GIVE_BACK_LIMIT,
 )
 from .maintenance import (
+    INDEX_SIZES as INDEX_SIZES,
+)
+from .maintenance import (
     PURGE as PURGE,
 )
 from .maintenance import (
@@ -173,7 +178,25 @@ from .maintenance import (
     RECOVER_STALE as RECOVER_STALE,
 )
 from .maintenance import (
+    REINDEX_LOCK as REINDEX_LOCK,
+)
+from .maintenance import (
+    REINDEX_UNLOCK as REINDEX_UNLOCK,
+)
+from .maintenance import (
+    REINDEX_WAIT as REINDEX_WAIT,
+)
+from .maintenance import (
+    REINDEX_WAIT_RESET as REINDEX_WAIT_RESET,
+)
+from .maintenance import (
     STALE as STALE,
+)
+from .maintenance import (
+    drop_index as drop_index,
+)
+from .maintenance import (
+    reindex as reindex,
 )
 from .naming import in_schema as in_schema
 from .notifications import (

@@ -1,14 +1,30 @@
-"""Housekeeping's statements: stale recovery and retention, and what each would do
-now (for a dry run)."""
+"""Housekeeping's statements: stale recovery, retention and the rebuild of bloated
+indexes, and what each would do now (for a dry run)."""
 
 from __future__ import annotations
 
 from string import Template
 
+from psycopg import sql as pgsql
+
 from .naming import statement
 from .workers import GIVE_BACK_GRACE_MS, GONE_AFTER_BEATS, worker_gone
 
-__all__ = ["GIVE_BACK_GONE", "GIVE_BACK_LIMIT", "PURGE", "PURGEABLE", "RECOVER_STALE", "STALE"]
+__all__ = [
+    "GIVE_BACK_GONE",
+    "GIVE_BACK_LIMIT",
+    "INDEX_SIZES",
+    "PURGE",
+    "PURGEABLE",
+    "RECOVER_STALE",
+    "REINDEX_LOCK",
+    "REINDEX_UNLOCK",
+    "REINDEX_WAIT",
+    "REINDEX_WAIT_RESET",
+    "STALE",
+    "drop_index",
+    "reindex",
+]
 
 GIVE_BACK_LIMIT = 3
 """How many times stale recovery gives a job back an attempt whose handler it takes as
@@ -217,3 +233,81 @@ PURGEABLE = statement("""SELECT count(*) AS purgeable FROM {axa_queue}
     WHERE status IN ('completed', 'failed', 'cancelled')
       AND updated_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s)""")
 """How many rows retention would delete now (for a dry run)."""
+
+
+INDEX_SIZES = statement("""SELECT n.nspname AS schema, ic.relname AS index, i.indisvalid AS valid,
+        pg_relation_size(i.indexrelid) AS bytes,
+        CASE WHEN ic.reltuples >= 0 THEN
+            (2 + ceil(ic.reltuples * ((8 + w.width + 7) / 8 * 8 + 4) / ((8192 - 24 - 16) * 0.9)))::bigint
+            * current_setting('block_size')::bigint
+        END AS fresh_bytes,
+        pg_has_role(t.relowner, 'MEMBER') AS owned,
+        (SELECT extract(epoch FROM now() - min(a.xact_start)) FROM pg_stat_activity a
+         WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
+           AND a.backend_xmin IS NOT NULL) AS oldest_snapshot
+    FROM pg_index i
+    JOIN pg_class ic ON ic.oid = i.indexrelid
+    JOIN pg_class t ON t.oid = i.indrelid
+    JOIN pg_namespace n ON n.oid = ic.relnamespace
+    CROSS JOIN LATERAL (
+        SELECT COALESCE(sum(COALESCE(s.avg_width, NULLIF(a.attlen, -1), 8)), 0)::int AS width
+        FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, position)
+        LEFT JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum
+        LEFT JOIN pg_stats s
+            ON s.schemaname = n.nspname AND s.tablename = t.relname AND s.attname = a.attname
+        WHERE k.position <= i.indnkeyatts
+    ) w
+    WHERE i.indrelid = {'axa_queue'}::regclass
+    ORDER BY ic.relname""")
+"""The indexes of `axa_queue`: each one's size on disk (`bytes`) beside what a fresh
+build of it would take (`fresh_bytes`), whether it is valid (a `REINDEX
+CONCURRENTLY` stopped half way leaves an invalid copy, named `..._ccnew`, that every
+write still pays for), whether this role owns the table (only an owner may rebuild its
+indexes), and how long (seconds) the oldest snapshot another session of this database
+holds has been open (`NULL`: none, or none this role may see).
+
+Why: a B-tree never gives back pages. While a long transaction holds back vacuum, every
+job that passes through the hot table leaves its entries in each index; once vacuum may
+remove them the pages are empty and reused, but the index keeps its size, and every
+scan of it its height. `fresh_bytes` is the planner's count of live entries
+(`reltuples`, which vacuum and analyze keep) times one entry's bytes on a leaf page --
+its 8-byte header, the key columns' average widths (`pg_stats`; an expression's, 8),
+aligned to 8, and its 4-byte line pointer -- over a page filled as a build fills it
+(90%, less the page header and the B-tree's own 16 bytes), plus the meta page and a
+root. It overestimates an index whose keys repeat (deduplication stores them once),
+so it errs towards leaving an index alone."""
+
+REINDEX_LOCK = statement(
+    """SELECT pg_try_advisory_lock(1635213690, {'axa_queue'}::regclass::oid::int4) AS locked"""
+)
+"""Take the rebuild's lock (a session lock: `REINDEX CONCURRENTLY` runs outside any
+transaction), so that one process at a time rebuilds the queue's indexes; `false` when
+another holds it."""
+
+REINDEX_WAIT = "SET lock_timeout = '2s'"
+"""How long a rebuild (and the drop of a copy one left) waits for a lock, or for an
+older transaction to end, before it gives up until the next round: `REINDEX
+CONCURRENTLY` waits for every transaction that began before it, and it must not sit
+behind a long report holding vacuum back (its lock would keep vacuum off the table)."""
+
+REINDEX_WAIT_RESET = "RESET lock_timeout"
+"""The session's own `lock_timeout` again, once the rebuilds are done."""
+
+REINDEX_UNLOCK = statement(
+    """SELECT pg_advisory_unlock(1635213690, {'axa_queue'}::regclass::oid::int4) AS unlocked"""
+)
+"""Let the rebuild's lock go."""
+
+
+def reindex(schema: str, index: str) -> pgsql.Composed:
+    """`REINDEX INDEX CONCURRENTLY` of `index` in `schema` (names as `INDEX_SIZES` gave
+    them): a new copy is built beside the old one while jobs are queued, claimed and
+    ended as usual, then swapped in; its waits are bounded by the session's
+    `lock_timeout`."""
+    return pgsql.SQL("REINDEX INDEX CONCURRENTLY {}").format(pgsql.Identifier(schema, index))
+
+
+def drop_index(schema: str, index: str) -> pgsql.Composed:
+    """`DROP INDEX CONCURRENTLY` of `index` in `schema`: the invalid copy a rebuild
+    stopped half way left behind (`INDEX_SIZES`)."""
+    return pgsql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(pgsql.Identifier(schema, index))
