@@ -268,7 +268,10 @@ async def run_once(
     except psycopg.Error as error:
         log.error("could not purge old jobs (%s)", kind(error), extra={"error": first_line(error)})
         failure = failure or error
-    if options.rebuild_indexes:
+    # Behind a transaction pooler, the rebuild's session lock and lock_timeout would
+    # land on whichever server connection each statement gets: `axa-queue reindex`
+    # on a direct connection does it there.
+    if options.rebuild_indexes and options.resolved_pooler() != "transaction":
         try:
             async with pool.connection() as conn:
                 indexes.log_rebuilt(await indexes.rebuild(conn))
