@@ -130,14 +130,16 @@ async def drop_days(
     conn: psycopg.AsyncConnection[Any], older_than_seconds: float, *, now: datetime | None = None
 ) -> int:
     """Drop the history's days that ended more than `older_than_seconds` before `now`;
-    returns how many jobs they held, their attempts (`sql.ATTEMPTS_DROP`), dependencies
+    returns how many jobs they held, their attempts (`sql.ATTEMPTS_DROP`), steps
+    (`sql.STEPS_DROP`), dependencies
     and workflow places (`sql.WORKFLOWS_DROP`) deleted first.
     Its own transaction, waiting no longer than `DDL_LOCK_TIMEOUT` for a lock."""
     async with conn.transaction():
         await conn.execute(sql.HISTORY_LOCK_TIMEOUT, (f"{round(DDL_LOCK_TIMEOUT * 1000)}ms",))
-        # Their jobs' attempts, dependencies and workflow places first, in the same
-        # transaction: a drop given up keeps them all.
+        # Their jobs' attempts, steps, dependencies and workflow places first, in the
+        # same transaction: a drop given up keeps them all.
         await conn.execute(sql.ATTEMPTS_DROP, {"older_than": older_than_seconds, "now": now})
+        await conn.execute(sql.STEPS_DROP, {"older_than": older_than_seconds, "now": now})
         await conn.execute(sql.WORKFLOWS_DROP, {"older_than": older_than_seconds, "now": now})
         async with conn.cursor(row_factory=by_name) as cursor:
             await cursor.execute(sql.HISTORY_DROP, {"older_than": older_than_seconds, "now": now})
