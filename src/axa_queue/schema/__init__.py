@@ -171,11 +171,6 @@ CHECK_DEPS = naming.statement(
 CHECK_WORKFLOWS = naming.statement("SELECT workflow, job, position FROM {axa_workflows} LIMIT 0")
 """Fails unless the workflows table has every column."""
 
-CHECK_STEPS = naming.statement(
-    "SELECT job_id, name, attempt, result, started_at, recorded_at FROM {axa_queue_steps} LIMIT 0"
-)
-"""Fails unless the steps table has every column (a run's steps write it)."""
-
 MISSING_TRIGGERS = naming.statement("""SELECT want FROM unnest(%s::text[]) AS want
     WHERE NOT EXISTS (
         SELECT 1 FROM pg_trigger t
@@ -354,7 +349,6 @@ async def check(conn: psycopg.AsyncConnection[Any]) -> None:
         (CHECK_ATTEMPTS, "axa_queue_attempts"),
         (CHECK_DEPS, "axa_queue_deps"),
         (CHECK_WORKFLOWS, "axa_workflows"),
-        (CHECK_STEPS, "axa_queue_steps"),
     ):
         try:
             async with conn.transaction():
