@@ -216,7 +216,7 @@ def test_the_checked_columns_are_the_declared_ones() -> None:
         CHECK_ATTEMPTS,
         CHECK_DEPS,
         CHECK_WORKFLOWS,
-        ):
+    ):
         found = re.fullmatch(r"SELECT (.+) FROM (\w+) LIMIT 0", statement.strip(), re.S)
         assert found is not None
         checked[found[2]] = [c.strip() for c in found[1].split(",")]
