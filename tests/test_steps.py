@@ -363,3 +363,27 @@ async def test_a_run_without_a_row_just_calls_a_steps_function(make_queue) -> No
         assert await job.step("x", lambda a: a + 1, 1) == 2
     with running_job(fresh("Inline", 1)) as job, pytest.raises(StepError):
         await job.step("", lambda: 1)
+
+
+async def test_a_drain_runs_steps_of_async_and_sync_handlers_on_its_side_connection(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+
+    @queue.handler("AsyncDrained")
+    async def first(args: Any) -> int:
+        job = current_job()
+        value: int = await job.step("a", lambda: 1)
+        if job.attempt == 1:
+            await job.sleep(0)
+        return value
+
+    @queue.handler("SyncDrained")
+    def second(args: Any) -> int:
+        return int(current_job().step("b", lambda: 2)) + 1
+
+    ids = [await queue.enqueue("AsyncDrained", {}), await queue.enqueue("SyncDrained", {})]
+    await queue.drain()
+    assert [await queue.result(job_id) for job_id in ids] == [1, 3]
+    assert steps_rows(admin, ids[0]) == [("a", 1, 1)]
+    assert steps_rows(admin, ids[1]) == [("b", 1, 2)]
