@@ -24,6 +24,7 @@ from axa_queue import (
     Retry,
     StepError,
     current_job,
+    sql,
 )
 from axa_queue.db.calls import drive, send_sync
 from axa_queue.jobs.steps import StepBook
@@ -318,27 +319,36 @@ async def test_a_steps_result_is_never_logged_shown_or_in_an_error(
 
 
 async def test_steps_stay_readable_after_the_job_moved_to_the_history_and_leave_with_it(
-    make_queue, admin
+    make_queue, admin, monkeypatch
 ) -> None:
+    from axa_queue import history
+
+    monkeypatch.setattr(history, "STEPS_BATCH", 2)  # the batches before the drop walk on
     queue = await make_queue()
 
     @queue.handler("Kept")
     async def handler(args: Any) -> None:
         await current_job().step("only", lambda: "x")
+        await current_job().step("more", lambda: "y")
 
-    job_id = await queue.enqueue("Kept", {})
+    ids = [await queue.enqueue("Kept", {}) for _ in range(5)]
     async with running(queue):
-        await eventually(lambda: status(admin, job_id)[0] == "completed")
+        await eventually(lambda: all(status(admin, i)[0] == "completed" for i in ids))
     moved = await queue.move_history(0, now=datetime.now(timezone.utc) + timedelta(seconds=5))
-    assert moved.moved == 1
-    assert admin.execute("SELECT count(*) FROM axa_queue WHERE id = %s", (job_id,)).fetchone() == (
-        0,
-    )
+    assert moved.moved == 5
+    job_id = ids[0]
+    gone = admin.execute("SELECT count(*) FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
+    assert gone == (0,)
     info = await queue.job(job_id)
-    assert info is not None and [s.name for s in info.steps] == ["only"]
-    assert steps_rows(admin, job_id) == [("only", 1, "x")]
-    assert await queue.purge(0, now=datetime.now(timezone.utc) + timedelta(days=2)) == 1
-    assert steps_rows(admin, job_id) == []
+    assert info is not None and sorted(s.name for s in info.steps) == ["more", "only"]
+    assert steps_rows(admin, job_id) == [("more", 1, "y"), ("only", 1, "x")]
+    later = datetime.now(timezone.utc) + timedelta(days=2)
+    first = {"older_than": 0, "now": later, "batch": 2, "after": str(UUID(int=0))}
+    jobs, last = admin.execute(sql.STEPS_DROP_BATCH, first).fetchone() or (0, None)
+    assert (jobs, last) == (2, sorted(str(i) for i in ids)[1]), "one bounded batch"
+    assert admin.execute("SELECT count(*) FROM axa_queue_steps").fetchone() == (6,)
+    assert await queue.purge(0, now=later) == 5
+    assert admin.execute("SELECT count(*) FROM axa_queue_steps").fetchone() == (0,)
 
 
 async def test_purge_deletes_a_purged_jobs_steps(make_queue, admin) -> None:

@@ -263,6 +263,7 @@ from .session import (
 )
 from .steps import STEP_RECORD as STEP_RECORD
 from .steps import STEPS_DROP as STEPS_DROP
+from .steps import STEPS_DROP_BATCH as STEPS_DROP_BATCH
 from .steps import STEPS_RECORDED as STEPS_RECORDED
 from .testing import (
     DRAIN_DUE_NOW as DRAIN_DUE_NOW,

@@ -8,8 +8,9 @@ statement (`STEP_RECORD`). `sql.JOB` reads them for `JobInfo.steps`, without the
 results.
 
 Steps leave with their job: `PURGE` deletes the steps of the rows it deletes, in the
-same statement, and `STEPS_DROP` those of the history's days about to be dropped, in
-the transaction that drops them (`history.drop_days`). The table is not partitioned,
+same statement, and those of the history's days about to be dropped go in bounded
+batches first (`STEPS_DROP_BATCH`, each its own short transaction), then, in the
+transaction that drops the days, any left (`STEPS_DROP`: normally none). The table is not partitioned,
 for the reason the attempts table is not: a job's steps are written on the days it ran,
 its history partition is chosen by the day it finished.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from .naming import statement
 
-__all__ = ["STEPS", "STEPS_DROP", "STEPS_RECORDED", "STEP_RECORD"]
+__all__ = ["STEPS", "STEPS_DROP", "STEPS_DROP_BATCH", "STEPS_RECORDED", "STEP_RECORD"]
 
 STEPS_RECORDED = statement("""SELECT name, result::text AS result FROM {axa_queue_steps}
     WHERE job_id = %(id)s""")
@@ -68,3 +69,21 @@ STEPS_DROP = statement("""DELETE FROM {axa_queue_steps}
 (the days `sql.ATTEMPTS_DROP` takes, by the same bound), in its transaction, so a drop
 given up keeps them; reads those days' partitions only (pruning) and the steps by
 primary key."""
+
+STEPS_DROP_BATCH = statement("""WITH jobs AS (
+        SELECT id FROM {axa_queue_history}
+        WHERE updated_at < ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s))
+                            AT TIME ZONE 'UTC')::date::timestamp AT TIME ZONE 'UTC'
+          AND id > %(after)s::uuid
+        ORDER BY id LIMIT %(batch)s
+    ), gone AS (
+        DELETE FROM {axa_queue_steps} WHERE job_id IN (SELECT id FROM jobs)
+    )
+    SELECT count(*) AS jobs, max(id::text) AS last FROM jobs""")
+"""Delete the steps of the next `batch` jobs, by id after `after`, of the history's days
+`HISTORY_DROP` is about to drop (`STEPS_DROP`'s days): one bounded batch, before the
+drop, repeated from the `last` id it returns until a batch comes back short. A keyset
+walk over the days' id indexes, so each batch reads only its own jobs and the whole
+walk reads each once; each deletes by the steps' primary key. The jobs are past
+retention: a drop given up after the batches leaves them without their steps, which
+nothing but a person's look at an old job reads."""
