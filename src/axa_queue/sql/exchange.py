@@ -48,8 +48,7 @@ _ENDINGS = """endings AS (
             AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
                  max_attempts bigint, slept boolean)"""
 """The endings sent, one row each: completed runs as two array literals (the cheapest
-parameters to build), every other ending as JSON (see `EXCHANGE`); `slept` is true only
-for a run that left by `JobContext.sleep` (its attempts row says `slept`)."""
+parameters to build), every other ending as JSON (see `EXCHANGE`; `slept`: `ENDED`)."""
 
 _FINISHED = """finished AS (
         UPDATE {axa_queue} q
