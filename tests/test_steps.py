@@ -6,6 +6,7 @@ to the history and gone with it."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -24,6 +25,7 @@ from axa_queue import (
     Retry,
     StepError,
     current_job,
+    retry,
     sql,
 )
 from axa_queue.db.calls import drive, send_sync
@@ -397,3 +399,40 @@ async def test_a_drain_runs_steps_of_async_and_sync_handlers_on_its_side_connect
     assert [await queue.result(job_id) for job_id in ids] == [1, 3]
     assert steps_rows(admin, ids[0]) == [("a", 1, 1)]
     assert steps_rows(admin, ids[1]) == [("b", 1, 2)]
+
+
+async def test_a_worker_run_whose_claim_was_taken_gets_claim_lost_and_the_next_attempt_goes_on(
+    make_queue, admin
+) -> None:
+    queue = await make_queue(heartbeat_interval=30, stale_after=90)  # no heartbeat meddles
+    reached, go_on = asyncio.Event(), asyncio.Event()
+    lost: list[ClaimLostError] = []
+    ran: list[str] = []
+
+    @queue.handler("Taken")
+    async def taken(args: Any) -> str:
+        job = current_job()
+        await job.step("a", lambda: ran.append("a") or 1)
+        reached.set()
+        await go_on.wait()
+        try:
+            await job.step("b", lambda: ran.append("b") or 2)
+        except ClaimLostError as error:
+            lost.append(error)
+            raise
+        return "done"
+
+    job_id = await queue.enqueue("Taken", {}, max_attempts=3)
+    async with running(queue):
+        await reached.wait()
+        _recover(admin, job_id)  # as stale recovery would: the run's claim is gone
+        go_on.set()
+        # A started run that lost its claim sends its job to review (docs/design.md).
+        await eventually(lambda: status(admin, job_id)[0] == "needs_review")
+        assert retry(admin, job_id, "ops:alice", "checked")  # released: runs again
+        await eventually(lambda: status(admin, job_id)[0] == "completed")
+    assert len(lost) == 1 and lost[0].attempt == 1 and lost[0].step == "b"
+    # `a` ran once; `b` ran in the run that lost its claim (its result refused) and again
+    # in the next: at least once, recorded once.
+    assert ran == ["a", "b", "b"]
+    assert [(n, a) for n, a, _ in steps_rows(admin, job_id)] == [("a", 1), ("b", 2)]
