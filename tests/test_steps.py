@@ -436,3 +436,34 @@ async def test_a_worker_run_whose_claim_was_taken_gets_claim_lost_and_the_next_a
     # in the next: at least once, recorded once.
     assert ran == ["a", "b", "b"]
     assert [(n, a) for n, a, _ in steps_rows(admin, job_id)] == [("a", 1), ("b", 2)]
+
+
+async def test_a_parent_that_sleeps_releases_its_dependent_only_once_completed_with_its_result(
+    make_queue, admin
+) -> None:
+    from axa_queue import NewJob, chain
+
+    queue = await make_queue()
+    seen: list[Any] = []
+    parent_states: list[str] = []
+
+    @queue.handler("Parent")
+    async def parent(args: Any) -> str:
+        job = current_job()
+        await job.step("before", lambda: "kept")
+        if job.attempt == 1:
+            await job.sleep(0)
+        return "p"
+
+    @queue.handler("Child")
+    async def child(args: Any) -> None:
+        seen.append(await current_job().parent_results())
+
+    flow = await queue.enqueue(chain(NewJob("Parent"), NewJob("Child")))
+    first, second = flow.jobs
+    async with running(queue):
+        await eventually(lambda: status(admin, second)[0] == "completed")
+    parent_states.append(status(admin, first)[0])
+    assert seen == [["p"]], "its parent's result, never a sleep's"
+    assert parent_states == ["completed"]
+    assert outcomes(admin, first) == [(1, "slept")]
