@@ -38,7 +38,14 @@ each run's start and end (job, attempt, process, times):
   and "completed twice" above, which cover the workflows' jobs too (a job held blocked
   by a parent in review is not lost);
 - review: a job reaches `needs_review` only after stale recovery took the claim of a
-  run of it that had started (a run that really lost its claim).
+  run of it that had started (a run that really lost its claim);
+- step twice: some jobs' handlers take durable steps (`JobContext.step`, whose function
+  returns a token of the run that ran it) and some sleep once (`JobContext.sleep`):
+  every run of a job is given the same token for a step, the one recorded, so no step
+  is recorded twice for one job;
+- step after loss: every step recorded was recorded while its job was `running` under
+  the recording run's attempt (from the record of changes), so never by a run that had
+  lost its claim.
 
 It prints one summary line per check and exits 1 if any fails. The tables it adds
 (`chaos_*`, a trigger) are the test's, not the product's.
@@ -95,16 +102,20 @@ queue = Queue(
 queue.schedule(Schedule.every("chaos-tick", 1, NewJob("Tick", {})))
 RUNNING = set()
 
-NOTE = """INSERT INTO chaos_runs (run, n, pid, phase, at, attempts)
-    SELECT %(run)s, %(n)s, %(pid)s, %(phase)s, to_timestamp(%(at)s), q.attempts
+NOTE = """INSERT INTO chaos_runs (run, n, pid, phase, at, attempts, detail)
+    SELECT %(run)s, %(n)s, %(pid)s, %(phase)s, to_timestamp(%(at)s), q.attempts, %(detail)s
     FROM axa_queue q WHERE q.args->>'n' = %(n)s::text
     RETURNING attempts"""
 
 
-async def note(run, n, phase):
+async def note(run, n, phase, detail=None):
     """Note a run's start or end, at the time it happened (the note itself may be late:
-    the event loop may be blocked or the database away)."""
-    params = {"run": run, "n": n, "pid": os.getpid(), "phase": phase, "at": time.time()}
+    the event loop may be blocked or the database away); `detail`: what a step returned,
+    or what a wrong `parent_results()` was."""
+    params = {
+        "run": run, "n": n, "pid": os.getpid(), "phase": phase, "at": time.time(),
+        "detail": detail,
+    }
     while True:  # until the database answers (the worker stops the run if it must)
         try:
             async with queue.pool.connection() as conn:
@@ -126,14 +137,30 @@ async def work(args):
         await asyncio.sleep(args.get("sleep", 0))
         if args.get("block"):
             time.sleep(args["block"])  # blocks the event loop
+        job = current_job()
+        for i in range(args.get("steps", 0)):
+            # Each step's function returns a token of the run that ran it: every later
+            # run of the job must be given the same one (`chaos_runs`, phase 'step').
+            token = await job.step(f"s{i}", stepped, run, i, args.get("step_sleep", 0))
+            await note(run, n, "step", f"s{i}={token}")
+        if args.get("nap") and await job.step("nap", lambda: job.attempt) == job.attempt:
+            await job.sleep(args["nap"])  # once: the attempt that recorded "nap"
         if args.get("fail") and attempts == 1:
             raise RuntimeError("told to fail once")
-        if "expect" in args and await current_job().parent_results() != args["expect"]:
-            await note(run, n, "wrong results")
+        if "expect" in args:
+            got = await job.parent_results()
+            if got != args["expect"]:
+                await note(run, n, "wrong results", f"got {got!r}, expected {args['expect']!r}")
         await note(run, n, "end")
     finally:
         RUNNING.discard(n)
     return n
+
+
+async def stepped(run, i, pause):
+    """A step's function: a token naming the run that ran it."""
+    await asyncio.sleep(pause)
+    return f"{run}/{i}"
 
 
 @queue.handler("Tick")
@@ -167,7 +194,7 @@ SCHEMA = [
         FOR EACH ROW EXECUTE FUNCTION chaos_note()""",
     """CREATE TABLE chaos_runs (
         seq BIGSERIAL PRIMARY KEY, run UUID, n INT, pid INT, phase TEXT, at TIMESTAMPTZ,
-        attempts INT)""",
+        attempts INT, detail TEXT)""",
     # Each run's start with the row's state then, from the record of changes.
     """CREATE VIEW chaos_starts AS
         SELECT s.run, s.n, s.pid, s.at, c.new AS status, c.attempts
@@ -296,6 +323,11 @@ class Chaos:
             args["fail"] = True
         if rng.random() < 0.02:
             args["sleep"] = rng.uniform(1, 2 * self.args.stale)  # runs across events
+        if rng.random() < 0.3:
+            args["steps"] = rng.randint(1, 3)
+            args["step_sleep"] = rng.choice([0, 0, 0.02, 0.3])
+        if rng.random() < 0.15:
+            args["nap"] = rng.choice([0, 0.1, 0.5])
         return NewJob(
             "Work",
             args,
@@ -430,6 +462,22 @@ CHECKS = {
             SELECT 1 FROM axa_queue_deps d JOIN axa_queue p ON p.id = d.parent
             WHERE d.child = c.id AND p.status NOT IN ('completed', 'failed', 'cancelled'))""",
     "wrong results": "SELECT count(*) FROM chaos_runs WHERE phase = 'wrong results'",
+    "step twice": """SELECT count(*) FROM (
+            SELECT r.n FROM chaos_runs r WHERE r.phase = 'step'
+            GROUP BY r.n, split_part(r.detail, '=', 1)
+            HAVING count(DISTINCT split_part(r.detail, '=', 2)) > 1
+            UNION ALL
+            SELECT r.n FROM chaos_runs r
+            JOIN axa_queue q ON q.args->>'n' = r.n::text
+            JOIN axa_queue_steps s ON s.job_id = q.id AND s.name = split_part(r.detail, '=', 1)
+            WHERE r.phase = 'step' AND s.result #>> '{}' <> split_part(r.detail, '=', 2)
+        ) bad""",
+    "step after loss": """SELECT count(*) FROM axa_queue_steps s
+        LEFT JOIN LATERAL (
+            SELECT c.new, c.attempts FROM chaos_changes c
+            WHERE c.id = s.job_id AND c.at <= s.recorded_at
+            ORDER BY c.at DESC, c.seq DESC LIMIT 1) c ON true
+        WHERE c.new IS DISTINCT FROM 'running' OR c.attempts IS DISTINCT FROM s.attempt""",
     "review": """SELECT count(*) FROM chaos_changes c
         WHERE c.new = 'needs_review' AND NOT EXISTS (
             SELECT 1 FROM chaos_changes r JOIN axa_queue q ON q.id = r.id
@@ -448,6 +496,9 @@ FIGURES = {
     "recovered": "SELECT count(*) FROM chaos_changes WHERE kind = 'recovery'",
     "ticks": "SELECT count(*) FROM chaos_schedule",
     "dependents": "SELECT count(DISTINCT child) FROM axa_queue_deps",
+    "steps": "SELECT count(*) FROM axa_queue_steps",
+    "step_runs": "SELECT count(*) FROM chaos_runs WHERE phase = 'step'",
+    "slept": "SELECT count(*) FROM axa_queue_attempts WHERE outcome = 'slept'",
 }
 
 
@@ -468,7 +519,7 @@ def check(dsn: str, seed: int, counts: dict[str, int]) -> bool:
     return ok
 
 
-SUSPECTS = """SELECT n FROM chaos_runs WHERE phase = 'overlap'
+SUSPECTS = """SELECT n FROM chaos_runs WHERE phase IN ('overlap', 'wrong results')
     UNION SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
     UNION SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
     ORDER BY n LIMIT 5"""
@@ -480,7 +531,8 @@ def explain(dsn: str) -> None:
         for (n,) in conn.execute(SUSPECTS).fetchall():
             print(f"-- job n={n}")
             events = conn.execute(
-                """SELECT at, 'run', phase || ' pid=' || pid, run::text, attempts FROM chaos_runs
+                """SELECT at, 'run', phase || ' pid=' || pid || coalesce(' ' || detail, ''),
+                    run::text, attempts FROM chaos_runs
                     WHERE n = %(n)s
                 UNION ALL
                 SELECT c.at, 'row', coalesce(c.old, '-') || '->' || c.new || ' by ' || c.kind

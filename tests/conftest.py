@@ -530,6 +530,7 @@ GRANT SELECT, INSERT, DELETE ON axa_queue_history TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue_attempts TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON axa_queue_deps TO {role};
 GRANT SELECT, INSERT, DELETE ON axa_workflows TO {role};
+GRANT SELECT, INSERT, DELETE ON axa_queue_steps TO {role};
 GRANT EXECUTE ON FUNCTION axa_queue_history_days(regclass, date, date),
     axa_queue_history_drop(regclass, date) TO {role};
 """

@@ -303,6 +303,29 @@ def test_a_job_page_shows_each_attempt_with_its_error_length_and_worker(
 
 
 @in_browser
+def test_a_job_page_shows_its_steps_and_a_sleep_but_never_a_steps_result(
+    page, served, admin
+) -> None:
+    from axa_queue import sql
+
+    [job] = seed(admin, "Pay", "queued")
+    exchange(admin, "Pay", [])  # attempt 1 claimed
+    recorded = {"id": job, "attempt": 1, "name": "charge", "seconds": 0.25, "now": None}
+    admin.execute(sql.STEP_RECORD, {**recorded, "result": json.dumps(SECRET)})
+    slept = {"id": str(job), "attempts": 1, "status": "queued", "delay": 0, "slept": True}
+    exchange(admin, "Pay", [{**slept, "error": "slept for 0.0 s", "max_attempts": 9}])
+    exchange(admin, "Pay", [])  # attempt 2 claimed
+    exchange(admin, "Pay", [{"id": str(job), "attempts": 2, "status": "completed"}])
+    sign_in(page, served)
+    page.goto(f"{served.url}/jobs/{job}")
+    assert page.inner_text("#attempts tr[data-attempt='1'] .outcome") == "slept"
+    step = "#steps tr[data-step='charge']"
+    assert page.inner_text(f"{step} .step-name") == "charge"
+    assert page.inner_text(f"{step} .took").endswith(("ms", "s"))
+    assert SECRET not in page.content()
+
+
+@in_browser
 def test_retry_a_failed_job_from_the_failed_list(page, served, admin) -> None:
     [job] = seed(admin, "Pay", "failed")
     sign_in(page, served)

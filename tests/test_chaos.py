@@ -1,6 +1,6 @@
 """The chaos test, short: real worker processes killed, PostgreSQL restarted and down
 longer than `stale_after`, an event loop blocked, a transaction held across a worker's
-start, chords and chains among the jobs, on a throwaway embedded server; `bench/chaos.py` checks fencing held from the
+start, chords and chains among the jobs, durable steps and sleeps, on a throwaway embedded server; `bench/chaos.py` checks fencing held from the
 database's own record (its docstring says what each check means)."""
 
 from __future__ import annotations
@@ -29,6 +29,6 @@ def test_under_kills_restarts_an_outage_and_a_blocked_loop_fencing_holds() -> No
     )
     summary = [line for line in result.stdout.splitlines() if line.startswith("chaos ")]
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-3000:]
-    assert len(summary) == 11 and all(line.endswith(" ok") for line in summary[1:]), "\n".join(
+    assert len(summary) == 13 and all(line.endswith(" ok") for line in summary[1:]), "\n".join(
         summary
     )

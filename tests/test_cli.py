@@ -497,6 +497,24 @@ def test_show_and_counts_tell_what_the_queue_knows(ready: str, admin) -> None:
     assert "waiting" in cli("counts", dsn=ready).stdout
 
 
+def test_show_prints_a_jobs_steps_but_never_their_results(ready: str, admin) -> None:
+    from axa_queue import sql
+
+    job_id = enqueue(ready, "Order")
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() WHERE id = %s",
+        (job_id,),
+    )
+    step = {"id": job_id, "attempt": 1, "name": "charge", "seconds": 0.5, "now": None}
+    admin.execute(sql.STEP_RECORD, {**step, "result": json.dumps({"card": SECRET})})
+    table = cli("show", str(job_id), dsn=ready).stdout
+    assert "steps" in table and "charge" in table and SECRET not in table
+    shown = cli("show", str(job_id), "--json", dsn=ready).stdout
+    assert SECRET not in shown
+    [one] = json.loads(shown)["steps"]
+    assert one["name"] == "charge" and one["attempt"] == 1 and one["seconds"] == pytest.approx(0.5)
+
+
 def test_schedules_lists_each_schedule_with_its_last_job(ready: str) -> None:
     async def tick() -> None:
         queue = Queue(ready)

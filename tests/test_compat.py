@@ -346,7 +346,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
     ).fetchall()
     added = sorted(set(after) - set(columns))
     # our record, our workers table, the rate limits' slots, the history, the paused
-    # names, the attempts, and the workflows' tables, which the crate ignores
+    # names, the attempts, the workflows' tables and the steps, which the crate ignores
     ours = (
         "axa_schema_version",
         "axa_workers",
@@ -356,6 +356,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         "axa_queue_attempts",
         "axa_queue_deps",
         "axa_workflows",
+        "axa_queue_steps",
     )
     added = [c for c in added if c[0] not in ours]
     assert added == [

@@ -361,3 +361,24 @@ def test_a_claim_that_gave_a_name_its_whole_cap_does_not_say_there_is_no_more_wo
         "Report",  # as many as its cap: more may be ready
         "Long",  # left out by its pace or limit
     }
+
+
+def test_a_process_that_may_have_stalled_claims_none_of_the_jobs_it_still_runs() -> None:
+    from axa_queue.worker.state import State
+
+    state = State(2, 0)
+    held = Run("3f2c0f4e-0000-0000-0000-000000000001", "Report", 1, 3, None, "{}", 0.0)
+    lost = Run("3f2c0f4e-0000-0000-0000-000000000002", "Report", 1, 3, None, "{}", 0.0)
+    state.losing[lost.id] = lost
+    asked: list[bool] = []
+
+    def stalled() -> bool:
+        asked.append(True)
+        return True
+
+    assert state.fence(stalled) == "{" + lost.id + "}", "nothing held: not even asked"
+    assert asked == []
+    state.runs[held.key] = held
+    assert state.fence(lambda: False) == "{" + lost.id + "}"
+    fenced = state.fence(stalled)
+    assert sorted(fenced.strip("{}").split(",")) == [held.id, lost.id]

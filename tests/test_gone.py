@@ -250,7 +250,7 @@ async def test_a_started_run_of_a_gone_process_waits_for_stale_recovery_shown_wo
     assert list(found) == [
         *("id", "name", "state", "attempts", "max_attempts", "priority", "error", "timeout"),
         *("run_at", "started_at", "created_at", "updated_at", "unique_key", "unique_for"),
-        *("given_back", "runs", "worker_gone"),
+        *("given_back", "runs", "worker_gone", "steps"),
     ]
     assert list(found["runs"][0]) == [
         *("attempt", "outcome", "started_at", "ended_at", "error_class", "error", "worker"),

@@ -257,6 +257,7 @@ async def test_a_queue_given_a_schema_works_through_pgbouncer(
         (schema, "axa_queue_attempts"),
         (schema, "axa_queue_deps"),
         (schema, "axa_queue_history"),
+        (schema, "axa_queue_steps"),
         (schema, "axa_rate_slots"),
         (schema, "axa_schedule"),
         (schema, "axa_schema_version"),

@@ -533,6 +533,8 @@ def test_the_documented_grants_are_enough_to_see_every_page_and_act(
             assert paused.status_code == 200 and "its jobs stay queued" in paused.text
         row = admin.execute("SELECT db_role FROM axa_job_acts WHERE job_id = %s", (job,)).fetchone()
         assert row is not None and row[0] == role
+        with psycopg.connect(as_role) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT result FROM axa_queue_steps")  # a step's result: never
 
 
 def test_there_must_be_a_way_to_sign_in_and_a_long_token(tables: str) -> None:

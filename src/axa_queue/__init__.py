@@ -36,6 +36,7 @@ from .context import JobContext, current_job
 from .errors import (
     ArgumentsError,
     AxaQueueError,
+    ClaimLostError,
     DrainError,
     JobNotFoundError,
     NoResultError,
@@ -45,10 +46,11 @@ from .errors import (
     OptionsError,
     ScheduleError,
     SchemaError,
+    StepError,
     WaitTimeoutError,
 )
 from .handlers.handler import JobHandler
-from .handlers.policies import Discard, Exponential, Retry, Snooze
+from .handlers.policies import Discard, Exponential, Retry, Sleep, Snooze
 from .handlers.retries import backoff
 from .health import Health
 from .jobs.attempts import attempts_on
@@ -59,6 +61,7 @@ from .jobs.linked import Composition, Workflow
 from .jobs.model import Attempt, Counts, JobInfo, JobState, NewJob
 from .jobs.parents import parent_results_on
 from .jobs.reads import counts_on, job_on, jobs_on
+from .jobs.steps import Step
 from .maintenance import Recovered
 from .options import QueueOptions
 from .queue import Queue
@@ -82,6 +85,7 @@ __all__ = [
     "Attempt",
     "AxaQueueError",
     "BulkResult",
+    "ClaimLostError",
     "Composition",
     "Counts",
     "Discard",
@@ -111,7 +115,10 @@ __all__ = [
     "ScheduleError",
     "ScheduleInfo",
     "SchemaError",
+    "Sleep",
     "Snooze",
+    "Step",
+    "StepError",
     "SyncQueue",
     "WaitTimeoutError",
     "Workflow",

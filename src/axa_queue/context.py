@@ -4,21 +4,29 @@ A run's context is set for the whole of its run (its middleware chain and its ha
 in a `contextvars.ContextVar`, so it is seen in an async handler's task and, copied
 with the context, in the thread a sync handler runs in. It holds what a handler needs
 to be idempotent and to know where it stands (id, name, attempt of its limit, deadline),
-never the job's arguments.
+never the job's arguments; and its durable steps (`step`, `jobs.steps`) and sleeps
+(`sleep`, `sleep_until`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+import inspect
+import time
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Protocol
 from uuid import UUID, uuid4
 
-from .errors import NotInAJobError
+from .db.calls import Call, drive, drive_async
+from .errors import NotInAJobError, OptionsError, StepError
+from .handlers.policies import Sleep
+from .jobs.parents import parent_results_call
+from .jobs.steps import RunLink, check_name
+from .options import Duration, to_timedelta
 
 __all__ = [
     "JobContext",
@@ -67,14 +75,10 @@ class JobContext:
     _lender: Any = field(default=None, repr=False, compare=False)
     """The worker loop's `lending.Lender` while an async handler runs (its lent
     connection is what `queue.pool.connection()` hands out), else `None`."""
-    _parents: Callable[[], Awaitable[list[Any]]] | None = field(
-        default=None, repr=False, compare=False
-    )
-    """Reads what the job's parents returned, on the worker's event loop (`_loop`): the
-    worker's, for a run of a stored job; `None` for a run without a row."""
-    _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False, compare=False)
-    """The event loop of the worker running the job (a sync handler's thread sends the
-    read there)."""
+    _link: RunLink | None = field(default=None, repr=False, compare=False)
+    """How the run reaches the worker's event loop, for its parents' results and its
+    steps (a sync handler's thread sends its reads there), and its steps once it has
+    any: the worker's, for a run of a stored job; `None` for a run without a row."""
 
     @property
     def cancelled(self) -> bool:
@@ -94,16 +98,84 @@ class JobContext:
         dependencies, and for a run without a row (inline, or a handler called
         directly); with a connection of your own, `parent_results_on(conn, job.id)`.
         Private like arguments: never logged or shown."""
-        reader, loop = self._parents, self._loop
-        if reader is None or loop is None:
+        link = self._link
+        if link is None:
             return _nothing() if _on_a_loop() else []
+        call = parent_results_call(self.id)
+        if _here() is link.loop:
+            return link.send(call)
+        return _sent(link, call)
+
+    def step(self, name: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """A durable step: `fn(*args, **kwargs)` run once for the job, its result
+        recorded. The first time, it runs `fn` and records what it returned (JSON, as a
+        job's result is), only while this run holds its claim (else `ClaimLostError`,
+        and nothing is recorded: let it end the run); on a later attempt of the job (a
+        retry, a run after a sleep or a crash) it returns the recorded result, decoded
+        from its JSON, without calling `fn`. Awaitable in an async handler (`await
+        job.step("charge", charge_card, order_id)`; `fn` may be async or sync), a value
+        in a sync one (`fn` sync). Each step's `name` (1 to 200 characters) is unique
+        within the job: a name given twice in a run is a `StepError`. If `fn` raises,
+        nothing is recorded and the error propagates. At least once: if the process dies
+        after `fn` returned and before its result was recorded, the next attempt calls
+        `fn` again (docs/handlers.md). The recorded steps are read in one statement on
+        the first step of a run; each step recorded is one more. The result is private
+        like arguments: never logged or shown. A run without a row (inline, or a
+        handler called directly) just calls `fn`."""
+        if _on_a_loop():
+            return _step_async(self._link, name, fn, args, kwargs)
+        link = self._link
+        if link is None:
+            check_name(name, None)
+            return fn(*args, **kwargs)
+        book = link.steps()
+
+        def send(call: Call[Any]) -> Any:
+            return _sent(link, call)
+
+        found, value = drive(send, book.look(name))
+        if found:
+            return value
+        started = time.monotonic()
         try:
-            here = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
-        if here is loop:
-            return reader()
-        return asyncio.run_coroutine_threadsafe(_awaited(reader), loop).result()
+            value = fn(*args, **kwargs)
+            if inspect.isawaitable(value):
+                _close(value)
+                raise StepError(
+                    f"step {name!r} of job {self.id}: its function returned an awaitable in a "
+                    "sync handler; give a sync function, or make the handler async"
+                )
+            call, value = book.record(name, value, time.monotonic() - started)
+            drive(send, call)
+        except BaseException:
+            book.give_up(name)
+            raise
+        return value
+
+    def sleep(self, duration: Duration) -> Any:
+        """Leave the loop and be queued again after `duration` (seconds or a
+        `timedelta`), without spending an attempt (the job's `max_attempts` rises with
+        the attempt number, as a `Snooze` does) and with its recorded steps kept, so a
+        job can wait hours without holding a worker: its next run starts from the
+        beginning of the handler, its recorded steps returning their results
+        (`step`). Awaited in an async handler (`await job.sleep(timedelta(hours=1))`),
+        called in a sync one: either way it raises `Sleep`, which must propagate (a
+        handler that catches every `Exception` would swallow it). Its attempt's outcome
+        is `slept`."""
+        delay = to_timedelta(duration, "duration")
+        if delay < timedelta(0):
+            raise OptionsError(f"expected sleep's duration to be zero or more, got: {duration!r}")
+        if _on_a_loop():
+            return _raise(Sleep(delay))
+        raise Sleep(delay)
+
+    def sleep_until(self, when: datetime) -> Any:
+        """`sleep` until `when` (a timezone-aware `datetime`; a time past is now)."""
+        if not isinstance(when, datetime) or when.tzinfo is None:
+            raise OptionsError(
+                f"expected sleep_until's time to be a timezone-aware datetime, got: {when!r}"
+            )
+        return self.sleep(max(when - datetime.now(timezone.utc), timedelta(0)))
 
     @property
     def is_last_attempt(self) -> bool:
@@ -111,8 +183,69 @@ class JobContext:
         return self.attempt >= self.max_attempts
 
 
-async def _awaited(reader: Callable[[], Awaitable[list[Any]]]) -> list[Any]:
-    return await reader()
+def _here() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread, if any."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _sent(link: RunLink, call: Call[Any]) -> Any:
+    """Send `call` on the worker's event loop from another thread (a sync handler's) and
+    wait for what it read."""
+    return asyncio.run_coroutine_threadsafe(link.send(call), link.loop).result()
+
+
+async def _send_async(link: RunLink, call: Call[Any]) -> Any:
+    """Send `call` on the worker's event loop, from a coroutine on any loop."""
+    if _here() is link.loop:
+        return await link.send(call)
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(link.send(call), link.loop))
+
+
+async def _step_async(
+    link: RunLink | None,
+    name: str,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Any:
+    """`JobContext.step` in an async handler: the same `StepBook` protocol, awaited."""
+    if link is None:
+        check_name(name, None)
+        value = fn(*args, **kwargs)
+        return await value if inspect.isawaitable(value) else value
+    book = link.steps()
+
+    async def send(call: Call[Any]) -> Any:
+        return await _send_async(link, call)
+
+    found, value = await drive_async(send, book.look(name))
+    if found:
+        return value
+    started = time.monotonic()
+    try:
+        value = fn(*args, **kwargs)
+        if inspect.isawaitable(value):
+            value = await value
+        call, value = book.record(name, value, time.monotonic() - started)
+        await drive_async(send, call)
+    except BaseException:
+        book.give_up(name)
+        raise
+    return value
+
+
+def _close(value: Any) -> None:
+    """Close a coroutine that will not be awaited (no "never awaited" warning)."""
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()
+
+
+async def _raise(error: BaseException) -> Any:
+    raise error
 
 
 async def _nothing() -> list[Any]:

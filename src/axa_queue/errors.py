@@ -11,6 +11,9 @@
      ├── NotOpenError                   the queue was used before `open()`
      ├── DrainError                     a drain (tests) timed out, or could not start
      ├── NotInAJobError (LookupError)   `current_job()` outside a job's run
+     ├── StepError                      a durable step misused: a name twice in a run, a
+     │                                  result JSON cannot hold
+     ├── ClaimLostError                 a run that lost its claim tried to record a step
      ├── JobNotFoundError (LookupError) no job with that id (retention may have deleted it)
      ├── NoResultError (LookupError)    the job has not completed, so it has no result
      └── WaitTimeoutError (TimeoutError) `wait()` ran out of time before the job finished
@@ -26,6 +29,7 @@ from uuid import UUID
 __all__ = [
     "ArgumentsError",
     "AxaQueueError",
+    "ClaimLostError",
     "DrainError",
     "JobNotFoundError",
     "NoResultError",
@@ -35,6 +39,7 @@ __all__ = [
     "OptionsError",
     "ScheduleError",
     "SchemaError",
+    "StepError",
     "WaitTimeoutError",
 ]
 
@@ -126,6 +131,29 @@ class NoResultError(AxaQueueError, LookupError):
         super().__init__(f"job {job_id} has no result: {why}")
         self.job_id = job_id
         self.state = state
+
+
+class StepError(AxaQueueError):
+    """A durable step (`JobContext.step`) misused: its name given twice in one run, not
+    a short name, or its function returned what JSON cannot hold. The message names the
+    job and the step, never the step's result."""
+
+
+class ClaimLostError(AxaQueueError):
+    """A run tried to record a step (`JobContext.step`) after losing its claim: its
+    job is no longer `running` under its attempt (stale recovery took it, a person
+    cancelled it, or a later attempt runs). Nothing is recorded and the run stops: let
+    it propagate; the job's next attempt, if any, runs the step again."""
+
+    def __init__(self, job_id: UUID, attempt: int, step: str) -> None:
+        super().__init__(
+            f"cannot record step {step!r} of job {job_id} (attempt {attempt}): the run lost "
+            "its claim (the job is no longer running under this attempt), so nothing is "
+            "recorded; let this error end the run"
+        )
+        self.job_id = job_id
+        self.attempt = attempt
+        self.step = step
 
 
 class WaitTimeoutError(AxaQueueError, TimeoutError):

@@ -26,6 +26,7 @@ __all__ = [
     "DDL_LOCK_TIMEOUT",
     "MOST_DAYS",
     "MOVE_BATCH",
+    "STEPS_BATCH",
     "Moved",
     "drop_days",
     "make_days",
@@ -36,6 +37,9 @@ __all__ = [
 
 MOVE_BATCH = 5000
 """Jobs moved per statement: each batch is one short transaction, locking only its rows."""
+
+STEPS_BATCH = 5000
+"""Jobs whose durable steps are deleted per statement before their days are dropped."""
 
 AHEAD_DAYS = 2
 """Day partitions made ahead of today, so a move never waits on making one at midnight,
@@ -130,14 +134,26 @@ async def drop_days(
     conn: psycopg.AsyncConnection[Any], older_than_seconds: float, *, now: datetime | None = None
 ) -> int:
     """Drop the history's days that ended more than `older_than_seconds` before `now`;
-    returns how many jobs they held, their attempts (`sql.ATTEMPTS_DROP`), dependencies
+    returns how many jobs they held, their attempts (`sql.ATTEMPTS_DROP`), steps
+    (`sql.STEPS_DROP`), dependencies
     and workflow places (`sql.WORKFLOWS_DROP`) deleted first.
-    Its own transaction, waiting no longer than `DDL_LOCK_TIMEOUT` for a lock."""
+    Its own transaction, waiting no longer than `DDL_LOCK_TIMEOUT` for a lock; the
+    steps go before it, in bounded batches (`sql.STEPS_DROP_BATCH`)."""
+    params = {"older_than": older_than_seconds, "now": now, "batch": STEPS_BATCH}
+    after = "00000000-0000-0000-0000-000000000000"
+    while True:
+        async with conn.cursor(row_factory=by_name) as batch:
+            await batch.execute(sql.STEPS_DROP_BATCH, {**params, "after": after})
+            done = await batch.fetchone()
+        if done is None or done.jobs < STEPS_BATCH or done.last is None:
+            break
+        after = done.last
     async with conn.transaction():
         await conn.execute(sql.HISTORY_LOCK_TIMEOUT, (f"{round(DDL_LOCK_TIMEOUT * 1000)}ms",))
-        # Their jobs' attempts, dependencies and workflow places first, in the same
-        # transaction: a drop given up keeps them all.
+        # Their jobs' attempts, steps, dependencies and workflow places first, in the
+        # same transaction: a drop given up keeps them all.
         await conn.execute(sql.ATTEMPTS_DROP, {"older_than": older_than_seconds, "now": now})
+        await conn.execute(sql.STEPS_DROP, {"older_than": older_than_seconds, "now": now})
         await conn.execute(sql.WORKFLOWS_DROP, {"older_than": older_than_seconds, "now": now})
         async with conn.cursor(row_factory=by_name) as cursor:
             await cursor.execute(sql.HISTORY_DROP, {"older_than": older_than_seconds, "now": now})

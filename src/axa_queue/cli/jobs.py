@@ -15,7 +15,7 @@ from rich.table import Table
 from .. import readable
 from ..db.calls import run_async
 from ..errors import JobNotFoundError
-from ..jobs.model import MAX_ARGS_DEPTH, Attempt, Counts, Duplicate, JobInfo, JobState, NewJob
+from ..jobs.model import MAX_ARGS_DEPTH, Counts, Duplicate, JobInfo, JobState, NewJob
 from ..jobs.reads import EXACT_UP_TO
 from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, workers_on
 from ..queue import Queue
@@ -23,7 +23,7 @@ from ..schedules.schedule import ScheduleInfo
 from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
 from .keys import DEFAULT_MOST
 from .keys import by_key as show_keys
-from .text import lines, short, shown, tries, when
+from .text import lines, runs_table, short, shown, steps_json, steps_table, tries, when
 
 __all__ = ["counts", "enqueue", "jobs", "schedules", "show", "workers"]
 
@@ -214,8 +214,9 @@ def _jobs_table(found: list[JobInfo]) -> Printed:
 @json_option
 @dsn_option
 def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
-    """Show everything the queue knows of one job, but its arguments: its row, and
-    each of its attempts (how it ended, when, how long, which worker, its error)."""
+    """Show everything the queue knows of one job, but its arguments: its row, each of
+    its attempts (how it ended, when, how long, which worker, its error), and its
+    durable steps (name, attempt, when, how long; never their results)."""
 
     async def work(queue: Queue) -> JobInfo:
         info = await queue.job(job_id)
@@ -229,15 +230,19 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
     if as_json:
         answer(dsn, as_dict, lambda found: "", as_json=True)
     else:
-        answer(dsn, work, lambda info: [_job_table(info), *_runs_table(info.attempts)])
+        answer(
+            dsn,
+            work,
+            lambda info: [_job_table(info), *runs_table(info.attempts), *steps_table(info.steps)],
+        )
 
 
 def _job_json(info: JobInfo) -> dict[str, Any]:
     """A job as `show --json` and `jobs --json` print it: its fields under the keys they
     have always had (`attempts`, the number of runs, is `JobInfo.attempt`; `runs`, its
     attempts, is `JobInfo.attempts`: empty in `jobs`), each run with its length in
-    seconds (`seconds`: from its claim to its ending, `null` while it runs), and
-    `worker_gone`."""
+    seconds (`seconds`: from its claim to its ending, `null` while it runs),
+    `worker_gone`, and its steps (`text.steps_json`)."""
     runs = [
         {
             **dataclasses.asdict(one),
@@ -247,29 +252,7 @@ def _job_json(info: JobInfo) -> dict[str, Any]:
     ]
     keys = {"attempt": "attempts", "attempts": "runs"}
     fields = {keys.get(f.name, f.name): getattr(info, f.name) for f in dataclasses.fields(info)}
-    return {**fields, "runs": runs}
-
-
-def _runs_table(runs: tuple[Attempt, ...]) -> list[Printed]:
-    """A job's attempts, a row each, oldest first: how each ended, when, how long it
-    took, the worker process that ran it (host:pid) and its error."""
-    if not runs:
-        return []
-    table = Table(title="attempts", title_justify="left", box=None)
-    for column in ("try", "outcome", "started", "ended", "took", "worker", "error"):
-        table.add_column(column, no_wrap=column != "error")
-    for one in runs:
-        worker = "-" if one.host is None else f"{shown(one.host)}:{one.pid}"
-        table.add_row(
-            str(one.attempt),
-            (one.outcome or "running") + (" (from the job's row)" if one.derived else ""),
-            when(one.started_at),
-            when(one.ended_at),
-            readable.seconds(one.duration),
-            worker,
-            lines(one.error),
-        )
-    return [table]
+    return {**fields, "runs": runs, "steps": steps_json(info.steps)}
 
 
 def _job_table(info: JobInfo) -> Printed:

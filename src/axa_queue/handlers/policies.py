@@ -32,6 +32,7 @@ __all__ = [
     "Policy",
     "PolicyOptions",
     "Retry",
+    "Sleep",
     "Snooze",
     "Verdict",
     "judge",
@@ -107,6 +108,18 @@ class Snooze(Exception):
         if self.delay < timedelta(0):
             raise OptionsError(f"expected Snooze's delay to be zero or more, got: {delay!r}")
         super().__init__(f"snoozed for {self.delay.total_seconds():.1f} s")
+
+
+class Sleep(Snooze):
+    """Raised by `JobContext.sleep` and `sleep_until` (never by hand): the job leaves its
+    loop and is queued again after `delay`, its attempt not spent (a `Snooze`: its
+    `max_attempts` rises with the attempt number) and its recorded steps kept. Its run's
+    attempt says `slept`, its error "slept for 3600.0 s". Let it propagate: a handler
+    that catches it (`except Exception`) stays in its loop instead of sleeping."""
+
+    def __init__(self, delay: Duration) -> None:
+        super().__init__(delay)
+        self.args = (f"slept for {self.delay.total_seconds():.1f} s",)
 
 
 class Discard(Exception):

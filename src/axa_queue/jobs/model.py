@@ -24,6 +24,7 @@ from .ids import Duplicate as Duplicate
 from .ids import job_id_of as job_id_of
 from .keys import key_ok
 from .moments import EARLIEST, LATEST, moment, optional_moment
+from .steps import Step
 
 __all__ = [
     "EARLIEST",
@@ -341,7 +342,7 @@ class Attempt:
     attempt: int
     """Its number: the job's `attempts` when it was claimed."""
     outcome: str | None
-    """How it ended: `completed`, `failed`, `retried` (queued again), `snoozed`,
+    """How it ended: `completed`, `failed`, `retried` (queued again), `snoozed`, `slept`,
     `cancelled` (by a person), `lost` (its claim was gone), `abandoned` (its process
     went silent: stale recovery), `given back` (claimed ahead, never started); `None`
     while it runs."""
@@ -412,6 +413,10 @@ class JobInfo:
     as "worker gone" until stale recovery decides the run (one claimed ahead and never
     started is queued again at once, its attempt given back). Read when the job is read;
     `False` for any job not running."""
+    steps: tuple[Step, ...] = ()
+    """The durable steps it recorded (`JobContext.step`), in the order recorded: name,
+    attempt, start and when recorded, never their results (read by `job`; lists leave
+    it empty)."""
 
 
 @dataclass(frozen=True)

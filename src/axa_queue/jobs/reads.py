@@ -19,6 +19,7 @@ from ..db.calls import Call, Row, Steps, Work, ask
 from ..errors import JobNotFoundError, NoResultError, OptionsError
 from .attempts import runs_of
 from .model import Counts, JobInfo, JobState, job_id_of, moment, optional_moment
+from .steps import steps_of
 
 __all__ = [
     "EXACT_UP_TO",
@@ -68,6 +69,7 @@ def job_info(row: Row) -> JobInfo:
         given_back=row.given_back,
         attempts=runs_of(getattr(row, "runs", None)),
         worker_gone=bool(getattr(row, "worker_gone", False)),
+        steps=steps_of(getattr(row, "steps", None)),
     )
 
 

@@ -16,7 +16,8 @@ what it does, in one module per table or concern:
   names, the schedules, the worker processes, the dashboard;
 - `testing`: `drain()` and `axa_queue.testing`;
 - `workflows`: jobs queued with their dependencies, a workflow read and cancelled, a
-  dependent's parents' results.
+  dependent's parents' results;
+- `steps`: durable steps, read once by a run and each recorded fenced by its attempt.
 
 Every statement is here by name (`sql.EXCHANGE`), and `statements()` lists them for
 `axa-queue sql --statement NAME`, which prints any one whole. The statements that make
@@ -283,6 +284,10 @@ from .session import (
 from .session import (
     SESSION_SETTINGS as SESSION_SETTINGS,
 )
+from .steps import STEP_RECORD as STEP_RECORD
+from .steps import STEPS_DROP as STEPS_DROP
+from .steps import STEPS_DROP_BATCH as STEPS_DROP_BATCH
+from .steps import STEPS_RECORDED as STEPS_RECORDED
 from .testing import (
     DRAIN_DUE_NOW as DRAIN_DUE_NOW,
 )

@@ -36,7 +36,8 @@ ENDED = """ended AS (
                (SELECT o.started_at FROM {axa_queue} o WHERE o.id = r.id),
                COALESCE(%(now)s::timestamptz, clock_timestamp()),
                CASE WHEN r.status <> 'queued' THEN r.status
-                    WHEN r.max_attempts IS NULL THEN 'retried' ELSE 'snoozed' END,
+                    WHEN r.max_attempts IS NULL THEN 'retried' WHEN r.slept THEN 'slept'
+                    ELSE 'snoozed' END,
                substring(r.error FROM '^([A-Za-z_][A-Za-z0-9_.]*)(?::|$)'), left(r.error, 2000)
         FROM finished f JOIN endings r ON r.id = f.id::uuid AND r.attempts = f.attempts
         WHERE r.status <> 'completed'
@@ -48,7 +49,8 @@ completion gets its run's row: the process that ran it (the worker's identity, s
 once per statement as `%(worker)s`, `%(host)s`, `%(pid)s`), when it started (its job's
 `started_at` as this statement's snapshot has it, before `finished` cleared it: a
 subquery by primary key, one probe per such ending), when it ended (as it is
-written), how (`failed`, `retried`, or `snoozed`: queued again with a new limit), and
+written), how (`failed`, `retried`, or `snoozed`: queued again with a new limit;
+`slept` likewise, the run having left by `JobContext.sleep`, `slept` in its ending), and
 for a failure the error's class (its text before the first colon when that is a Python
 name, as `handlers.retries.describe` writes `ValueError: ...`; NULL for a timeout) and
 text, at most 2,000 characters (the worker cuts it before).

@@ -41,14 +41,14 @@ def _with(ctes: Sequence[str], rows: Sequence[str]) -> str:
 
 _ENDINGS = """endings AS (
         SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
-               NULL::jsonb AS result, NULL::bigint AS max_attempts
+               NULL::jsonb AS result, NULL::bigint AS max_attempts, NULL::boolean AS slept
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
         SELECT * FROM json_to_recordset(%(endings)s::json)
             AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
-                 max_attempts bigint)"""
+                 max_attempts bigint, slept boolean)"""
 """The endings sent, one row each: completed runs as two array literals (the cheapest
-parameters to build), every other ending as JSON (see `EXCHANGE`)."""
+parameters to build), every other ending as JSON (see `EXCHANGE`; `slept`: `ENDED`)."""
 
 _FINISHED = """finished AS (
         UPDATE {axa_queue} q

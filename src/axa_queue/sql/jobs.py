@@ -7,6 +7,7 @@ from string import Template
 
 from .attempts import RUNS
 from .naming import statement
+from .steps import STEPS
 from .web import WEB_ESTIMATE_READY, WEB_ESTIMATE_WAITING
 from .workers import worker_gone
 
@@ -191,11 +192,12 @@ _JOB_COLUMNS = """id, name, status, attempts, max_attempts, priority, error, tim
 
 JOB = statement(
     Template("""SELECT j.*, (SELECT COALESCE(json_agg(r ORDER BY r.attempt), '[]') FROM ($runs) r) AS runs,
+        (SELECT COALESCE(json_agg(s ORDER BY s.recorded_at, s.name), '[]') FROM ($steps) s) AS steps,
         $gone AS worker_gone
     FROM (SELECT {columns} FROM {axa_queue} WHERE id = %(id)s
           UNION ALL
           SELECT {columns} FROM {axa_queue_history} WHERE id = %(id)s
-          LIMIT 1) j""").substitute(runs=RUNS, gone=worker_gone("j", "j.updated_at")),
+          LIMIT 1) j""").substitute(runs=RUNS, steps=STEPS, gone=worker_gone("j", "j.updated_at")),
     columns=_JOB_COLUMNS,
 )
 """One job, without its arguments, from `axa_queue` or, moved, from the history (one
@@ -204,7 +206,8 @@ Times come as epoch seconds (exact numeric), which any row can be read as: a
 `timestamptz` PostgreSQL holds but Python's `datetime` cannot (`infinity`, past year
 9999, or year 9999 shown in a session time zone east of UTC), written by another
 client, would otherwise fail the read (`jobs.moment` clamps it). With its attempts
-(`runs`: a JSON array of `attempts.RUNS`' rows, oldest first), in the same snapshot,
+(`runs`: a JSON array of `attempts.RUNS`' rows, oldest first) and its steps (`steps`:
+`steps.STEPS`' rows, without results, in the order recorded), in the same snapshot,
 and whether it is a run of a process that is gone (`worker_gone`, `workers.worker_gone`:
 `%(now)s`, `%(beat_ms)s`)."""
 

@@ -217,6 +217,8 @@ PURGE = statement("""WITH doomed AS (
         LIMIT %(batch)s FOR UPDATE SKIP LOCKED
     ), attempts_gone AS (
         DELETE FROM {axa_queue_attempts} WHERE job_id IN (SELECT id FROM doomed)
+    ), steps_gone AS (
+        DELETE FROM {axa_queue_steps} WHERE job_id IN (SELECT id FROM doomed)
     ), deps_gone AS (
         DELETE FROM {axa_queue_deps} WHERE child IN (SELECT id FROM doomed)
     ), members_gone AS (
@@ -224,7 +226,7 @@ PURGE = statement("""WITH doomed AS (
     )
     DELETE FROM {axa_queue} q USING doomed WHERE q.id = doomed.id""")
 """Delete one bounded batch of finished rows older than the retention period (never a
-job in review), and their attempts (`attempts_gone`), their own dependencies
+job in review), and their attempts (`attempts_gone`), steps (`steps_gone`), their own dependencies
 (`deps_gone`: a finished job's are never read again) and workflow places
 (`members_gone`) in the same statement; repeated
 until a batch comes back short (its row count is the jobs')."""

@@ -42,6 +42,7 @@ NAMES = (
     "axa_queue_attempts",
     "axa_queue_deps",
     "axa_workflows",
+    "axa_queue_steps",
     "axa_queue_notify",
     "axa_job_acts_refuse",
     "axa_job_acts_role",

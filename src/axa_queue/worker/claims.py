@@ -107,9 +107,17 @@ class Claims:
 
     def doubtful(self, one: Run) -> bool:
         """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
+        return self._unproved(one.last_heard)
+
+    def stalled(self) -> bool:
+        """Whether the claims this process holds may have expired unknown to it: no
+        heartbeat answered for as long as makes one run's claim doubtful (`State.fence`)."""
+        return self._unproved(self.state.heard)
+
+    def _unproved(self, last_heard: float) -> bool:
         return decisions.needs_proof(
             now=self.connections.monotonic(),
-            last_heard=one.last_heard,
+            last_heard=last_heard,
             stale=self.stale,
             broken_at=self.connections.broken_at,
             beat=max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT),
@@ -162,6 +170,7 @@ class Claims:
             # process's until its ending lands.
             ended = [*state.sending, *state.endings, *state.apart]
             if not runs and not ended:
+                state.heard = self.connections.monotonic()  # nothing held: nothing to prove
                 continue
             sent = self.connections.monotonic()
             try:
@@ -180,6 +189,7 @@ class Claims:
                     ):
                         one.lose(f"{GAVE_UP} for {self.stale:g} s")
                 continue
+            state.heard = sent
             now = self.connections.monotonic()
             for one in runs:
                 if one.key in found.alive:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
 from typing import Any, Literal, NamedTuple
 
-from ..handlers.policies import Discard, Policy, Retry, Snooze, judge
+from ..handlers.policies import Discard, Policy, Retry, Sleep, Snooze, judge
 from ..handlers.retries import cut_error, kind
 from ..limits import Limits
 from .run import CANCELLED, LOST, Stop
@@ -273,7 +273,7 @@ def fate(
     return logging.WARNING, f"{head}: its claim was gone; the job is now {status}"
 
 
-OutcomeKind = Literal["completed", "snoozed", "retried", "failed", "lost", "cancelled"]
+OutcomeKind = Literal["completed", "snoozed", "slept", "retried", "failed", "lost", "cancelled"]
 
 
 class Outcome(NamedTuple):
@@ -282,7 +282,7 @@ class Outcome(NamedTuple):
     a fifth of a frozen dataclass.)"""
 
     kind: OutcomeKind
-    """`completed`, `snoozed`, `retried` or `failed`: an ending to write (`status`,
+    """`completed`, `snoozed`, `slept`, `retried` or `failed`: an ending to write (`status`,
     `error`, `delay`, `max_attempts`); `lost`: its claim is gone, and `Claims.lose`
     writes its fate (`error`: why); `cancelled`: a person cancelled its job under this
     attempt, and nothing is written."""
@@ -333,7 +333,7 @@ def outcome(
         return COMPLETED
     verdict = judge(raised, error, attempts, limit, policy, backoff, backoff_failed)
     taken: OutcomeKind = (
-        "snoozed"
+        ("slept" if isinstance(raised, Sleep) else "snoozed")
         if verdict.max_attempts is not None
         else "retried"
         if verdict.status == "queued"

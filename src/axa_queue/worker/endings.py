@@ -1,4 +1,4 @@
-"""What the log says of how a run ended: completed (at debug level only), snoozed,
+"""What the log says of how a run ended: completed (at debug level only), snoozed, slept,
 failed and retried, failed, or cancelled by a person; and of a backoff function that
 failed. Each message names the job, its id and attempt (`Run.named`) and says of a
 failure its class (`Outcome.cause`); the error's text goes in the record's `error`
@@ -35,6 +35,13 @@ def ended(one: Run, outcome: Outcome, trace: BaseException | None) -> None:
             *one.named(),
             outcome.delay,
             extra={**one.fields(), "error": outcome.error, "retry_in": outcome.delay},
+        )
+    elif outcome.kind == "slept":
+        log.info(
+            "job sleeping: %s %s (attempt %d) for %g s",
+            *one.named(),
+            outcome.delay,
+            extra={**one.fields(), "retry_in": outcome.delay},
         )
     elif outcome.kind == "retried":
         log.warning(

@@ -274,7 +274,7 @@ class Exchange:
                     "endings": others,
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
-                    "losing": "{" + ",".join(self.state.losing) + "}",
+                    "losing": self.state.fence(self.claims.stalled),
                     "idle": idle,
                     "starts": "{" + ",".join(r.id for r in starts) + "}",
                     "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",

@@ -17,12 +17,12 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID
 
-from .. import sql
 from ..context import JobContext, enter, leave
+from ..db.calls import Call, send_async
 from ..db.lending import Lender
 from ..handlers.handler import JobHandler
 from ..handlers.registry import Registry
-from ..jobs.parents import parent_results_on, results_of
+from ..jobs.steps import RunLink
 from ..middleware import through
 from ..tracing import carrier_of
 from .claims import Claims
@@ -43,22 +43,18 @@ class Invoke:
         self.executor = executor
         """The threads of sync handlers."""
         self.pool = pool
-        """The queue's pool, where a handler's `parent_results()` reads (inside an async
-        run, the connection lent to it); `None` for a drain's worker, which reads on its
-        side connection."""
+        """The queue's pool, where a handler's `parent_results()` reads and its steps
+        are read and recorded (inside an async run, the connection lent to it); `None`
+        for a drain's worker, which sends them on its side connection."""
 
-    def parents_of(self, job_id: UUID) -> Any:
-        """What reads the results of `job_id`'s parents for `JobContext.parent_results`."""
-        pool, connections = self.pool, self.claims.connections
-
-        async def read() -> list[Any]:
-            if pool is None:
-                return results_of(await connections.on_side(sql.PARENT_RESULTS, {"id": job_id}))
-            async with pool.connection() as conn:
-                results: list[Any] = await parent_results_on(conn, job_id)
-            return results
-
-        return read
+    async def send(self, call: Call[Any]) -> Any:
+        """Send a run's `call` (its parents' results, its steps: `RunLink.send`) and
+        return what it read."""
+        if self.pool is None:
+            rows = await self.claims.connections.on_side(call.query, call.params)
+            return call.read(rows, len(rows))
+        async with self.pool.connection() as conn:
+            return await send_async(conn, call)
 
     async def call(self, one: Run, handler: JobHandler[Any], lender: Lender | None) -> Any:
         """Prove `one`'s claim if it may have expired, then call its handler (inside
@@ -113,8 +109,7 @@ class Invoke:
             None if one.trace_context is None else carrier_of(one.trace_context),
             one,
             lender,
-            self.parents_of(job_id),
-            asyncio.get_running_loop(),
+            RunLink(self.send, asyncio.get_running_loop(), job_id, one.attempts),
         )
 
     async def _call(self, handler: JobHandler[Any], args_text: str, job: JobContext) -> Any:

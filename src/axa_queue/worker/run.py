@@ -116,6 +116,8 @@ class Run:
     delay: float = 0.0
     raises: int | None = None
     """The job's new `max_attempts` written with its ending (a snooze), else `None`."""
+    slept: bool = False
+    """Whether it left by `JobContext.sleep` (a snooze its attempt records as `slept`)."""
     ahead: bool = False
     """Whether it was claimed ahead of the loops (its row's `ahead` set): when its loop
     starts it, its start is marked by the next exchange (`State.starts`)."""

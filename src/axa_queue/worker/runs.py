@@ -226,6 +226,7 @@ class Runner:
             return
         if outcome is not COMPLETED:
             one.result = None
+            one.slept = outcome.kind == "slept"
             endings.ended(one, outcome, raised if self.tracebacks and outcome.traceback else None)
         elif log.isEnabledFor(logging.DEBUG):
             endings.ended(one, outcome, None)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import enum
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 from . import decisions
@@ -81,6 +82,11 @@ class State:
         `ahead` cleared) by the next exchange, which the loop does not wait for."""
         self.losing: dict[str, Run] = {}
         """Runs that lost their claim, by job id, until their fate is written."""
+        self.heard = 0.0
+        """When the last heartbeat that answered was sent (or found nothing to prove),
+        on the clock the worker times its claims by: long ago, the process may have
+        stalled (its event loop blocked, the database away) and lost claims it does
+        not know of yet (`fence`)."""
         self.nudge = asyncio.Event()
         """Set when there may be something to do: an ending, a free loop, new work."""
         self.look = True
@@ -98,6 +104,18 @@ class State:
         self.check = asyncio.Event()
         """Set when a notification says a job this process runs may have been cancelled:
         the heartbeat loop reports in at once (`check_soon`)."""
+
+    def fence(self, stalled: Callable[[], bool]) -> str:
+        """The exchange's `losing` parameter: the jobs it must not claim. Always those
+        of runs that lost their claim until their fate is written; and, when the process
+        may have stalled since its last heartbeat (`stalled()`, `Claims.stalled`: asked
+        only while it holds runs), every job it holds
+        a run of: recovery may have queued one again while its run here goes on (a
+        blocked event loop has not yet heard), and a claim of it now would make a second
+        run of it in this process, at once. The next heartbeat settles them."""
+        if self.runs and stalled():
+            return "{" + ",".join({*self.losing, *(one.id for one in self.runs.values())}) + "}"
+        return "{" + ",".join(self.losing) + "}"
 
     def _claim_ahead(self, ahead: int) -> None:
         """Claim up to `ahead` jobs ahead of the loops from now on."""

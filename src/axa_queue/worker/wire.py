@@ -53,6 +53,8 @@ def endings(batch: list[Run]) -> tuple[str, str, str]:
             }
             if one.raises is not None:
                 ending["max_attempts"] = one.raises
+            if one.slept:
+                ending["slept"] = True
             others.append(json.dumps(ending, ensure_ascii=False))
     return (
         "{" + ",".join(ids) + "}",

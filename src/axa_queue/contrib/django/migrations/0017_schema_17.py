@@ -1,0 +1,14 @@
+"""Schema version 17: durable steps (`axa_queue_steps`), and `slept` among the
+attempts' outcomes."""
+
+from __future__ import annotations
+
+from django.db import migrations
+
+from axa_queue.contrib.django.tables import operation
+
+
+class Migration(migrations.Migration):
+    dependencies = (("axa_queue", "0016_schema_16"),)
+
+    operations = (operation(17),)
