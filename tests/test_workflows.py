@@ -399,6 +399,31 @@ def test_two_statements_each_ending_two_parents_of_one_child_never_deadlock(admi
             conn.close()
 
 
+def test_an_ending_noted_by_a_statement_that_failed_is_never_released_later(admin, dsn) -> None:
+    # The statement ends p1 (noted for the release at its end), then fails before its
+    # end; rolled back to a savepoint, the transaction goes on and ends p2. The note
+    # went with the failed statement: p2's ending must not take p1 for completed.
+    flow = enqueue_on(admin, chord(group([NewJob("P"), NewJob("P")]), NewJob("CB")))
+    p1, p2, cb = flow.jobs
+    claim(admin, p1)
+    claim(admin, p2)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SAVEPOINT before")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute(
+                "WITH ended AS (UPDATE axa_queue SET status = 'completed' WHERE id = %s "
+                "RETURNING id) SELECT 1 / 0 FROM ended",
+                (p1,),
+            )
+        conn.execute("ROLLBACK TO SAVEPOINT before")
+        exchange(conn, completed=[p2])
+        conn.commit()
+    assert state(admin, p1)[0] == "running"
+    assert state(admin, cb)[0] == "blocked"
+    exchange(admin, completed=[p1])
+    assert state(admin, cb)[0] == "queued"
+
+
 # --- with a worker ------------------------------------------------------------------------
 
 
