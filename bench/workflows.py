@@ -1,5 +1,5 @@
 """Workflows' cost: a chord of N parents and one callback against N plain jobs, drained
-by one process, in interleaved rounds (medians).
+by one process, in interleaved rounds, the order rotated each round (medians).
 
     python bench/workflows.py --dsn postgresql://root@127.0.0.1:5432/postgres
     python bench/workflows.py --dsn ... --jobs 10000 --rounds 3 --loops 10
@@ -155,9 +155,15 @@ def main() -> None:
     ratios: list[float] = []
     plain_cpu: list[float] = []
     chord_cpu: list[float] = []
-    for _ in range(given.rounds):
-        p_rate, p_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, False))
-        c_rate, c_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, True))
+    for at in range(given.rounds):
+        # Rotated: plain first in even rounds, the chord first in odd ones, so neither
+        # side always meets the machine's load (or a warm cache) first.
+        if at % 2 == 0:
+            p_rate, p_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, False))
+            c_rate, c_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, True))
+        else:
+            c_rate, c_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, True))
+            p_rate, p_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, False))
         plain.append(p_rate)
         chords.append(c_rate)
         ratios.append(c_rate / p_rate)

@@ -338,6 +338,92 @@ def test_the_last_parent_ending_releases_even_when_the_other_committed_meanwhile
     assert state(admin, cb)[0] == "queued"
 
 
+def test_two_statements_each_ending_two_parents_of_one_child_never_deadlock(admin, dsn) -> None:
+    # Statement `one` ends parents i and j + 65 of a chord's callback, `two` ends j and
+    # i + 65 (i < j). Released per row, `one`'s look after i share-locked the dependency
+    # of i + 65 (the first undone more than 64 places on), which `two` marks second, and
+    # `two`'s after j that of j + 65, which `one` marks second: each waited for the
+    # other and PostgreSQL aborted one. A third transaction share-locks both second
+    # dependencies, so each statement stops at that marking; then it lets go.
+    flow = enqueue_on(admin, chord(group([NewJob("P") for _ in range(100)]), NewJob("CB")))
+    parents, cb = list(flow.jobs[:-1]), flow.jobs[-1]
+    for parent in parents:
+        claim(admin, parent)
+    # Each statement's two endings in one order, by id and as sent: i, j + 65 and j, i + 65.
+    i, j = next(
+        (i, j)
+        for i in range(30)
+        for j in range(i + 1, 30)
+        if parents[i] < parents[j + 65] and parents[j] < parents[i + 65]
+    )
+    holder = psycopg.connect(dsn)
+    statements = {name: psycopg.connect(dsn) for name in ("one", "two")}
+    errors: list[BaseException] = []
+
+    def end(name: str, first: UUID, second: UUID) -> None:
+        try:
+            exchange(statements[name], completed=[first, second])
+            statements[name].commit()
+        except BaseException as error:
+            errors.append(error)
+
+    def waiting(name: str) -> bool:
+        row = admin.execute(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND pid = %s",
+            (statements[name].info.backend_pid,),
+        ).fetchone()
+        return row is not None and row[0] > 0
+
+    try:
+        holder.execute(
+            "SELECT FROM axa_queue_deps WHERE child = %s AND parent = ANY(%s) FOR SHARE",
+            (cb, [parents[i + 65], parents[j + 65]]),
+        )
+        threads = [
+            threading.Thread(target=end, args=("one", parents[i], parents[j + 65])),
+            threading.Thread(target=end, args=("two", parents[j], parents[i + 65])),
+        ]
+        for thread in threads:
+            thread.start()
+        asyncio.run(eventually(lambda: waiting("one") and waiting("two")))
+        holder.commit()
+        for thread in threads:
+            thread.join(30)
+        assert not errors
+        assert state(admin, cb)[0] == "blocked"
+        exchange(admin, completed=[p for p in parents if state(admin, p)[0] == "running"])
+        assert state(admin, cb)[0] == "queued"
+    finally:
+        holder.close()
+        for conn in statements.values():
+            conn.close()
+
+
+def test_an_ending_noted_by_a_statement_that_failed_is_never_released_later(admin, dsn) -> None:
+    # The statement ends p1 (noted for the release at its end), then fails before its
+    # end; rolled back to a savepoint, the transaction goes on and ends p2. The note
+    # went with the failed statement: p2's ending must not take p1 for completed.
+    flow = enqueue_on(admin, chord(group([NewJob("P"), NewJob("P")]), NewJob("CB")))
+    p1, p2, cb = flow.jobs
+    claim(admin, p1)
+    claim(admin, p2)
+    with psycopg.connect(dsn) as conn:
+        conn.execute("SAVEPOINT before")
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            conn.execute(
+                "WITH ended AS (UPDATE axa_queue SET status = 'completed' WHERE id = %s "
+                "RETURNING id) SELECT 1 / 0 FROM ended",
+                (p1,),
+            )
+        conn.execute("ROLLBACK TO SAVEPOINT before")
+        exchange(conn, completed=[p2])
+        conn.commit()
+    assert state(admin, p1)[0] == "running"
+    assert state(admin, cb)[0] == "blocked"
+    exchange(admin, completed=[p1])
+    assert state(admin, cb)[0] == "queued"
+
+
 # --- with a worker ------------------------------------------------------------------------
 
 
@@ -516,7 +602,7 @@ def test_a_plain_jobs_ending_never_calls_the_release_trigger(admin) -> None:
         return [t["Trigger Name"] for t in row[0][0].get("Triggers", [])]
 
     assert triggers(plain) == []
-    assert triggers(flow.jobs[0]) == ["axa_queue_release"]
+    assert triggers(flow.jobs[0]) == ["axa_queue_release", "axa_queue_release_all"]
     assert state(admin, flow.jobs[1])[0] == "queued"
 
 

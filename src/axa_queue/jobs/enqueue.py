@@ -25,7 +25,7 @@ from .. import sql, tracing
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from ..db.calls import Call, Row, Steps, Work, ask
 from .linked import Composition, Workflow, linked_call, workflow_call
-from .model import Duplicate, NewJob
+from .model import Duplicate, NewJob, columns_of
 
 __all__ = [
     "COPY_FROM",
@@ -169,20 +169,6 @@ def keyed(jobs: Sequence[NewJob]) -> bool:
     return any(job.key is not None for job in jobs)
 
 
-def _columns(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
-    """The columns of `sql.ENQUEUE_MANY` and `sql.ENQUEUE_UNIQUE` other than the ids,
-    one array per column, the jobs in order."""
-    return {
-        "name": [job.name for job in jobs],
-        "args": [job.encoded_args() for job in jobs],
-        "max_attempts": [job.max_attempts for job in jobs],
-        "priority": [job.priority_value() for job in jobs],
-        "at": [job.run_at for job in jobs],
-        "delay": [job.delay_seconds() for job in jobs],
-        "timeout_ms": [job.timeout_ms() for job in jobs],
-    }
-
-
 def enqueue_many_call(
     jobs: Sequence[NewJob], now: datetime | None = None, *, copy: bool = False
 ) -> Call[list[UUID]]:
@@ -208,7 +194,7 @@ def enqueue_many_call(
     with_keys = keyed(jobs)
 
     def insert(finished: Callable[[BaseException | None], None] | None = None) -> Call[list[UUID]]:
-        params = {"id": made([], 0), **_columns(jobs), "now": now, "trace_context": carrier}
+        params = {"id": made([], 0), **columns_of(jobs), "now": now, "trace_context": carrier}
         if with_keys:
             params["key"] = [job.key for job in jobs]
         return Call(
@@ -268,7 +254,7 @@ def enqueue_unique_call(
         sql.ENQUEUE_UNIQUE,
         {
             "id": list(ids),
-            **_columns(jobs),
+            **columns_of(jobs),
             "unique_key": keys,
             "unique_for_ms": [job.unique_for_ms() for job in jobs],
             "key": [job.key for job in jobs],

@@ -20,7 +20,7 @@ from uuid import UUID, uuid4
 from .. import sql, tracing
 from ..db.calls import Call, Row
 from ..errors import OptionsError
-from .model import NewJob
+from .model import NewJob, columns_of
 
 __all__ = [
     "Composition",
@@ -100,13 +100,7 @@ def _arrays(
         outside.update(dict.fromkeys(job.after))
     return {
         "id": ids,
-        "name": [job.name for job in jobs],
-        "args": [job.encoded_args() for job in jobs],
-        "max_attempts": [job.max_attempts for job in jobs],
-        "priority": [job.priority_value() for job in jobs],
-        "at": [job.run_at for job in jobs],
-        "delay": [job.delay_seconds() for job in jobs],
-        "timeout_ms": [job.timeout_ms() for job in jobs],
+        **columns_of(jobs),
         "dependents": dependents,
         "child": child,
         "parent": parent,

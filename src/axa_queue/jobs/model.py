@@ -8,7 +8,7 @@ arguments: not `repr`, not `JobInfo`, not an error message.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, TypedDict
@@ -43,6 +43,7 @@ __all__ = [
     "NewJob",
     "as_new_job",
     "check_name",
+    "columns_of",
     "job_id_of",
     "moment",
     "optional_moment",
@@ -472,3 +473,18 @@ def as_new_job(job: str | NewJob, args: Any = None, **options: Unpack[JobOptions
             )
         return job
     return NewJob(job, {} if args is None else args, **options)
+
+
+def columns_of(jobs: Sequence[NewJob]) -> dict[str, list[Any]]:
+    """The jobs' columns as the enqueue statements of arrays take them
+    (`sql.ENQUEUE_MANY`, `sql.ENQUEUE_UNIQUE`, `sql.ENQUEUE_LINKED`), one array per
+    column, the jobs in order: every column but the ids and what a statement adds."""
+    return {
+        "name": [job.name for job in jobs],
+        "args": [job.encoded_args() for job in jobs],
+        "max_attempts": [job.max_attempts for job in jobs],
+        "priority": [job.priority_value() for job in jobs],
+        "at": [job.run_at for job in jobs],
+        "delay": [job.delay_seconds() for job in jobs],
+        "timeout_ms": [job.timeout_ms() for job in jobs],
+    }

@@ -266,9 +266,12 @@ async def missing(
 
 
 def _to_apply(recorded: int | None, lacking: list[str]) -> list[Migration]:
-    """The migrations setup runs: those not recorded, and any whose objects are missing."""
+    """The migrations setup runs: from the first not recorded or with objects missing,
+    every one after it too (a later migration may remake what an earlier one makes, as
+    17 does 14's trigger `axa_queue_release`: each is safe to repeat)."""
     gone = set(lacking)
-    return [m for m in MIGRATIONS if m.version > (recorded or 0) or m.makes.lines() & gone]
+    due = [m.version for m in MIGRATIONS if m.version > (recorded or 0) or m.makes.lines() & gone]
+    return [m for m in MIGRATIONS if due and m.version >= due[0]]
 
 
 async def setup(

@@ -71,8 +71,8 @@ CANCEL = statement(
 )
 """Cancel a queued, running, blocked (waiting for its dependencies) or in-review job and
 keep the act, in one statement; any other state changes nothing and writes no act. A
-job with dependents decides their fate in this same statement (the release trigger,
-migration 14: those that say `cancel` are cancelled, those that say `run` released). Returns the act kept (or NULL) and the state it
+job with dependents decides their fate in this same statement (the release triggers,
+migration 18: those that say `cancel` are cancelled, those that say `run` released). Returns the act kept (or NULL) and the state it
 found: the state it cancelled (read locked), else the state of the job it left alone,
 moved to the history or not (a moved job is finished: never cancelled). A job cancelled is told to waiters (`DONE_CHANNEL`) when the
 caller's transaction commits: always, without the advisory lock `EXCHANGE` asks, which

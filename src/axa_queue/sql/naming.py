@@ -53,6 +53,8 @@ NAMES = (
     "axa_queue_history_drop",
     "axa_queue_blocked_rule",
     "axa_queue_release",
+    "axa_queue_note_ending",
+    "axa_queue_release_all",
     "axa_queue_no_parent",
 )
 """The tables and functions the setup makes in the queue's schema: the names a template

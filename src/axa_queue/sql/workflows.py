@@ -2,9 +2,10 @@
 workflow's members read back (`WORKFLOW`), a dependent's parents' results
 (`PARENT_RESULTS`), and a workflow cancelled (`CANCEL_WORKFLOW`).
 
-What a job's ending does to its dependents is not here: the release trigger of
-migration 14 (`axa_queue_release`) does it inside whichever statement writes the
-ending (see `schema.migrations.v14`)."""
+What a job's ending does to its dependents is not here: the release triggers
+(`axa_queue_release` notes each ending, `axa_queue_release_all` releases once per
+statement) do it inside whichever statement writes the ending (see
+`schema.migrations.v17`)."""
 
 from __future__ import annotations
 
@@ -148,8 +149,8 @@ CANCEL_WORKFLOW = statement(
 """Cancel every member of a workflow not finished yet (queued, running, blocked, in
 review), each exactly as `CANCEL` cancels one (its act kept, a running one's attempt
 ended and its process told), in one statement, the rows locked in id order. The
-release trigger runs for each member with dependents after the statement's own
-changes, so it finds its dependents in the workflow cancelled already (and releases a
+release (`axa_queue_release_all`) runs once, for every member with dependents, after
+the statement's own changes, so it finds its dependents in the workflow cancelled already (and releases a
 dependent outside the workflow that says `run`). Returns how many it cancelled."""
 
 WORKFLOWS_DROP = statement("""WITH doomed AS (

@@ -18,7 +18,8 @@ process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
 the dependencies and workflows tables, and the triggers that release dependents,
 migration 15 a job's key, for fairness by key, migration 16 the columns naming the
-process of each job's last run, and migration 17 the durable steps' table.
+process of each job's last run, migration 17 the durable steps' table, and migration 18
+the release of dependents done once per statement.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -27,7 +28,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -374,6 +375,27 @@ from .v17 import (
 from .v17 import (
     STEPS_COLUMNS as STEPS_COLUMNS,
 )
+from .v18 import (
+    MIGRATION_18 as MIGRATION_18,
+)
+from .v18 import (
+    RECORD_18 as RECORD_18,
+)
+from .v18 import (
+    SETUP_NOTE_ENDING_FUNCTION as SETUP_NOTE_ENDING_FUNCTION,
+)
+from .v18 import (
+    SETUP_NOTE_ENDING_TRIGGER as SETUP_NOTE_ENDING_TRIGGER,
+)
+from .v18 import (
+    SETUP_RELEASE_ALL_FUNCTION as SETUP_RELEASE_ALL_FUNCTION,
+)
+from .v18 import (
+    SETUP_RELEASE_ALL_PATH as SETUP_RELEASE_ALL_PATH,
+)
+from .v18 import (
+    SETUP_RELEASE_ALL_TRIGGER as SETUP_RELEASE_ALL_TRIGGER,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -395,6 +417,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_15,
     MIGRATION_16,
     MIGRATION_17,
+    MIGRATION_18,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
