@@ -161,53 +161,64 @@ _NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
 refused (recovery queued it again) is never claimed by the statement that carried its
 ending. `CLAIM`, with no endings, has no such fence."""
 
-_LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
-        SELECT w.name, w.cap, 32768, 0, NULL::uuid[], NULL::timestamptz[]
+_LEVELS = Template("""levels(name, cap, priority, got, ids, runs, tids) AS (
+        SELECT w.name, w.cap, 32768, 0, NULL::uuid[], NULL::timestamptz[], NULL::tid[]
         FROM wanted w WHERE w.cap > 0
         UNION ALL
-        SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs
+        SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs, j.tids
         FROM levels l
         CROSS JOIN LATERAL (
             SELECT priority, run_at FROM {axa_queue}
-            WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority < l.priority
-            ORDER BY name, priority DESC, run_at LIMIT 1
+            WHERE status = 'queued' AND hashtext(name) = ANY(ARRAY[hashtext(l.name)])
+              AND priority < l.priority
+            ORDER BY hashtext(name), priority DESC, run_at LIMIT 1
         ) f
         CROSS JOIN LATERAL (
-            SELECT count(*) AS n, array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
-                SELECT id, run_at FROM {axa_queue}
-                WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority = f.priority
-                  AND run_at >= f.run_at AND run_at <= now() AND f.run_at <= now()$fence
+            SELECT count(*) AS n, array_agg(id) AS ids, array_agg(run_at) AS runs,
+                   array_agg(ctid) AS tids FROM (
+                SELECT id, run_at, ctid FROM {axa_queue}
+                WHERE status = 'queued' AND hashtext(name) = ANY(ARRAY[hashtext(l.name)])
+                  AND priority = f.priority AND run_at >= f.run_at AND run_at <= now()
+                  AND f.run_at <= now() AND name = l.name$fence
                   AND id <> ALL(%(losing)s::uuid[])
-                ORDER BY name, priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
+                ORDER BY hashtext(name), priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
             ) t
         ) j
         WHERE l.got < l.cap""")
 """Each wanted name's levels, highest first, walked down in its own part of
-`axa_queue_pick` until it has its `cap` of jobs (then no further: no more rows locked
-than it may claim) or no level is left. The anchor is a level above every priority
-(`smallint` stops at 32767). A probe, `f`, finds the next level's first queued entry
-(an index-only scan); the level's oldest due jobs it still needs are read from that
-entry on (one snapshot: no queued row of the level sorts before it) up to `now()`,
-locked, skipping rows others hold (`ids`, `runs`; `got` counts them). So dead entries
-in front of a level (jobs finished while vacuum was held back) are walked once, and
+`axa_queue_pick_hash` (migration 17: the name's 32-bit hash, priority, due time; 24
+bytes an entry, as narrow as `axa_queue_claim`, so a walk over dead entries reads no
+more index pages than the single-index claim) until it has its `cap` of jobs (then no
+further: no more rows locked than it may claim) or no level is left. The anchor is a
+level above every priority (`smallint` stops at 32767). A probe, `f`, finds the next
+level's first queued entry; the level's oldest due jobs it still needs are read from
+that entry on (one snapshot: no queued row of the level sorts before it) up to
+`now()`, locked, skipping rows others hold (`ids`, `runs`, and `tids`, the `ctid`
+each was locked at, which `claimed` updates by); `got` counts them. So dead entries in
+front of a level (jobs finished while vacuum was held back) are walked once, and
 delayed jobs never (a level whose first entry is not due is not scanned: `f.run_at <=
 now()` is a one-time test). Never a job in `losing` (a run of this process that lost
-its claim, until its job's fate is written), nor one the `$fence` excludes. Both ask
-for the index's own order, the name compared by `= ANY(ARRAY[...])`, which the planner
-keeps in the order (an `=` it would fold away): no other index gives it without a
-sort, and the exchange connection plans without sorts where an index gives the order
-(`session.CLAIM_SETTINGS`), so no statistics send it through another index. A
-`string.Template`, filled with `fence=` (`$` marks its slot, other marks pass through)."""
+its claim, until its job's fate is written), nor one the `$fence` excludes. The scan
+compares the name itself (the row's); the probe, reading the index alone, cannot: a
+name whose hash another shares may be probed a level of the other's (whose first
+entry is then no later than its own, and due when its own is), which only costs a
+scan that finds nothing. Both ask for the index's own order, the hash compared by `=
+ANY(ARRAY[...])`, which the planner keeps in the order (an `=` it would fold away): no
+other index gives it without a sort, and the exchange connection plans without sorts
+where an index gives the order (`session.CLAIM_SETTINGS`), so no statistics send it
+through another index. A `string.Template`, filled with `fence=` (`$` marks its slot,
+other marks pass through)."""
 
 
 _PICKED = """picked AS MATERIALIZED (
-        SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
-            SELECT j.id, l.priority, j.run_at
-            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs) AS j(id, run_at)
+        SELECT id, tid, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
+            SELECT j.id, j.tid, l.priority, j.run_at
+            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs, l.tids) AS j(id, run_at, tid)
         ) c ORDER BY priority DESC, run_at LIMIT %(free)s"""
 """The jobs claimed, at most `free` (at most `cap` of each name: `levels` took no
 more), highest priority then oldest first, ranked in that order (the ranks past `idle`
-are claimed ahead); MATERIALIZED, so no more rows change than it picks."""
+are claimed ahead), each with the `ctid` it was locked at; MATERIALIZED, so no more
+rows change than it picks."""
 
 _CLAIMED = """claimed AS (
         UPDATE {axa_queue} q
@@ -218,11 +229,13 @@ _CLAIMED = """claimed AS (
             run_pid = %(pid)s::int,
             ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
                          THEN q.attempts + 1 END
-        WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
+        WHERE q.ctid = ANY(ARRAY(SELECT tid FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
                   q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead"""
-"""The picked jobs claimed by primary key, each stamped with `clock_timestamp()` when
+"""The picked jobs claimed by the `ctid` each was locked at (a TID scan: the rows
+`levels` read, no index; a row locked cannot move or be removed before the commit, and
+one whose lock followed a newer version is claimed by the next statement), each stamped with `clock_timestamp()` when
 its row is written, its attempt counted, its attempt limit stored when it had none (the
 one that applies: its handler's, else the queue's, `limits.AttemptLimits.params`, so
 every reader shows `2 of 3`), stamped with the claiming process (`run_worker`, its id
@@ -300,11 +313,12 @@ jobs of the wanted names, highest priority then oldest first, at most `cap` of e
 Rows with a name are the jobs claimed, with the trace context stored when each was
 queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
 not returned had lost its claim). The claim walks each wanted name's priority levels
-in its own part of `axa_queue_pick` (`levels`), so finished and delayed jobs and other
-names' jobs are never read, whatever the statistics say, and dead entries are walked
-once; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
-updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
-into a hash join over the whole table. Writing endings and claiming together halves the
+in its own part of `axa_queue_pick_hash` (`levels`), so finished and delayed jobs and
+other names' jobs are never read (but a name of the same hash's), whatever the
+statistics say, and dead entries are walked once; it picks in a MATERIALIZED CTE, so
+no more than `free` rows change, and updates them by the `ctid` it locked them at (a
+TID scan: no index is read again), which the exchange connection never plans as a scan
+of the whole table (`session.CLAIM_SETTINGS`). Writing endings and claiming together halves the
 statements per job: the loop that frees a place writes its ending and fills the place.
 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,

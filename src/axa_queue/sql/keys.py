@@ -211,12 +211,12 @@ _STOPS = """stops AS MATERIALIZED (
 """The useful keys each walk found, and how many (`m`)."""
 
 _KEYED = Template("""keyed AS (
-        SELECT s.name, s.priority, t.id, t.run_at, t.turn
+        SELECT s.name, s.priority, t.id, t.tid, t.run_at, t.turn
         FROM stops s JOIN wanted w ON w.name = s.name
         CROSS JOIN LATERAL (
-            SELECT array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
-                SELECT k.id, k.run_at FROM (
-                    SELECT id, run_at FROM {axa_queue}
+            SELECT array_agg(id) AS ids, array_agg(run_at) AS runs, array_agg(tid) AS tids FROM (
+                SELECT k.id, k.run_at, k.tid FROM (
+                    SELECT id, run_at, ctid AS tid FROM {axa_queue}
                     WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
                       AND priority = s.priority AND key >= s.key AND key <= s.key
                       AND run_at <= now()$fence
@@ -225,8 +225,8 @@ _KEYED = Template("""keyed AS (
                     LIMIT least(s.room, (w.kcap + s.m - 1) / s.m) FOR UPDATE SKIP LOCKED
                 ) k
                 UNION ALL
-                SELECT b.id, b.run_at FROM (
-                    SELECT id, run_at, key FROM {axa_queue}
+                SELECT b.id, b.run_at, b.tid FROM (
+                    SELECT id, run_at, ctid AS tid, key FROM {axa_queue}
                     WHERE status = 'queued' AND name = ANY(ARRAY[s.name])
                       AND priority = s.priority AND run_at <= now()$fence
                       AND id <> ALL(%(losing)s::uuid[]) AND s.key IS NULL
@@ -235,7 +235,7 @@ _KEYED = Template("""keyed AS (
                 ) b WHERE b.key IS NULL
             ) x
         ) a
-        CROSS JOIN LATERAL unnest(a.ids, a.runs) WITH ORDINALITY AS t(id, run_at, turn)""")
+        CROSS JOIN LATERAL unnest(a.ids, a.runs, a.tids) WITH ORDINALITY AS t(id, run_at, tid, turn)""")
 """From each useful key, its oldest due jobs, locked, skipping rows others hold: its
 share of the name's cap (`kcap` over the `m` keys, rounded up) within its room. From a
 level whose oldest due job has no key (`walk`'s `bare` stop), the level's oldest due
@@ -253,11 +253,11 @@ column of an ordered scan. A range keeps the key in the order, which only
 `axa_queue_keyed` gives, and is an index condition of it. A `string.Template` (`fence=`), as `exchange._LEVELS`."""
 
 _KEY_PICKED = """picked AS MATERIALIZED (
-        SELECT id, row_number() OVER (ORDER BY priority DESC, turn, run_at) AS rank FROM (
-            SELECT j.id, l.priority, 1::bigint AS turn, j.run_at
-            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs) AS j(id, run_at)
+        SELECT id, tid, row_number() OVER (ORDER BY priority DESC, turn, run_at) AS rank FROM (
+            SELECT j.id, j.tid, l.priority, 1::bigint AS turn, j.run_at
+            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs, l.tids) AS j(id, run_at, tid)
             UNION ALL
-            SELECT k.id, k.priority, k.turn, k.run_at FROM keyed k
+            SELECT k.id, k.tid, k.priority, k.turn, k.run_at FROM keyed k
         ) c ORDER BY priority DESC, turn, run_at LIMIT %(free)s"""
 """`exchange._PICKED` over both paths: highest priority first, then by turn (a keyed
 job's place among its key's, 1 for every job of `levels`), then oldest."""

@@ -17,8 +17,8 @@ process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 (`jobs`) a page's read on millions of rows, migration 13 the attempts table, a row
 per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
 the dependencies and workflows tables, and the triggers that release dependents,
-migration 15 a job's key, for fairness by key, and migration 16 the columns naming the
-process of each job's last run.
+migration 15 a job's key, for fairness by key, migration 16 the columns naming the
+process of each job's last run, and migration 17 the claim's narrow per-name index.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -27,7 +27,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -359,6 +359,15 @@ from .v16 import (
 from .v16 import (
     SETUP_RUN_COLUMNS_HISTORY as SETUP_RUN_COLUMNS_HISTORY,
 )
+from .v17 import (
+    MIGRATION_17 as MIGRATION_17,
+)
+from .v17 import (
+    RECORD_17 as RECORD_17,
+)
+from .v17 import (
+    SETUP_PICK_HASH_INDEX as SETUP_PICK_HASH_INDEX,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -379,6 +388,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_14,
     MIGRATION_15,
     MIGRATION_16,
+    MIGRATION_17,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
