@@ -4,8 +4,9 @@ why it is there), never by editing another statement's text:
 
 - `EXCHANGE`: endings, start marks and the claim;
 - `EXCHANGE_LIMITED`: the same, the wanted names gated by their global limits;
-- `EXCHANGE_RATED`: the same, gated by global and rate limits, the slots it claims by
-  stamped, and a row saying when to look again;
+- `EXCHANGE_RATED` (in `rates`, with the rate limits' pieces): the same, gated by
+  global and rate limits, the slots it claims by stamped, and a row saying when to
+  look again;
 - `CLAIM`: the claim alone, nothing to record.
 
 Each keeps the attempts too (`sql.attempts`): a claim stamps the run's process on its
@@ -22,7 +23,7 @@ from string import Template
 from .attempts import KEPT as _KEPT
 from .naming import statement
 
-__all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED"]
+__all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED"]
 
 
 def _with(ctes: Sequence[str], rows: Sequence[str]) -> str:
@@ -123,39 +124,6 @@ _WANTED_GLOBAL = _unpaused("""wanted AS (
 to the room `axa_queue_room` finds under the name's lock (see `EXCHANGE_LIMITED`);
 names without one never call it."""
 
-_GATES = _unpaused("""gates AS (
-        SELECT w.name, w.rate, w.per_ms,
-            CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
-                ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name, w.global))
-            END AS asked,
-            CASE WHEN w.rate IS NULL THEN NULL
-                ELSE {axa_queue_rate_room}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass, w.name,
-                                         w.rate, w.per_ms, %(now)s::timestamptz,
-                                         least(w.cap, %(free)s))
-            END AS slots
-        FROM (SELECT r.name, r.cap,
-                     CASE WHEN r.global > 2147483647 THEN 2147483647 WHEN r.global < 0 THEN 0
-                          ELSE r.global END::int AS global,
-                     CASE WHEN r.rate > 100000 THEN 100000 WHEN r.rate < 0 THEN 0
-                          ELSE r.rate END::int AS rate,
-                     CASE WHEN r.per_ms > 3155760000000 THEN 3155760000000 WHEN r.per_ms < 0 THEN 0
-                          ELSE r.per_ms END AS per_ms
-              FROM json_to_recordset(%(wanted)s::json)
-                  AS r(name text, cap int, global bigint, rate bigint, per_ms bigint)) w
-        WHERE %(free)s > 0$unpaused
-        OFFSET 0""")
-"""Each wanted name's gates, called once per name (`OFFSET 0` keeps the calls from
-being copied into `wanted`): the room its global limit leaves (`asked`) and the free
-slots of its rate limit (`slots`), the limits clamped where they are read (see
-`EXCHANGE_RATED`)."""
-
-_WANTED_RATED = """wanted AS MATERIALIZED (
-        SELECT g.name, g.rate, g.per_ms, g.asked, g.slots,
-               CASE WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS cap
-        FROM gates g"""
-"""The names to claim behind `_GATES`: a rate-limited name's cap cut to its free slots;
-the rate and slots kept for `_TAKEN`."""
-
 _NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
 """The claim's fence against this statement's own endings: a job whose ending was
 refused (recovery queued it again) is never claimed by the statement that carried its
@@ -244,22 +212,6 @@ in `axa_workers`, `run_host`, `run_pid`, and the attempt they belong to,
 run's start as the attempts read it back (`attempts.RUNS`): no other row is written per
 claim."""
 
-# --- After the claim: the rate limits' stamps ---------------------------------------------
-
-_TAKEN = """taken AS (
-        SELECT w.name, w.rate, w.per_ms, w.asked, w.slots,
-               (SELECT count(*) FROM claimed c WHERE c.name = w.name)::int AS n
-        FROM wanted w WHERE w.slots IS NOT NULL"""
-"""For each rate-limited name, how many of its jobs were claimed (`n`)."""
-
-_STAMPED = """stamped AS (
-        INSERT INTO {axa_rate_slots} (name, slot, at)
-        SELECT t.name, t.slots[i], COALESCE(%(now)s::timestamptz, clock_timestamp())
-        FROM taken t CROSS JOIN LATERAL generate_series(1, t.n) AS i
-        ON CONFLICT (name, slot) DO UPDATE SET at = EXCLUDED.at"""
-"""As many free slots stamped as jobs claimed, by an upsert (see `EXCHANGE_RATED` for
-why not an `UPDATE`), with the clock read after the claims."""
-
 # --- The rows returned ---------------------------------------------------------------------
 
 _ENDED_ROWS = """SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
@@ -274,20 +226,6 @@ _CLAIMED_ROWS = """SELECT id, attempts, name, args, max_attempts, timeout_ms, pr
 _MARKED_READ = "\n    WHERE (SELECT count(*) FROM marked) >= 0"
 """Reads `marked`, only to say it is read: PostgreSQL runs a data-modifying CTE whether
 read or not."""
-
-_RATE_WAITS = """SELECT NULL, NULL, t.name, NULL, NULL, NULL, NULL,
-           extract(epoch FROM least(greatest(COALESCE(
-               (SELECT min(s.at) FROM {axa_rate_slots} s
-                WHERE s.name = t.name AND s.slot < t.rate AND s.slot <> ALL(t.slots)),
-               COALESCE(%(now)s::timestamptz, clock_timestamp())),
-               COALESCE(%(now)s::timestamptz, clock_timestamp()) - t.per_ms * interval '1 millisecond'),
-               COALESCE(%(now)s::timestamptz, clock_timestamp()))
-               + t.per_ms * interval '1 millisecond'
-               - COALESCE(%(now)s::timestamptz, clock_timestamp()))::float8,
-           NULL, NULL
-    FROM taken t WHERE cardinality(t.slots) < t.asked AND t.n = cardinality(t.slots)"""
-"""For each rate-limited name that used every free slot and wanted more: a row with no
-id, the name, and in `run_at` the seconds until its earliest busy slot frees."""
 
 # --- The statements ------------------------------------------------------------------------
 
@@ -452,64 +390,6 @@ claim never waits for a row lock (`SKIP LOCKED`), so a statement holding a name'
 waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statement
 that committed while this one waited for the lock is found `running` when locked, and
 skipped. A process with rate limits sends `EXCHANGE_RATED` instead."""
-
-EXCHANGE_RATED = statement(
-    _with(
-        [
-            _ENDINGS,
-            _FINISHED,
-            _MARKED,
-            _GATES,
-            _WANTED_RATED,
-            _LEVELS.substitute(fence=_NOT_ENDING),
-            _PICKED,
-            _CLAIMED,
-            *_KEPT,
-            _TAKEN,
-            _STAMPED,
-        ],
-        [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ, _RATE_WAITS],
-    )
-)
-"""`EXCHANGE_LIMITED` for a process with rate limits (`Queue.rate_limit`): a wanted
-name may also carry its rate limit (`[{"name", "cap", "global", "rate", "per_ms"}]`),
-and its cap is then cut to the number of its free slots, which `axa_queue_rate_room`
-(migration 7) returns after taking the name's lock (the one global limits take) and
-reading `axa_rate_slots` with a snapshot of its own. `gates` calls the functions once
-per name (`OFFSET 0` keeps it from being folded into `wanted`, which would copy the
-calls). Then, in the same statement, `stamped` stamps as many of those free slots as
-jobs of the name were claimed (`taken`, counted over `claimed`), with the clock read
-after the claims (so never before a claimed job's `started_at`).
-
-Why this is exact under concurrency: the name's lock is held from the read of the
-slots to the commit of the stamps, so statements read and stamp a name's slots one at
-a time, each seeing every stamp committed before; a slot is used only when its last
-stamp is `per` old or more, read after the lock, and stamped later still; so the
-claims that used one slot are `per` apart or more, and any window of `per` holds at
-most one per slot: never more than `rate` claims. The stamps are an upsert (`ON
-CONFLICT DO UPDATE`), which in READ COMMITTED writes the newest version of a slot's row
-even when the statement's own snapshot, taken before it waited for the lock, is older:
-an `UPDATE` would miss a slot's row made by another process after that snapshot, and a
-claim would go unstamped. A slot without a row is free and the stamp makes it, so
-nothing need be made ahead. Retries and jobs queued again are claimed by this
-statement like any other job, so each of their runs takes a slot.
-
-The last `UNION ALL` says when to look again: for each rate-limited name whose free
-slots were fewer than it asked for and all used, a row with no id, the name, and in
-`run_at` the seconds until its earliest busy slot frees (read with the statement's
-snapshot, which can only make it sooner: a slot stamped since looks older, and one
-looked at early costs an exchange that finds it busy and says when again). A stamp
-later than now (only a row written by hand has one, `infinity` say) is taken as now,
-so the seconds are at most `per` and the arithmetic cannot leave the range of a
-timestamp.
-
-The limits come as `bigint` and are clamped where they are read: a global limit to
-0..2147483647 (`limits.MAX_LIMIT`), a rate to 0..`limits.MAX_RATE` (100000), a window to
-0..100 years (`limits.MAX_WINDOW`) in
-milliseconds; `Queue.limit` and `Queue.rate_limit` refuse more, so only a registry
-written to by hand carries it, and it must not fail the claim of every other name. The client
-sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
-A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(

@@ -6,7 +6,7 @@ Kept apart from the statements every queue sends: a job without a key is queued 
 `ENQUEUE`, `ENQUEUE_MANY` and `ENQUEUE_COPY` as before, and a process that claims no
 name by key sends `EXCHANGE` (or its variants) as before, with the same plan. Only a
 process that declared a name keyed (`Queue.limit_per_key`, `QueueOptions.keyed`) sends
-`EXCHANGE_KEYED`, which is `EXCHANGE_RATED`'s pieces (`sql.exchange`) with a keyed
+`EXCHANGE_KEYED`, which is `EXCHANGE_RATED`'s pieces (`sql.exchange`, `sql.rates`) with a keyed
 gate in `wanted` and a second pick path beside `levels`.
 """
 
@@ -24,13 +24,11 @@ from .exchange import (
     _MARKED,
     _MARKED_READ,
     _NOT_ENDING,
-    _RATE_WAITS,
-    _STAMPED,
-    _TAKEN,
     _unpaused,
     _with,
 )
 from .naming import statement
+from .rates import _RATE_WAITS, _STAMPED, _TAKEN
 
 __all__ = [
     "ENQUEUE_COPY_KEYED",
@@ -97,7 +95,7 @@ _KEY_GATES = _unpaused("""gates AS (
                        per_key bigint, after text)) w
         WHERE %(free)s > 0$unpaused
         OFFSET 0""")
-"""`exchange._GATES` with a name's keys: whether it is claimed by key (`keyed`, also
+"""`rates._GATES` with a name's keys: whether it is claimed by key (`keyed`, also
 true for a name with a per-key limit), its per-key limit (`per_key`, clamped to an
 `integer`), where its last claim's walk stopped (`after`, a key), and under a per-key
 limit its running jobs by key (`busy`), which `axa_queue_key_room` (migration 15)
@@ -110,7 +108,7 @@ _KEY_WANTED = """wanted AS MATERIALIZED (
                CASE WHEN NOT g.keyed THEN 0
                     WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS kcap
         FROM gates g"""
-"""The names to claim behind `_KEY_GATES`, as `exchange._WANTED_RATED` makes them, each
+"""The names to claim behind `_KEY_GATES`, as `rates._WANTED_RATED` makes them, each
 cap given to one path: `cap` to `levels` (a name not claimed by key), `kcap` to `walk`
 (a keyed name; `levels` leaves a name of cap 0 alone)."""
 
@@ -280,7 +278,7 @@ _KEY_RATE_WAITS = Template(
     "    FROM ($waits) AS r(id, attempts, name, args, max_attempts, timeout_ms, priority, wait,\n"
     "                       trace, ahead)"
 ).substitute(waits=_RATE_WAITS)
-"""`exchange._RATE_WAITS`, with no key."""
+"""`rates._RATE_WAITS`, with no key."""
 
 _KEY_CURSORS = """SELECT NULL, NULL, w.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            (SELECT s.key FROM walk s WHERE s.name = w.name AND s.key IS NOT NULL
