@@ -146,8 +146,8 @@ _LEVELS = Template("""levels(name, cap, priority, got, ids, runs, tids) AS (
                    array_agg(ctid) AS tids FROM (
                 SELECT id, run_at, ctid FROM {axa_queue}
                 WHERE status = 'queued' AND hashtext(name) = ANY(ARRAY[hashtext(l.name)])
-                  AND priority = f.priority AND run_at >= f.run_at AND run_at <= now()
-                  AND f.run_at <= now() AND name = l.name$fence
+                  AND name = l.name AND priority = f.priority
+                  AND run_at >= f.run_at AND run_at <= now() AND f.run_at <= now()$fence
                   AND id <> ALL(%(losing)s::uuid[])
                 ORDER BY hashtext(name), priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
             ) t
