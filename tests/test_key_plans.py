@@ -154,6 +154,8 @@ def test_a_keyed_claim_planned_on_an_empty_table_still_walks_the_keys_when_it_fi
         jobs(conn, 100_000, name=OTHER, priority="mod(g, 5) - 2", seconds="-86400 + g / 1000.0")
         plan = explain(conn, 3, again=False)
         assert plan.claimed == 6, plan.text
-        assert plan.levels <= {"axa_queue_keyed", "axa_queue_pick", "axa_queue_pick_hash"}, plan.text
+        assert plan.levels <= {"axa_queue_keyed", "axa_queue_pick", "axa_queue_pick_hash"}, (
+            plan.text
+        )
         assert "Seq Scan" not in plan.indexes and "axa_queue_claim" not in plan.indexes, plan.text
         assert plan.buffers <= 400, plan.text
