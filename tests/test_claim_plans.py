@@ -499,13 +499,18 @@ def test_a_name_whose_cap_is_filled_walks_no_lower_level(
     assert plan.walked <= 30, plan.text
 
 
-async def test_the_exchange_connection_plans_its_claims_without_sorts(dsn: str) -> None:
+async def test_the_exchange_connection_plans_its_claims_without_sorts_or_table_scans(
+    dsn: str,
+) -> None:
     connections = Connections(Connector(QueueOptions(), dsn), stale=30.0)
     conn = await connections.for_exchange()
     try:
         settings = await (
-            await conn.execute("SELECT current_setting('enable_sort'), current_setting('jit')")
+            await conn.execute(
+                "SELECT current_setting('enable_sort'), current_setting('enable_seqscan'), "
+                "current_setting('jit')"
+            )
         ).fetchone()
-        assert settings == ("off", "off")
+        assert settings == ("off", "off", "off")
     finally:
         await conn.close()
