@@ -202,9 +202,11 @@ _CLAIMED = """claimed AS (
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
                   q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead"""
 """The picked jobs claimed by the `ctid` each was locked at (a TID scan: the rows
-`levels` read, no index; a row locked cannot move or be removed before the commit, and
-one whose lock followed a newer version is claimed by the next statement), each stamped with `clock_timestamp()` when
-its row is written, its attempt counted, its attempt limit stored when it had none (the
+`levels` read, no index again; a row locked cannot move or be removed before the
+commit). A row changed by another transaction after this statement's snapshot, whose
+lock followed it to its newer version, is not visible at that `ctid` to this snapshot:
+it stays queued, for the next claim, never claimed twice. Each is stamped with
+`clock_timestamp()` when its row is written, its attempt counted, its attempt limit stored when it had none (the
 one that applies: its handler's, else the queue's, `limits.AttemptLimits.params`, so
 every reader shows `2 of 3`), stamped with the claiming process (`run_worker`, its id
 in `axa_workers`, `run_host`, `run_pid`, and the attempt they belong to,
