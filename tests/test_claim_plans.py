@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -497,6 +498,59 @@ def test_a_name_whose_cap_is_filled_walks_no_lower_level(
     assert plan.claimed == 10, plan.text
     assert plan.levels == {PICK}, plan.text
     assert plan.walked <= 30, plan.text
+
+
+def test_a_row_changed_after_the_claims_snapshot_stays_queued_for_the_next_claim(
+    database_url: str,
+) -> None:
+    # The claim updates its rows by the `ctid` it locked them at. A row another
+    # transaction changed (still queued) after the statement's snapshot was taken is
+    # locked at its newer version, which this snapshot does not see there: it is left
+    # queued, not claimed, and the next claim takes it. The claim under a global limit
+    # waits for the name's lock after its snapshot, which makes the window.
+    with table(database_url) as conn:
+        jobs(conn, 3)
+        first = conn.execute("SELECT id FROM axa_queue ORDER BY run_at LIMIT 1").fetchone()
+        assert first is not None
+        claims = Claims(conn)
+        claims.prepare("EXCHANGE_LIMITED")
+        args = pgsql.SQL(", ").join(
+            pgsql.SQL("{}::{}").format(pgsql.Literal(value), pgsql.SQL(kind))
+            for value, kind in zip(
+                (params("EXCHANGE_LIMITED")[name] for name in bench.CLAIM_PARAMETERS),
+                bench.CLAIM_TYPES.split(", "),
+                strict=True,
+            )
+        )
+        claim = pgsql.SQL("EXECUTE {}({})").format(pgsql.Identifier("EXCHANGE_LIMITED"), args)
+        claimed: list[Any] = []
+        pid = conn.info.backend_pid
+        with (
+            psycopg.connect(conn.info.dsn, autocommit=True) as other,
+            psycopg.connect(conn.info.dsn, autocommit=True) as watch,
+        ):
+            with other.transaction():
+                other.execute(  # the lock `axa_queue_room` takes for the name
+                    "SELECT pg_advisory_xact_lock(hashtextextended("
+                    "'axa_queue'::regclass::oid::text || ' ' || %s, 1635213689))",
+                    (A,),
+                )
+                running = threading.Thread(
+                    target=lambda: claimed.extend(conn.execute(claim).fetchall())
+                )
+                running.start()
+                waiting = "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = %s"
+                while running.is_alive() and watch.execute(waiting, (pid,)).fetchone() != (True,):
+                    pass  # until the claim, its snapshot taken, waits for the name's lock
+                other.execute("UPDATE axa_queue SET args = '{\"n\": 1}' WHERE id = %s", first)
+            running.join()
+        rows = {str(row[0]) for row in claimed if row[2] is not None}
+        assert len(rows) == 2 and str(first[0]) not in rows
+        assert conn.execute(
+            "SELECT status, attempts FROM axa_queue WHERE id = %s", first
+        ).fetchone() == ("queued", 0)
+        again = claims.explain("EXCHANGE_LIMITED")
+        assert again.claimed == 1, again.text
 
 
 async def test_the_exchange_connection_plans_its_claims_without_sorts_or_table_scans(
