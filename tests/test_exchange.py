@@ -196,7 +196,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     make_queue, admin
 ) -> None:
     # With a backlog of due jobs at a few priorities, the generic plan must read the
-    # name's jobs in order from axa_queue_pick and stop at the cap, never filter the
+    # name's jobs in order from axa_queue_pick_hash and stop at the cap, never filter the
     # backlog through the run_at index (it did when the due check took a parameter).
     queue = await make_queue()
     await queue.enqueue_all(NewJob("Backlog", {"n": n}, priority=n % 3) for n in range(30_000))
@@ -230,7 +230,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         ).format(pgsql.Literal(json.dumps([wanted])))
         plan = _generic_plan(admin, statement, types, claim)
         levels = plan.split("CTE levels")[1].split("CTE picked")[0]
-        assert "axa_queue_pick" in levels, plan
+        assert "axa_queue_pick_hash" in levels, plan
         assert "axa_queue_ready" not in levels and "axa_queue_claim" not in levels, plan
     # Which jobs are due is judged by now() itself, never a parameter (see EXCHANGE).
     for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED, sql.EXCHANGE_RATED):

@@ -5,9 +5,11 @@ what it does, in one module per table or concern:
 - `notifications`: the channels, LISTEN, and the waiters' locks (`WAITING`);
 - `jobs`: queuing jobs, reading and counting them;
 - `exchange`: the exchange of endings for claims, and its variants (`EXCHANGE_LIMITED`,
-  `EXCHANGE_RATED`, `CLAIM`), composed from named CTEs;
+  `CLAIM`), composed from named CTEs;
+- `rates`: the variant gated by rate limits (`EXCHANGE_RATED`), with the rate limits'
+  pieces (the gates, the slots stamped, when to look again);
 - `keys`: fairness by key: queuing jobs with a key, the keyed claim (`EXCHANGE_KEYED`,
-  made of `exchange`'s pieces and its own), the counts by key;
+  made of `exchange`'s and `rates`' pieces and its own), the counts by key;
 - `runs`: a run after its claim (heartbeats, giving back, lost runs);
 - `maintenance`: stale recovery, retention, and the rebuild of bloated indexes;
 - `history`: the history table's partitions, and moving finished jobs to it;
@@ -78,9 +80,6 @@ from .exchange import (
 )
 from .exchange import (
     EXCHANGE_LIMITED as EXCHANGE_LIMITED,
-)
-from .exchange import (
-    EXCHANGE_RATED as EXCHANGE_RATED,
 )
 from .history import (
     HISTORY_DAYS as HISTORY_DAYS,
@@ -235,6 +234,9 @@ from .pauses import (
 )
 from .pauses import (
     RESUME as RESUME,
+)
+from .rates import (
+    EXCHANGE_RATED as EXCHANGE_RATED,
 )
 from .runs import (
     FAIL_UNCLAIMABLE as FAIL_UNCLAIMABLE,

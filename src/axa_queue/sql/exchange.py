@@ -4,8 +4,9 @@ why it is there), never by editing another statement's text:
 
 - `EXCHANGE`: endings, start marks and the claim;
 - `EXCHANGE_LIMITED`: the same, the wanted names gated by their global limits;
-- `EXCHANGE_RATED`: the same, gated by global and rate limits, the slots it claims by
-  stamped, and a row saying when to look again;
+- `EXCHANGE_RATED` (in `rates`, with the rate limits' pieces): the same, gated by
+  global and rate limits, the slots it claims by stamped, and a row saying when to
+  look again;
 - `CLAIM`: the claim alone, nothing to record.
 
 Each keeps the attempts too (`sql.attempts`): a claim stamps the run's process on its
@@ -22,7 +23,7 @@ from string import Template
 from .attempts import KEPT as _KEPT
 from .naming import statement
 
-__all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED"]
+__all__ = ["CLAIM", "EXCHANGE", "EXCHANGE_LIMITED"]
 
 
 def _with(ctes: Sequence[str], rows: Sequence[str]) -> str:
@@ -123,91 +124,69 @@ _WANTED_GLOBAL = _unpaused("""wanted AS (
 to the room `axa_queue_room` finds under the name's lock (see `EXCHANGE_LIMITED`);
 names without one never call it."""
 
-_GATES = _unpaused("""gates AS (
-        SELECT w.name, w.rate, w.per_ms,
-            CASE WHEN w.global IS NULL THEN least(w.cap, %(free)s)
-                ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name, w.global))
-            END AS asked,
-            CASE WHEN w.rate IS NULL THEN NULL
-                ELSE {axa_queue_rate_room}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass, w.name,
-                                         w.rate, w.per_ms, %(now)s::timestamptz,
-                                         least(w.cap, %(free)s))
-            END AS slots
-        FROM (SELECT r.name, r.cap,
-                     CASE WHEN r.global > 2147483647 THEN 2147483647 WHEN r.global < 0 THEN 0
-                          ELSE r.global END::int AS global,
-                     CASE WHEN r.rate > 100000 THEN 100000 WHEN r.rate < 0 THEN 0
-                          ELSE r.rate END::int AS rate,
-                     CASE WHEN r.per_ms > 3155760000000 THEN 3155760000000 WHEN r.per_ms < 0 THEN 0
-                          ELSE r.per_ms END AS per_ms
-              FROM json_to_recordset(%(wanted)s::json)
-                  AS r(name text, cap int, global bigint, rate bigint, per_ms bigint)) w
-        WHERE %(free)s > 0$unpaused
-        OFFSET 0""")
-"""Each wanted name's gates, called once per name (`OFFSET 0` keeps the calls from
-being copied into `wanted`): the room its global limit leaves (`asked`) and the free
-slots of its rate limit (`slots`), the limits clamped where they are read (see
-`EXCHANGE_RATED`)."""
-
-_WANTED_RATED = """wanted AS MATERIALIZED (
-        SELECT g.name, g.rate, g.per_ms, g.asked, g.slots,
-               CASE WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS cap
-        FROM gates g"""
-"""The names to claim behind `_GATES`: a rate-limited name's cap cut to its free slots;
-the rate and slots kept for `_TAKEN`."""
-
 _NOT_ENDING = " AND id <> ALL(ARRAY(SELECT id FROM endings))"
 """The claim's fence against this statement's own endings: a job whose ending was
 refused (recovery queued it again) is never claimed by the statement that carried its
 ending. `CLAIM`, with no endings, has no such fence."""
 
-_LEVELS = Template("""levels(name, cap, priority, got, ids, runs) AS (
-        SELECT w.name, w.cap, 32768, 0, NULL::uuid[], NULL::timestamptz[]
+_LEVELS = Template("""levels(name, cap, priority, got, ids, runs, tids) AS (
+        SELECT w.name, w.cap, 32768, 0, NULL::uuid[], NULL::timestamptz[], NULL::tid[]
         FROM wanted w WHERE w.cap > 0
         UNION ALL
-        SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs
+        SELECT l.name, l.cap, f.priority::int, l.got + j.n::int, j.ids, j.runs, j.tids
         FROM levels l
         CROSS JOIN LATERAL (
             SELECT priority, run_at FROM {axa_queue}
-            WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority < l.priority
-            ORDER BY name, priority DESC, run_at LIMIT 1
+            WHERE status = 'queued' AND hashtext(name) = ANY(ARRAY[hashtext(l.name)])
+              AND priority < l.priority
+            ORDER BY hashtext(name), priority DESC, run_at LIMIT 1
         ) f
         CROSS JOIN LATERAL (
-            SELECT count(*) AS n, array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
-                SELECT id, run_at FROM {axa_queue}
-                WHERE status = 'queued' AND name = ANY(ARRAY[l.name]) AND priority = f.priority
+            SELECT count(*) AS n, array_agg(id) AS ids, array_agg(run_at) AS runs,
+                   array_agg(ctid) AS tids FROM (
+                SELECT id, run_at, ctid FROM {axa_queue}
+                WHERE status = 'queued' AND hashtext(name) = ANY(ARRAY[hashtext(l.name)])
+                  AND name = l.name AND priority = f.priority
                   AND run_at >= f.run_at AND run_at <= now() AND f.run_at <= now()$fence
                   AND id <> ALL(%(losing)s::uuid[])
-                ORDER BY name, priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
+                ORDER BY hashtext(name), priority DESC, run_at LIMIT l.cap - l.got FOR UPDATE SKIP LOCKED
             ) t
         ) j
         WHERE l.got < l.cap""")
 """Each wanted name's levels, highest first, walked down in its own part of
-`axa_queue_pick` until it has its `cap` of jobs (then no further: no more rows locked
-than it may claim) or no level is left. The anchor is a level above every priority
-(`smallint` stops at 32767). A probe, `f`, finds the next level's first queued entry
-(an index-only scan); the level's oldest due jobs it still needs are read from that
-entry on (one snapshot: no queued row of the level sorts before it) up to `now()`,
-locked, skipping rows others hold (`ids`, `runs`; `got` counts them). So dead entries
-in front of a level (jobs finished while vacuum was held back) are walked once, and
+`axa_queue_pick_hash` (migration 19: the name's 32-bit hash, priority, due time; 24
+bytes an entry, as narrow as `axa_queue_claim`, so a walk over dead entries reads no
+more index pages than the single-index claim) until it has its `cap` of jobs (then no
+further: no more rows locked than it may claim) or no level is left. The anchor is a
+level above every priority (`smallint` stops at 32767). A probe, `f`, finds the next
+level's first queued entry; the level's oldest due jobs it still needs are read from
+that entry on (one snapshot: no queued row of the level sorts before it) up to
+`now()`, locked, skipping rows others hold (`ids`, `runs`, and `tids`, the `ctid`
+each was locked at, which `claimed` updates by); `got` counts them. So dead entries in
+front of a level (jobs finished while vacuum was held back) are walked once, and
 delayed jobs never (a level whose first entry is not due is not scanned: `f.run_at <=
 now()` is a one-time test). Never a job in `losing` (a run of this process that lost
-its claim, until its job's fate is written), nor one the `$fence` excludes. Both ask
-for the index's own order, the name compared by `= ANY(ARRAY[...])`, which the planner
-keeps in the order (an `=` it would fold away): no other index gives it without a
-sort, and the exchange connection plans without sorts where an index gives the order
-(`session.CLAIM_SETTINGS`), so no statistics send it through another index. A
-`string.Template`, filled with `fence=` (`$` marks its slot, other marks pass through)."""
+its claim, until its job's fate is written), nor one the `$fence` excludes. The scan
+compares the name itself (the row's); the probe, reading the index alone, cannot: a
+name whose hash another shares may be probed a level of the other's (whose first
+entry is then no later than its own, and due when its own is), which only costs a
+scan that finds nothing. Both ask for the index's own order, the hash compared by `=
+ANY(ARRAY[...])`, which the planner keeps in the order (an `=` it would fold away): no
+other index gives it without a sort, and the exchange connection plans without sorts
+where an index gives the order (`session.CLAIM_SETTINGS`), so no statistics send it
+through another index. A `string.Template`, filled with `fence=` (`$` marks its slot,
+other marks pass through)."""
 
 
 _PICKED = """picked AS MATERIALIZED (
-        SELECT id, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
-            SELECT j.id, l.priority, j.run_at
-            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs) AS j(id, run_at)
+        SELECT id, tid, row_number() OVER (ORDER BY priority DESC, run_at) AS rank FROM (
+            SELECT j.id, j.tid, l.priority, j.run_at
+            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs, l.tids) AS j(id, run_at, tid)
         ) c ORDER BY priority DESC, run_at LIMIT %(free)s"""
 """The jobs claimed, at most `free` (at most `cap` of each name: `levels` took no
 more), highest priority then oldest first, ranked in that order (the ranks past `idle`
-are claimed ahead); MATERIALIZED, so no more rows change than it picks."""
+are claimed ahead), each with the `ctid` it was locked at; MATERIALIZED, so no more
+rows change than it picks."""
 
 _CLAIMED = """claimed AS (
         UPDATE {axa_queue} q
@@ -218,34 +197,22 @@ _CLAIMED = """claimed AS (
             run_pid = %(pid)s::int,
             ahead = CASE WHEN q.id = ANY(ARRAY(SELECT id FROM picked WHERE rank > %(idle)s))
                          THEN q.attempts + 1 END
-        WHERE q.id = ANY(ARRAY(SELECT id FROM picked))
+        WHERE q.ctid = ANY(ARRAY(SELECT tid FROM picked))
         RETURNING q.id::text AS id, q.attempts, q.name, q.args::text AS args, q.max_attempts,
                   q.timeout_ms, q.priority, extract(epoch FROM q.run_at)::float8 AS run_at,
                   q.trace_context::text AS trace_context, q.ahead IS NOT NULL AS ahead"""
-"""The picked jobs claimed by primary key, each stamped with `clock_timestamp()` when
-its row is written, its attempt counted, its attempt limit stored when it had none (the
+"""The picked jobs claimed by the `ctid` each was locked at (a TID scan: the rows
+`levels` read, no index again; a row locked cannot move or be removed before the
+commit). A row changed by another transaction after this statement's snapshot, whose
+lock followed it to its newer version, is not visible at that `ctid` to this snapshot:
+it stays queued, for the next claim, never claimed twice. Each is stamped with
+`clock_timestamp()` when its row is written, its attempt counted, its attempt limit stored when it had none (the
 one that applies: its handler's, else the queue's, `limits.AttemptLimits.params`, so
 every reader shows `2 of 3`), stamped with the claiming process (`run_worker`, its id
 in `axa_workers`, `run_host`, `run_pid`, and the attempt they belong to,
 `run_attempt`: migration 16), and `ahead` set past the `idle` loops. The stamp is the
 run's start as the attempts read it back (`attempts.RUNS`): no other row is written per
 claim."""
-
-# --- After the claim: the rate limits' stamps ---------------------------------------------
-
-_TAKEN = """taken AS (
-        SELECT w.name, w.rate, w.per_ms, w.asked, w.slots,
-               (SELECT count(*) FROM claimed c WHERE c.name = w.name)::int AS n
-        FROM wanted w WHERE w.slots IS NOT NULL"""
-"""For each rate-limited name, how many of its jobs were claimed (`n`)."""
-
-_STAMPED = """stamped AS (
-        INSERT INTO {axa_rate_slots} (name, slot, at)
-        SELECT t.name, t.slots[i], COALESCE(%(now)s::timestamptz, clock_timestamp())
-        FROM taken t CROSS JOIN LATERAL generate_series(1, t.n) AS i
-        ON CONFLICT (name, slot) DO UPDATE SET at = EXCLUDED.at"""
-"""As many free slots stamped as jobs claimed, by an upsert (see `EXCHANGE_RATED` for
-why not an `UPDATE`), with the clock read after the claims."""
 
 # --- The rows returned ---------------------------------------------------------------------
 
@@ -261,20 +228,6 @@ _CLAIMED_ROWS = """SELECT id, attempts, name, args, max_attempts, timeout_ms, pr
 _MARKED_READ = "\n    WHERE (SELECT count(*) FROM marked) >= 0"
 """Reads `marked`, only to say it is read: PostgreSQL runs a data-modifying CTE whether
 read or not."""
-
-_RATE_WAITS = """SELECT NULL, NULL, t.name, NULL, NULL, NULL, NULL,
-           extract(epoch FROM least(greatest(COALESCE(
-               (SELECT min(s.at) FROM {axa_rate_slots} s
-                WHERE s.name = t.name AND s.slot < t.rate AND s.slot <> ALL(t.slots)),
-               COALESCE(%(now)s::timestamptz, clock_timestamp())),
-               COALESCE(%(now)s::timestamptz, clock_timestamp()) - t.per_ms * interval '1 millisecond'),
-               COALESCE(%(now)s::timestamptz, clock_timestamp()))
-               + t.per_ms * interval '1 millisecond'
-               - COALESCE(%(now)s::timestamptz, clock_timestamp()))::float8,
-           NULL, NULL
-    FROM taken t WHERE cardinality(t.slots) < t.asked AND t.n = cardinality(t.slots)"""
-"""For each rate-limited name that used every free slot and wanted more: a row with no
-id, the name, and in `run_at` the seconds until its earliest busy slot frees."""
 
 # --- The statements ------------------------------------------------------------------------
 
@@ -300,11 +253,12 @@ jobs of the wanted names, highest priority then oldest first, at most `cap` of e
 Rows with a name are the jobs claimed, with the trace context stored when each was
 queued (NULL for most: see `tracing`); rows without are the endings recorded (an ending
 not returned had lost its claim). The claim walks each wanted name's priority levels
-in its own part of `axa_queue_pick` (`levels`), so finished and delayed jobs and other
-names' jobs are never read, whatever the statistics say, and dead entries are walked
-once; it picks in a MATERIALIZED CTE, so no more than `free` rows change, and
-updates them by primary key (`id = ANY(ARRAY(...))`), which a generic plan cannot turn
-into a hash join over the whole table. Writing endings and claiming together halves the
+in its own part of `axa_queue_pick_hash` (`levels`), so finished and delayed jobs and
+other names' jobs are never read (but a name of the same hash's), whatever the
+statistics say, and dead entries are walked once; it picks in a MATERIALIZED CTE, so
+no more than `free` rows change, and updates them by the `ctid` it locked them at (a
+TID scan: no index is read again), which the exchange connection never plans as a scan
+of the whole table (`session.CLAIM_SETTINGS`). Writing endings and claiming together halves the
 statements per job: the loop that frees a place writes its ending and fills the place.
 
 Completed runs, nearly every ending, arrive as two array literals (`completed`: ids,
@@ -438,64 +392,6 @@ claim never waits for a row lock (`SKIP LOCKED`), so a statement holding a name'
 waits for nothing else. `SKIP LOCKED` picks as always: a row claimed by a statement
 that committed while this one waited for the lock is found `running` when locked, and
 skipped. A process with rate limits sends `EXCHANGE_RATED` instead."""
-
-EXCHANGE_RATED = statement(
-    _with(
-        [
-            _ENDINGS,
-            _FINISHED,
-            _MARKED,
-            _GATES,
-            _WANTED_RATED,
-            _LEVELS.substitute(fence=_NOT_ENDING),
-            _PICKED,
-            _CLAIMED,
-            *_KEPT,
-            _TAKEN,
-            _STAMPED,
-        ],
-        [_ENDED_ROWS, _CLAIMED_ROWS + _MARKED_READ, _RATE_WAITS],
-    )
-)
-"""`EXCHANGE_LIMITED` for a process with rate limits (`Queue.rate_limit`): a wanted
-name may also carry its rate limit (`[{"name", "cap", "global", "rate", "per_ms"}]`),
-and its cap is then cut to the number of its free slots, which `axa_queue_rate_room`
-(migration 7) returns after taking the name's lock (the one global limits take) and
-reading `axa_rate_slots` with a snapshot of its own. `gates` calls the functions once
-per name (`OFFSET 0` keeps it from being folded into `wanted`, which would copy the
-calls). Then, in the same statement, `stamped` stamps as many of those free slots as
-jobs of the name were claimed (`taken`, counted over `claimed`), with the clock read
-after the claims (so never before a claimed job's `started_at`).
-
-Why this is exact under concurrency: the name's lock is held from the read of the
-slots to the commit of the stamps, so statements read and stamp a name's slots one at
-a time, each seeing every stamp committed before; a slot is used only when its last
-stamp is `per` old or more, read after the lock, and stamped later still; so the
-claims that used one slot are `per` apart or more, and any window of `per` holds at
-most one per slot: never more than `rate` claims. The stamps are an upsert (`ON
-CONFLICT DO UPDATE`), which in READ COMMITTED writes the newest version of a slot's row
-even when the statement's own snapshot, taken before it waited for the lock, is older:
-an `UPDATE` would miss a slot's row made by another process after that snapshot, and a
-claim would go unstamped. A slot without a row is free and the stamp makes it, so
-nothing need be made ahead. Retries and jobs queued again are claimed by this
-statement like any other job, so each of their runs takes a slot.
-
-The last `UNION ALL` says when to look again: for each rate-limited name whose free
-slots were fewer than it asked for and all used, a row with no id, the name, and in
-`run_at` the seconds until its earliest busy slot frees (read with the statement's
-snapshot, which can only make it sooner: a slot stamped since looks older, and one
-looked at early costs an exchange that finds it busy and says when again). A stamp
-later than now (only a row written by hand has one, `infinity` say) is taken as now,
-so the seconds are at most `per` and the arithmetic cannot leave the range of a
-timestamp.
-
-The limits come as `bigint` and are clamped where they are read: a global limit to
-0..2147483647 (`limits.MAX_LIMIT`), a rate to 0..`limits.MAX_RATE` (100000), a window to
-0..100 years (`limits.MAX_WINDOW`) in
-milliseconds; `Queue.limit` and `Queue.rate_limit` refuse more, so only a registry
-written to by hand carries it, and it must not fail the claim of every other name. The client
-sets a timer for it (`WorkerState.wake_in`), rather than waiting for the poll interval.
-A process without rate limits never sends this statement."""
 
 CLAIM = statement(
     _with(

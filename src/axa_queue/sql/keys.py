@@ -6,7 +6,7 @@ Kept apart from the statements every queue sends: a job without a key is queued 
 `ENQUEUE`, `ENQUEUE_MANY` and `ENQUEUE_COPY` as before, and a process that claims no
 name by key sends `EXCHANGE` (or its variants) as before, with the same plan. Only a
 process that declared a name keyed (`Queue.limit_per_key`, `QueueOptions.keyed`) sends
-`EXCHANGE_KEYED`, which is `EXCHANGE_RATED`'s pieces (`sql.exchange`) with a keyed
+`EXCHANGE_KEYED`, which is `EXCHANGE_RATED`'s pieces (`sql.exchange`, `sql.rates`) with a keyed
 gate in `wanted` and a second pick path beside `levels`.
 """
 
@@ -24,13 +24,11 @@ from .exchange import (
     _MARKED,
     _MARKED_READ,
     _NOT_ENDING,
-    _RATE_WAITS,
-    _STAMPED,
-    _TAKEN,
     _unpaused,
     _with,
 )
 from .naming import statement
+from .rates import _RATE_WAITS, _STAMPED, _TAKEN
 
 __all__ = [
     "ENQUEUE_COPY_KEYED",
@@ -97,7 +95,7 @@ _KEY_GATES = _unpaused("""gates AS (
                        per_key bigint, after text)) w
         WHERE %(free)s > 0$unpaused
         OFFSET 0""")
-"""`exchange._GATES` with a name's keys: whether it is claimed by key (`keyed`, also
+"""`rates._GATES` with a name's keys: whether it is claimed by key (`keyed`, also
 true for a name with a per-key limit), its per-key limit (`per_key`, clamped to an
 `integer`), where its last claim's walk stopped (`after`, a key), and under a per-key
 limit its running jobs by key (`busy`), which `axa_queue_key_room` (migration 15)
@@ -110,7 +108,7 @@ _KEY_WANTED = """wanted AS MATERIALIZED (
                CASE WHEN NOT g.keyed THEN 0
                     WHEN g.slots IS NULL THEN g.asked ELSE least(g.asked, cardinality(g.slots)) END AS kcap
         FROM gates g"""
-"""The names to claim behind `_KEY_GATES`, as `exchange._WANTED_RATED` makes them, each
+"""The names to claim behind `_KEY_GATES`, as `rates._WANTED_RATED` makes them, each
 cap given to one path: `cap` to `levels` (a name not claimed by key), `kcap` to `walk`
 (a keyed name; `levels` leaves a name of cap 0 alone)."""
 
@@ -211,12 +209,12 @@ _STOPS = """stops AS MATERIALIZED (
 """The useful keys each walk found, and how many (`m`)."""
 
 _KEYED = Template("""keyed AS (
-        SELECT s.name, s.priority, t.id, t.run_at, t.turn
+        SELECT s.name, s.priority, t.id, t.tid, t.run_at, t.turn
         FROM stops s JOIN wanted w ON w.name = s.name
         CROSS JOIN LATERAL (
-            SELECT array_agg(id) AS ids, array_agg(run_at) AS runs FROM (
-                SELECT k.id, k.run_at FROM (
-                    SELECT id, run_at FROM {axa_queue}
+            SELECT array_agg(id) AS ids, array_agg(run_at) AS runs, array_agg(tid) AS tids FROM (
+                SELECT k.id, k.run_at, k.tid FROM (
+                    SELECT id, run_at, ctid AS tid FROM {axa_queue}
                     WHERE status = 'queued' AND key IS NOT NULL AND name = ANY(ARRAY[s.name])
                       AND priority = s.priority AND key >= s.key AND key <= s.key
                       AND run_at <= now()$fence
@@ -225,8 +223,8 @@ _KEYED = Template("""keyed AS (
                     LIMIT least(s.room, (w.kcap + s.m - 1) / s.m) FOR UPDATE SKIP LOCKED
                 ) k
                 UNION ALL
-                SELECT b.id, b.run_at FROM (
-                    SELECT id, run_at, key FROM {axa_queue}
+                SELECT b.id, b.run_at, b.tid FROM (
+                    SELECT id, run_at, ctid AS tid, key FROM {axa_queue}
                     WHERE status = 'queued' AND name = ANY(ARRAY[s.name])
                       AND priority = s.priority AND run_at <= now()$fence
                       AND id <> ALL(%(losing)s::uuid[]) AND s.key IS NULL
@@ -235,7 +233,7 @@ _KEYED = Template("""keyed AS (
                 ) b WHERE b.key IS NULL
             ) x
         ) a
-        CROSS JOIN LATERAL unnest(a.ids, a.runs) WITH ORDINALITY AS t(id, run_at, turn)""")
+        CROSS JOIN LATERAL unnest(a.ids, a.runs, a.tids) WITH ORDINALITY AS t(id, run_at, tid, turn)""")
 """From each useful key, its oldest due jobs, locked, skipping rows others hold: its
 share of the name's cap (`kcap` over the `m` keys, rounded up) within its room. From a
 level whose oldest due job has no key (`walk`'s `bare` stop), the level's oldest due
@@ -253,11 +251,11 @@ column of an ordered scan. A range keeps the key in the order, which only
 `axa_queue_keyed` gives, and is an index condition of it. A `string.Template` (`fence=`), as `exchange._LEVELS`."""
 
 _KEY_PICKED = """picked AS MATERIALIZED (
-        SELECT id, row_number() OVER (ORDER BY priority DESC, turn, run_at) AS rank FROM (
-            SELECT j.id, l.priority, 1::bigint AS turn, j.run_at
-            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs) AS j(id, run_at)
+        SELECT id, tid, row_number() OVER (ORDER BY priority DESC, turn, run_at) AS rank FROM (
+            SELECT j.id, j.tid, l.priority, 1::bigint AS turn, j.run_at
+            FROM levels l CROSS JOIN LATERAL unnest(l.ids, l.runs, l.tids) AS j(id, run_at, tid)
             UNION ALL
-            SELECT k.id, k.priority, k.turn, k.run_at FROM keyed k
+            SELECT k.id, k.tid, k.priority, k.turn, k.run_at FROM keyed k
         ) c ORDER BY priority DESC, turn, run_at LIMIT %(free)s"""
 """`exchange._PICKED` over both paths: highest priority first, then by turn (a keyed
 job's place among its key's, 1 for every job of `levels`), then oldest."""
@@ -280,7 +278,7 @@ _KEY_RATE_WAITS = Template(
     "    FROM ($waits) AS r(id, attempts, name, args, max_attempts, timeout_ms, priority, wait,\n"
     "                       trace, ahead)"
 ).substitute(waits=_RATE_WAITS)
-"""`exchange._RATE_WAITS`, with no key."""
+"""`rates._RATE_WAITS`, with no key."""
 
 _KEY_CURSORS = """SELECT NULL, NULL, w.name, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
            (SELECT s.key FROM walk s WHERE s.name = w.name AND s.key IS NOT NULL

@@ -18,8 +18,9 @@ process's heartbeat interval, migration 12 the indexes that keep the newest jobs
 per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
 the dependencies and workflows tables, and the triggers that release dependents,
 migration 15 a job's key, for fairness by key, migration 16 the columns naming the
-process of each job's last run, migration 17 the durable steps' table, and migration 18
-the release of dependents done once per statement.
+process of each job's last run, migration 17 the durable steps' table, migration 18
+the release of dependents done once per statement, and migration 19 the claim's narrow
+per-name index.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -28,7 +29,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -396,6 +397,15 @@ from .v18 import (
 from .v18 import (
     SETUP_RELEASE_ALL_TRIGGER as SETUP_RELEASE_ALL_TRIGGER,
 )
+from .v19 import (
+    MIGRATION_19 as MIGRATION_19,
+)
+from .v19 import (
+    RECORD_19 as RECORD_19,
+)
+from .v19 import (
+    SETUP_PICK_HASH_INDEX as SETUP_PICK_HASH_INDEX,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -418,6 +428,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_16,
     MIGRATION_17,
     MIGRATION_18,
+    MIGRATION_19,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
