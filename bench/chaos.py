@@ -156,6 +156,7 @@ SCHEMA = [
                     NEW.status, NEW.attempts,
                     CASE WHEN current_query() LIKE 'WITH RECURSIVE %%' THEN 'exchange'
                          WHEN current_query() LIKE 'WITH stale AS%%' THEN 'recovery'
+                         WHEN current_query() LIKE 'WITH gone AS%%' THEN 'give back'
                          WHEN current_query() LIKE 'WITH found AS%%' THEN 'lost'
                          WHEN current_query() LIKE 'WITH due AS%%' THEN 'schedule'
                          ELSE 'other' END,
@@ -469,6 +470,8 @@ def check(dsn: str, seed: int, counts: dict[str, int]) -> bool:
 
 
 SUSPECTS = """SELECT n FROM chaos_runs WHERE phase = 'overlap'
+    UNION SELECT (q.args->>'n')::int FROM chaos_changes c JOIN axa_queue q ON q.id = c.id
+        WHERE c.new = 'needs_review'
     UNION SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
     UNION SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
     ORDER BY n LIMIT 5"""

@@ -82,6 +82,9 @@ class Claims:
         self.spawn = spawn
         self.tasks: set[asyncio.Task[Any]] = set()
         """The fates of lost runs being written."""
+        self.present: Callable[[], float] | None = None
+        """When this process's presence thread last wrote its row (`Presence.heard`),
+        if it has one: a run claimed ahead starts at once only while that is recent."""
 
     # --- proofs and heartbeats -------------------------------------------------------
 
@@ -106,13 +109,21 @@ class Claims:
         return found
 
     def doubtful(self, one: Run) -> bool:
-        """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
+        """Whether `one`'s claim may have expired (see `decisions.needs_proof`), or, for
+        a run claimed ahead, this process's row was last written (`present`) 2 beats
+        ago or more: `sql.GIVE_BACK_GONE` takes such a run once the row is silent for 3
+        and a grace, so a start made within 2 leaves the presence thread a beat and the
+        grace to write its mark."""
+        now = self.connections.monotonic()
+        beat = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+        if one.ahead and self.present is not None and now - self.present() >= 2 * beat:
+            return True
         return decisions.needs_proof(
-            now=self.connections.monotonic(),
+            now=now,
             last_heard=one.last_heard,
             stale=self.stale,
             broken_at=self.connections.broken_at,
-            beat=max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT),
+            beat=beat,
         )
 
     async def prove(self, one: Run) -> bool:
