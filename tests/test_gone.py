@@ -28,8 +28,10 @@ from axa_queue.maintenance import give_back_gone
 from axa_queue.metrics import QueueCollector
 from axa_queue.options import QueueOptions
 from axa_queue.presence import gone_jobs_call
+from axa_queue.worker.claims import Claims
 from axa_queue.worker.connections import Connections
 from axa_queue.worker.housekeeping import Housekeeping
+from axa_queue.worker.run import Run as Claimed
 from axa_queue.worker.state import State
 from axa_queue.worker.tasks import Troubles
 from conftest import MovedClock, eventually, later, running
@@ -588,3 +590,33 @@ async def test_give_backs_failing_while_the_database_is_away_are_logged_once_and
     assert [level for level, _ in said] == ["WARNING", "INFO"]
     assert "could not give back" in said[0][1] and "works again" in said[1][1]
     assert "give back" not in housekeeping.troubles.since
+
+
+def test_a_run_claimed_ahead_starts_at_once_only_while_its_process_row_is_recent(dsn: str) -> None:
+    # The start lease: gone needs the row silent for 3 intervals and a grace, so a run
+    # claimed ahead started within 2 leaves the presence thread time to mark it. Past
+    # 2, it proves its claim first, though its own claim was proved just now.
+    options = QueueOptions(heartbeat_interval=1, stale_after=600)
+    queue = Queue(dsn, options)
+    queue.connector.monotonic = clock = MovedClock()
+    claims = Claims(
+        State(1, 1),
+        Connections(queue.connector, 600),
+        queue.registry,
+        options,
+        spawn=None,  # type: ignore[arg-type]
+    )
+    written = clock()
+    claims.present = lambda: written
+    ahead = Claimed(str(uuid.uuid4()), "Report", 1, 3, None, "{}", clock(), ahead=True)
+    at_once = Claimed(str(uuid.uuid4()), "Report", 1, 3, None, "{}", clock())
+    assert not claims.doubtful(ahead) and not claims.doubtful(at_once)
+    clock.move(2.0)
+    ahead.last_heard = at_once.last_heard = clock()  # a heartbeat proved both claims
+    assert claims.doubtful(ahead) and not claims.doubtful(at_once)
+    written = clock()  # the thread wrote the row again
+    assert not claims.doubtful(ahead)
+    claims.present = None  # no row of its own (a drain's worker): its claim alone
+    clock.move(2.0)
+    ahead.last_heard = clock()
+    assert not claims.doubtful(ahead)
