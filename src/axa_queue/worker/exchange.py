@@ -275,7 +275,7 @@ class Exchange:
                     "endings": others,
                     "free": free,
                     "wanted": json.dumps(wanted, ensure_ascii=False),
-                    "losing": "{" + ",".join(self.state.losing) + "}",
+                    "losing": self.state.not_to_claim(),
                     "idle": idle,
                     "starts": "{" + ",".join(r.id for r in starts) + "}",
                     "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",

@@ -231,6 +231,14 @@ class State:
         for one in runs:
             self.unmarked.pop(one.key, None)
 
+    def not_to_claim(self) -> str:
+        """The jobs the claim skips (`losing`), as an array literal: every job this
+        process holds a run of (on a loop, waiting for one, its ending not yet written)
+        or whose run lost its claim, until its fate is written. So a job a peer's stale
+        recovery queued again while this process's run of it still goes on (its event
+        loop blocked past `stale_after`) is not claimed here again beside that run."""
+        return self.held_literals()[0]
+
     def held_literals(self) -> tuple[str, str]:
         """The (ids, attempts) of every run this process holds, as array literals."""
         every = [
