@@ -449,6 +449,7 @@ FIGURES = {
     "rerun after a kill": """SELECT count(*) FROM (SELECT n FROM chaos_runs WHERE phase = 'end'
         GROUP BY n HAVING count(*) > 1) x""",
     "recovered": "SELECT count(*) FROM chaos_changes WHERE kind = 'recovery'",
+    "given back at once": "SELECT count(*) FROM chaos_changes WHERE kind = 'give back'",
     "ticks": "SELECT count(*) FROM chaos_schedule",
     "dependents": "SELECT count(DISTINCT child) FROM axa_queue_deps",
 }
