@@ -52,13 +52,15 @@ just started sends the job to review. A second covers a loaded host; beside the 
 interval (a minute), it is nothing."""
 
 
-GIVE_BACK_RESTART_MS = 10_000
+GIVE_BACK_RESTART_MS = 2000
 """How long after the server started (`pg_postmaster_start_time()`) a process's silence
 begins to count for the give-back (`GIVE_BACK_GONE`), besides `GONE_AFTER_BEATS`
 intervals and the grace: a restart cuts every process off, and each reconnects at its
-next beat, or after a failed try or two; it must not look gone for that. The worker
-that gives back also waits until its own connection has been up that long (without
-this allowance), which covers the server's own recovery before it lets anyone in."""
+next beat (the presence thread and the heartbeats try once per interval), so with its
+silence counted from the start it has two intervals, the grace and this to spare: for
+the connect itself when every process reconnects at once. The server's own recovery
+before it lets anyone in is covered by the worker that gives back: it waits until its
+own connection has been up for those intervals and the grace."""
 
 
 def worker_gone(
