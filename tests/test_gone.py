@@ -594,8 +594,9 @@ async def test_give_backs_failing_while_the_database_is_away_are_logged_once_and
 
 def test_a_run_claimed_ahead_starts_at_once_only_while_its_process_row_is_recent(dsn: str) -> None:
     # The start lease: gone needs the row silent for 3 intervals and a grace, so a run
-    # claimed ahead started within 2 leaves the presence thread time to mark it. Past
-    # 2, it proves its claim first, though its own claim was proved just now.
+    # claimed ahead started within 2 and half the grace leaves the presence thread time
+    # to mark it. Past that, it proves its claim first, though its own claim was proved
+    # just now.
     options = QueueOptions(heartbeat_interval=1, stale_after=600)
     queue = Queue(dsn, options)
     queue.connector.monotonic = clock = MovedClock()
@@ -611,12 +612,16 @@ def test_a_run_claimed_ahead_starts_at_once_only_while_its_process_row_is_recent
     ahead = Claimed(str(uuid.uuid4()), "Report", 1, 3, None, "{}", clock(), ahead=True)
     at_once = Claimed(str(uuid.uuid4()), "Report", 1, 3, None, "{}", clock())
     assert not claims.doubtful(ahead) and not claims.doubtful(at_once)
-    clock.move(2.0)
+    lease = 2.0 + sql.GIVE_BACK_GRACE_MS / 2000
+    clock.move(lease - 0.1)
     ahead.last_heard = at_once.last_heard = clock()  # a heartbeat proved both claims
+    assert not claims.doubtful(ahead)
+    clock.move(0.1)
+    ahead.last_heard = at_once.last_heard = clock()
     assert claims.doubtful(ahead) and not claims.doubtful(at_once)
     written = clock()  # the thread wrote the row again
     assert not claims.doubtful(ahead)
     claims.present = None  # no row of its own (a drain's worker): its claim alone
-    clock.move(2.0)
+    clock.move(lease)
     ahead.last_heard = clock()
     assert not claims.doubtful(ahead)

@@ -110,13 +110,16 @@ class Claims:
 
     def doubtful(self, one: Run) -> bool:
         """Whether `one`'s claim may have expired (see `decisions.needs_proof`), or, for
-        a run claimed ahead, this process's row was last written (`present`) 2 beats
-        ago or more: `sql.GIVE_BACK_GONE` takes such a run once the row is silent for 3
-        and a grace, so a start made within 2 leaves the presence thread a beat and the
-        grace to write its mark."""
+        a run claimed ahead, this process's row was last written (`present`) 2 beats and
+        half the grace ago or more: `sql.GIVE_BACK_GONE` takes such a run once the row
+        is silent for 3 beats and the grace (`sql.GIVE_BACK_GRACE_MS`), so a start made
+        before leaves the presence thread a beat and half the grace to write its mark
+        (the half grace keeps a thread's lag under load, with a short interval, from
+        sending every run to a proof: a round trip each)."""
         now = self.connections.monotonic()
         beat = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
-        if one.ahead and self.present is not None and now - self.present() >= 2 * beat:
+        lease = 2 * beat + sql.GIVE_BACK_GRACE_MS / 2000
+        if one.ahead and self.present is not None and now - self.present() >= lease:
             return True
         return decisions.needs_proof(
             now=now,
