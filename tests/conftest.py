@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
@@ -27,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbouncer
 from axa_queue import Queue, QueueOptions
+from processes import WorkerProcesses
 
 LOCAL_CANDIDATES = (
     "postgresql://root@127.0.0.1:5432/test",
@@ -428,6 +430,17 @@ async def make_queue(dsn: str) -> AsyncIterator[Callable[..., Awaitable[Queue]]]
     yield make
     for queue in opened:
         await queue.close()
+
+
+@pytest.fixture
+async def worker_processes(dsn: str, tmp_path: Path) -> AsyncIterator[WorkerProcesses]:
+    """Worker processes of this test's own on its schema (`processes.WorkerProcesses`):
+    `await worker_processes.start_all(SCRIPT, [args, ...])`; stopped after the test."""
+    started = WorkerProcesses(dsn, tmp_path)
+    try:
+        yield started
+    finally:
+        await started.stop()
 
 
 async def eventually(

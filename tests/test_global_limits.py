@@ -4,11 +4,6 @@ claim statement; proved with several worker processes claiming one name at once.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -80,42 +75,6 @@ the product's: a claim of the statement under test takes the gate after the name
 lock, so the two never wait for each other the other way round)."""
 
 
-@pytest.fixture
-async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER_SCRIPT)
-    started: list[asyncio.subprocess.Process] = []
-
-    async def start(prefetch: int, limit: int) -> asyncio.subprocess.Process:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as errors:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(script),
-                dsn,
-                str(prefetch),
-                str(limit),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errors,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        started.append(process)
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"ready", log.read_text(errors="replace")
-        return process
-
-    yield start
-    for process in started:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 def peak(admin: psycopg.Connection[Any], name: str) -> int:
     row = admin.execute("SELECT max(running) FROM peak_log WHERE name = %s", (name,)).fetchone()
     assert row is not None and row[0] is not None
@@ -123,13 +82,12 @@ def peak(admin: psycopg.Connection[Any], name: str) -> int:
 
 
 async def test_a_global_limit_is_never_exceeded_by_several_processes_claiming_one_name(
-    spawn, make_queue, admin
+    worker_processes, make_queue, admin
 ) -> None:
     queue = await make_queue()
     admin.execute(PEAKS)
     # Four processes of four loops each, with and without jobs claimed ahead.
-    for prefetch in (0, 0, 4, 16):
-        await spawn(prefetch, 3)
+    await worker_processes.start_all(WORKER_SCRIPT, [(prefetch, 3) for prefetch in (0, 0, 4, 16)])
 
     def drained() -> bool:
         row = admin.execute("SELECT count(*) FROM axa_queue WHERE status <> 'completed'").fetchone()
