@@ -521,6 +521,30 @@ class MovedClock:
         self.moved += seconds
 
 
+def exchange_params(**sent: Any) -> dict[str, Any]:
+    """The parameters of `sql.EXCHANGE` (and its variants) that record nothing and claim
+    nothing, as a process (host `test`, pid 1, no id) sends them, with what `sent` says
+    in their place."""
+    return {
+        "completed": "{}",
+        "completed_attempts": "{}",
+        "endings": "[]",
+        "free": 0,
+        "wanted": "[]",
+        "losing": "{}",
+        "now": None,
+        "idle": 0,
+        "starts": "{}",
+        "started_attempts": "{}",
+        "worker": None,
+        "host": "test",
+        "pid": 1,
+        "limits": "{}",
+        "max": None,
+        **sent,
+    }
+
+
 def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, str | None, int]:
     """A job's status, error and attempts, read straight from the table."""
     row = admin.execute(

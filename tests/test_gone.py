@@ -24,7 +24,7 @@ from axa_queue.limits import AttemptLimits
 from axa_queue.maintenance import give_back_gone
 from axa_queue.metrics import QueueCollector
 from axa_queue.presence import gone_jobs_call
-from conftest import MovedClock, eventually, later, running
+from conftest import MovedClock, eventually, exchange_params, later, running
 from test_crash import spawn  # noqa: F401  (the fixture: worker processes)
 from test_fencing import Blocking
 
@@ -40,24 +40,7 @@ GHOST = uuid.UUID(int=0x6057)
 def exchange(admin: psycopg.Connection[Any], worker: uuid.UUID, **sent: Any) -> list[Any]:
     """Send `sql.EXCHANGE` as process `worker` (host `ghost`, pid 4242) does, with what
     `sent` says (nothing by default: no ending, no start mark, no claim)."""
-    params = {
-        "completed": "{}",
-        "completed_attempts": "{}",
-        "endings": "[]",
-        "free": 0,
-        "wanted": "[]",
-        "losing": "{}",
-        "now": None,
-        "idle": 0,
-        "starts": "{}",
-        "started_attempts": "{}",
-        "worker": worker,
-        "host": "ghost",
-        "pid": 4242,
-        "limits": "{}",
-        "max": None,
-        **sent,
-    }
+    params = exchange_params(**{"worker": worker, "host": "ghost", "pid": 4242, **sent})
     return admin.cursor(row_factory=namedtuple_row).execute(sql.EXCHANGE, params).fetchall()
 
 
