@@ -271,13 +271,20 @@ each with its act, in one statement per batch, each job changed exactly as `RETR
 changes one; the workers are woken once on commit (`CHANNEL`), so the jobs queued again
 are claimed at once."""
 
-MATCHING = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
+
+def _matching(table: str) -> str:
+    """A bulk act's dry run over `table` (`{axa_queue}`, or `{axa_queue_history}`): see
+    `MATCHING`."""
+    return _joined(
+        """SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
         COALESCE(sum(n), 0) AS matched,
         COALESCE(json_object_agg(status, n) FILTER (WHERE status <> ALL(%(applies)s::text[])), '{{}}')::text
             AS left_alone
     FROM (
         SELECT status, count(*) AS n FROM (
-            SELECT status FROM {axa_queue}
+            SELECT status FROM """,
+        table,
+        """
             WHERE (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
               AND (%(name)s::text IS NULL OR name = %(name)s::text)
               AND (%(state)s::text IS NULL OR status = %(state)s::text)
@@ -286,7 +293,11 @@ MATCHING = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(appl
               AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
             ORDER BY id LIMIT %(limit)s
         ) matched_jobs GROUP BY status
-    ) by_state""")
+    ) by_state""",
+    )
+
+
+MATCHING = statement(_matching("{axa_queue}"))
 """A bulk act's dry run: of the jobs its filter matches (at most `limit`, in id order),
 how many it would change (their state in `applies`), how many in all, and how many it
 would leave alone by state, without locking or changing anything."""
@@ -319,20 +330,5 @@ failed one a filter matches comes back to `axa_queue`, queued, with its act, as 
 brings back one (without its unique key: another job may hold it now); the others (a
 completed or cancelled job) are left where they are and counted by their state."""
 
-MATCHING_MOVED = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
-        COALESCE(sum(n), 0) AS matched,
-        COALESCE(json_object_agg(status, n) FILTER (WHERE status <> ALL(%(applies)s::text[])), '{{}}')::text
-            AS left_alone
-    FROM (
-        SELECT status, count(*) AS n FROM (
-            SELECT status FROM {axa_queue_history}
-            WHERE (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
-              AND (%(name)s::text IS NULL OR name = %(name)s::text)
-              AND (%(state)s::text IS NULL OR status = %(state)s::text)
-              AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
-              AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
-              AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
-            ORDER BY id LIMIT %(limit)s
-        ) matched_jobs GROUP BY status
-    ) by_state""")
+MATCHING_MOVED = statement(_matching("{axa_queue_history}"))
 """`MATCHING` over the jobs moved to the history, for `retry_all`'s dry run."""
