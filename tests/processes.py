@@ -1,8 +1,9 @@
 """Worker processes for the tests that prove a race across processes: each runs a
-script of the test's own (`python worker.py DSN ARG...`) that prints `ready` once its
-queue is open, and is stopped by SIGTERM (killed if it has not ended 30 s later) when
-the test ends. The fixture `worker_processes` (tests/conftest.py) gives each test its
-own `WorkerProcesses`."""
+script of the test's own (`python worker.py DSN ARG...`, made by `worker_script` from
+the lines that make its queue and handlers) that prints `ready` once its queue is
+open, and is stopped by SIGTERM (killed if it has not ended 30 s later) when the test
+ends. The fixture `worker_processes` (tests/conftest.py) gives each test its own
+`WorkerProcesses`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,56 @@ import asyncio
 import os
 import signal
 import sys
+import textwrap
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+_SCRIPT_HEAD = '''"""A worker process: python worker.py DSN ARG..."""
+import asyncio
+import signal
+import sys
+from datetime import timedelta
+
+from axa_queue import Queue, QueueOptions
+
+
+def racing(prefetch: int) -> QueueOptions:
+    """Four loops that claim as soon as they can, ahead by `prefetch`, and never take a
+    run for stale."""
+    return QueueOptions(
+        workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
+        stale_after=30, maintenance_interval=5,
+    )
+
+
+async def main() -> None:
+    dsn = sys.argv[1]
+'''
+
+_SCRIPT_TAIL = """
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with queue:
+        print("ready", flush=True)
+        await queue.run(stop)
+
+
+asyncio.run(main())
+"""
+
+
+def worker_script(body: str) -> str:
+    """The script of a worker process: `body` (Python, run in `main()` with `dsn` and
+    `sys.argv`'s arguments after it at hand, and `racing(prefetch)`, the options of
+    processes that race to claim) makes `queue` and its handlers; the script then opens
+    it, prints `ready` and runs it until SIGTERM."""
+    return (
+        _SCRIPT_HEAD
+        + textwrap.indent(textwrap.dedent(body).strip("\n"), "    ")
+        + "\n"
+        + _SCRIPT_TAIL
+    )
+
 
 READY_TIMEOUT = 30.0
 """How long a process may take to print `ready` (a loaded machine starts Python slowly)."""

@@ -13,27 +13,13 @@ from axa_queue import NewJob, OptionsError, Queue, QueueOptions, sql
 from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from conftest import eventually, running, status_of
+from processes import worker_script
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN PREFETCH LIMIT (0: no global limit)."""
-import asyncio
-import signal
-import sys
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
-    dsn, prefetch, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
-            stale_after=30, maintenance_interval=5,
-        ),
-    )
-    if limit:
-        queue.limit("Report", limit, scope="global")
+WORKER_SCRIPT = worker_script(
+    """
+    queue = Queue(dsn, racing(int(sys.argv[2])))
+    if int(sys.argv[3]):  # 0: no global limit
+        queue.limit("Report", int(sys.argv[3]), scope="global")
 
     @queue.handler("Report")
     async def report(args):
@@ -42,16 +28,8 @@ async def main() -> None:
     @queue.handler("Free")
     async def free(args):
         await asyncio.sleep(0.02)
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
+"""
+)
 
 PEAKS = """
 CREATE TABLE peak_gate ();

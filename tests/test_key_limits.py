@@ -12,40 +12,18 @@ import psycopg
 
 from axa_queue import NewJob
 from conftest import eventually, running
+from processes import worker_script
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN PREFETCH PER_KEY."""
-import asyncio
-import signal
-import sys
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
-    dsn, prefetch, per_key = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
-            stale_after=30, maintenance_interval=5,
-        ),
-    )
-    queue.limit_per_key("Report", per_key)
+WORKER_SCRIPT = worker_script(
+    """
+    queue = Queue(dsn, racing(int(sys.argv[2])))
+    queue.limit_per_key("Report", int(sys.argv[3]))
 
     @queue.handler("Report")
     async def report(args):
         await asyncio.sleep(0.02)  # the work: long enough for runs to overlap
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
+"""
+)
 
 PEAKS = """
 CREATE TABLE peak_gate ();

@@ -22,20 +22,12 @@ from axa_queue import (
     resume,
 )
 from conftest import eventually, running, status_of
+from processes import worker_script
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN."""
-import asyncio
-import signal
-import sys
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
+WORKER_SCRIPT = worker_script(
+    """
     queue = Queue(
-        sys.argv[1],
-        QueueOptions(workers=4, poll_interval=0.05, heartbeat_interval=0.5, stale_after=30),
+        dsn, QueueOptions(workers=4, poll_interval=0.05, heartbeat_interval=0.5, stale_after=30)
     )
 
     @queue.handler("Report")
@@ -45,16 +37,8 @@ async def main() -> None:
     @queue.handler("Free")
     async def free(args):
         pass
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
+"""
+)
 
 
 def states(admin: psycopg.Connection[Any], name: str) -> dict[str, int]:

@@ -17,6 +17,7 @@ from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from axa_queue.worker.exchange import Exchange
 from conftest import eventually, running, status_of
+from processes import worker_script
 
 STARTS = """
 CREATE TABLE start_log (name TEXT NOT NULL, at TIMESTAMPTZ NOT NULL);
@@ -273,40 +274,17 @@ async def test_a_rate_limit_holds_for_a_queue_given_its_schema_with_no_search_pa
 
 # --- several processes -------------------------------------------------------------------
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN PREFETCH RATE PER_MS."""
-import asyncio
-import signal
-import sys
-from datetime import timedelta
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
-    dsn, prefetch, rate, per_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
-            stale_after=30, maintenance_interval=5,
-        ),
-    )
+WORKER_SCRIPT = worker_script(
+    """
+    rate, per_ms = int(sys.argv[3]), int(sys.argv[4])
+    queue = Queue(dsn, racing(int(sys.argv[2])))
     queue.rate_limit("Call", rate, per=timedelta(milliseconds=per_ms))
 
     @queue.handler("Call")
     async def call(args):
         await asyncio.sleep(0.005)
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
+"""
+)
 
 
 async def test_several_processes_claiming_one_name_never_exceed_the_rate_in_any_window(
