@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import datetime
+from pathlib import Path
 from queue import SimpleQueue
 from typing import Any
 
@@ -27,6 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import pgbouncer
 from axa_queue import Queue, QueueOptions
+from processes import WorkerProcesses
 
 LOCAL_CANDIDATES = (
     "postgresql://root@127.0.0.1:5432/test",
@@ -79,7 +81,14 @@ def own_database(server_url: str) -> Iterator[str]:
     them (`alone`) need not stop the tests of the other processes, and two runs of the
     suite on one server (or the two processes of `-n 2`) never wait for each other's
     setups. A database is kept for the next run: dropping one makes the server write
-    a checkpoint (seconds to a minute on a busy disk)."""
+    a checkpoint (seconds to a minute on a busy disk).
+
+    Its sessions commit without waiting for the disk (`synchronous_commit = off`, as
+    the embedded server's do): a commit is seen by every session at once all the same,
+    and only a crash of the server could lose the last ones, which no test on this
+    server provokes (the outage tests stop a server of their own, which waits for its
+    disk). A test commits tens to hundreds of times; each commit's flush cost one to two
+    milliseconds on a shared disk."""
     global _own_database
     with psycopg.connect(server_url, autocommit=True) as holder:
         for number in range(1, OWN_DATABASES + 1):
@@ -101,6 +110,12 @@ def own_database(server_url: str) -> Iterator[str]:
         except psycopg.errors.InsufficientPrivilege:
             yield server_url
             return
+        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # made by another user
+            holder.execute(
+                sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
+                    sql.Identifier(name)
+                )
+            )
         _own_database = True
         try:
             yield _with_database(server_url, name)
@@ -430,6 +445,17 @@ async def make_queue(dsn: str) -> AsyncIterator[Callable[..., Awaitable[Queue]]]
         await queue.close()
 
 
+@pytest.fixture
+async def worker_processes(dsn: str, tmp_path: Path) -> AsyncIterator[WorkerProcesses]:
+    """Worker processes of this test's own on its schema (`processes.WorkerProcesses`):
+    `await worker_processes.start_all(SCRIPT, [args, ...])`; stopped after the test."""
+    started = WorkerProcesses(dsn, tmp_path)
+    try:
+        yield started
+    finally:
+        await started.stop()
+
+
 async def eventually(
     check: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout: float = 15.0
 ) -> None:
@@ -506,6 +532,30 @@ class MovedClock:
 
     def move(self, seconds: float) -> None:
         self.moved += seconds
+
+
+def exchange_params(**sent: Any) -> dict[str, Any]:
+    """The parameters of `sql.EXCHANGE` (and its variants) that record nothing and claim
+    nothing, as a process (host `test`, pid 1, no id) sends them, with what `sent` says
+    in their place."""
+    return {
+        "completed": "{}",
+        "completed_attempts": "{}",
+        "endings": "[]",
+        "free": 0,
+        "wanted": "[]",
+        "losing": "{}",
+        "now": None,
+        "idle": 0,
+        "starts": "{}",
+        "started_attempts": "{}",
+        "worker": None,
+        "host": "test",
+        "pid": 1,
+        "limits": "{}",
+        "max": None,
+        **sent,
+    }
 
 
 def status_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[str, str | None, int]:

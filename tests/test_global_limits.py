@@ -4,11 +4,6 @@ claim statement; proved with several worker processes claiming one name at once.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -18,27 +13,13 @@ from axa_queue import NewJob, OptionsError, Queue, QueueOptions, sql
 from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from conftest import eventually, running, status_of
+from processes import worker_script
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN PREFETCH LIMIT (0: no global limit)."""
-import asyncio
-import signal
-import sys
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
-    dsn, prefetch, limit = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
-            stale_after=30, maintenance_interval=5,
-        ),
-    )
-    if limit:
-        queue.limit("Report", limit, scope="global")
+WORKER_SCRIPT = worker_script(
+    """
+    queue = Queue(dsn, racing(int(sys.argv[2])))
+    if int(sys.argv[3]):  # 0: no global limit
+        queue.limit("Report", int(sys.argv[3]), scope="global")
 
     @queue.handler("Report")
     async def report(args):
@@ -47,16 +28,8 @@ async def main() -> None:
     @queue.handler("Free")
     async def free(args):
         await asyncio.sleep(0.02)
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
+"""
+)
 
 PEAKS = """
 CREATE TABLE peak_gate ();
@@ -80,42 +53,6 @@ the product's: a claim of the statement under test takes the gate after the name
 lock, so the two never wait for each other the other way round)."""
 
 
-@pytest.fixture
-async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER_SCRIPT)
-    started: list[asyncio.subprocess.Process] = []
-
-    async def start(prefetch: int, limit: int) -> asyncio.subprocess.Process:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as errors:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(script),
-                dsn,
-                str(prefetch),
-                str(limit),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errors,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        started.append(process)
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"ready", log.read_text(errors="replace")
-        return process
-
-    yield start
-    for process in started:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 def peak(admin: psycopg.Connection[Any], name: str) -> int:
     row = admin.execute("SELECT max(running) FROM peak_log WHERE name = %s", (name,)).fetchone()
     assert row is not None and row[0] is not None
@@ -123,13 +60,12 @@ def peak(admin: psycopg.Connection[Any], name: str) -> int:
 
 
 async def test_a_global_limit_is_never_exceeded_by_several_processes_claiming_one_name(
-    spawn, make_queue, admin
+    worker_processes, make_queue, admin
 ) -> None:
     queue = await make_queue()
     admin.execute(PEAKS)
     # Four processes of four loops each, with and without jobs claimed ahead.
-    for prefetch in (0, 0, 4, 16):
-        await spawn(prefetch, 3)
+    await worker_processes.start_all(WORKER_SCRIPT, [(prefetch, 3) for prefetch in (0, 0, 4, 16)])
 
     def drained() -> bool:
         row = admin.execute("SELECT count(*) FROM axa_queue WHERE status <> 'completed'").fetchone()

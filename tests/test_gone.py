@@ -34,7 +34,7 @@ from axa_queue.worker.housekeeping import Housekeeping
 from axa_queue.worker.run import Run as Claimed
 from axa_queue.worker.state import State
 from axa_queue.worker.tasks import Troubles
-from conftest import MovedClock, eventually, later, running
+from conftest import MovedClock, eventually, exchange_params, later, running
 from test_crash import spawn  # noqa: F401  (the fixture: worker processes)
 from test_fencing import Blocking
 
@@ -50,24 +50,7 @@ GHOST = uuid.UUID(int=0x6057)
 def exchange(admin: psycopg.Connection[Any], worker: uuid.UUID, **sent: Any) -> list[Any]:
     """Send `sql.EXCHANGE` as process `worker` (host `ghost`, pid 4242) does, with what
     `sent` says (nothing by default: no ending, no start mark, no claim)."""
-    params = {
-        "completed": "{}",
-        "completed_attempts": "{}",
-        "endings": "[]",
-        "free": 0,
-        "wanted": "[]",
-        "losing": "{}",
-        "now": None,
-        "idle": 0,
-        "starts": "{}",
-        "started_attempts": "{}",
-        "worker": worker,
-        "host": "ghost",
-        "pid": 4242,
-        "limits": "{}",
-        "max": None,
-        **sent,
-    }
+    params = exchange_params(**{"worker": worker, "host": "ghost", "pid": 4242, **sent})
     return admin.cursor(row_factory=namedtuple_row).execute(sql.EXCHANGE, params).fetchall()
 
 

@@ -6,52 +6,24 @@ with 10 (`Queue.fair_by_key`)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
-import pytest
 
 from axa_queue import NewJob
 from conftest import eventually, running
+from processes import worker_script
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN PREFETCH PER_KEY."""
-import asyncio
-import signal
-import sys
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
-    dsn, prefetch, per_key = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
-            stale_after=30, maintenance_interval=5,
-        ),
-    )
-    queue.limit_per_key("Report", per_key)
+WORKER_SCRIPT = worker_script(
+    """
+    queue = Queue(dsn, racing(int(sys.argv[2])))
+    queue.limit_per_key("Report", int(sys.argv[3]))
 
     @queue.handler("Report")
     async def report(args):
         await asyncio.sleep(0.02)  # the work: long enough for runs to overlap
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
+"""
+)
 
 PEAKS = """
 CREATE TABLE peak_gate ();
@@ -76,50 +48,13 @@ CREATE TRIGGER peak_note AFTER UPDATE OF status ON axa_queue
 the product's; as in `tests/test_global_limits.py`)."""
 
 
-@pytest.fixture
-async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER_SCRIPT)
-    started: list[asyncio.subprocess.Process] = []
-
-    async def start(prefetch: int, per_key: int) -> asyncio.subprocess.Process:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as errors:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(script),
-                dsn,
-                str(prefetch),
-                str(per_key),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errors,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        started.append(process)
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"ready", log.read_text(errors="replace")
-        return process
-
-    yield start
-    for process in started:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
-
-
 async def test_a_per_key_limit_is_never_exceeded_by_four_processes_claiming_two_keys(
-    spawn, make_queue, admin: psycopg.Connection[Any]
+    worker_processes, make_queue, admin: psycopg.Connection[Any]
 ) -> None:
     queue = await make_queue()
     admin.execute(PEAKS)
     # Four processes of four loops each, with and without jobs claimed ahead.
-    for prefetch in (0, 0, 4, 16):
-        await spawn(prefetch, 2)
+    await worker_processes.start_all(WORKER_SCRIPT, [(prefetch, 2) for prefetch in (0, 0, 4, 16)])
 
     def drained() -> bool:
         row = admin.execute("SELECT count(*) FROM axa_queue WHERE status <> 'completed'").fetchone()

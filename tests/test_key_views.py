@@ -17,8 +17,8 @@ from test_web import board, signed_in, tables  # noqa: F401  (fixtures)
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from axa_queue.key_metrics import TOP_KEYS  # noqa: E402
 from axa_queue.metrics import QueueCollector  # noqa: E402
+from axa_queue.metrics.keys import TOP_KEYS  # noqa: E402
 
 
 async def test_key_counts_give_the_busiest_keys_of_a_name_first(make_queue) -> None:

@@ -5,11 +5,6 @@ paused name's jobs stay queued while other names' run, and running ones finish."
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -27,20 +22,12 @@ from axa_queue import (
     resume,
 )
 from conftest import eventually, running, status_of
+from processes import worker_script
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN."""
-import asyncio
-import signal
-import sys
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
+WORKER_SCRIPT = worker_script(
+    """
     queue = Queue(
-        sys.argv[1],
-        QueueOptions(workers=4, poll_interval=0.05, heartbeat_interval=0.5, stale_after=30),
+        dsn, QueueOptions(workers=4, poll_interval=0.05, heartbeat_interval=0.5, stale_after=30)
     )
 
     @queue.handler("Report")
@@ -50,50 +37,8 @@ async def main() -> None:
     @queue.handler("Free")
     async def free(args):
         pass
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
-
-
-@pytest.fixture
-async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[[], Awaitable[Any]]]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER_SCRIPT)
-    started: list[asyncio.subprocess.Process] = []
-
-    async def start() -> asyncio.subprocess.Process:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as errors:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(script),
-                dsn,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errors,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        started.append(process)
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"ready", log.read_text(errors="replace")
-        return process
-
-    yield start
-    for process in started:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
+"""
+)
 
 
 def states(admin: psycopg.Connection[Any], name: str) -> dict[str, int]:
@@ -210,12 +155,11 @@ async def test_a_job_running_when_its_name_is_paused_finishes(make_queue, admin)
 
 @pytest.mark.alone
 async def test_a_paused_name_is_claimed_by_none_of_several_worker_processes_while_others_are(
-    spawn, make_queue, admin
+    worker_processes, make_queue, admin
 ) -> None:
     queue = await make_queue()
     await queue.pause("Report", by="ops:alice", reason="partner_api_down")
-    for _ in range(3):
-        await spawn()
+    await worker_processes.start_all(WORKER_SCRIPT, [()] * 3)
     await queue.enqueue_all([NewJob("Report", {"n": n}) for n in range(40)])
     for burst in range(1, 6):
         await queue.enqueue_all([NewJob("Free", {"n": n}) for n in range(40)])

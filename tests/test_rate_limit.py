@@ -5,12 +5,8 @@ every start (a test trigger), with several worker processes claiming one name at
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,6 +17,7 @@ from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from axa_queue.worker.exchange import Exchange
 from conftest import eventually, running, status_of
+from processes import worker_script
 
 STARTS = """
 CREATE TABLE start_log (name TEXT NOT NULL, at TIMESTAMPTZ NOT NULL);
@@ -277,89 +274,30 @@ async def test_a_rate_limit_holds_for_a_queue_given_its_schema_with_no_search_pa
 
 # --- several processes -------------------------------------------------------------------
 
-WORKER_SCRIPT = '''
-"""A worker process: python worker.py DSN PREFETCH RATE PER_MS."""
-import asyncio
-import signal
-import sys
-from datetime import timedelta
-
-from axa_queue import Queue, QueueOptions
-
-
-async def main() -> None:
-    dsn, prefetch, rate, per_ms = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    queue = Queue(
-        dsn,
-        QueueOptions(
-            workers=4, prefetch=prefetch, poll_interval=0.02, heartbeat_interval=0.5,
-            stale_after=30, maintenance_interval=5,
-        ),
-    )
+WORKER_SCRIPT = worker_script(
+    """
+    rate, per_ms = int(sys.argv[3]), int(sys.argv[4])
+    queue = Queue(dsn, racing(int(sys.argv[2])))
     queue.rate_limit("Call", rate, per=timedelta(milliseconds=per_ms))
 
     @queue.handler("Call")
     async def call(args):
         await asyncio.sleep(0.005)
-
-    stop = asyncio.Event()
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-    async with queue:
-        print("ready", flush=True)
-        await queue.run(stop)
-
-
-asyncio.run(main())
-'''
-
-
-@pytest.fixture
-async def spawn(dsn: str, tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[Any]]]:
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER_SCRIPT)
-    started: list[asyncio.subprocess.Process] = []
-
-    async def start(prefetch: int, rate: int, per_ms: int) -> asyncio.subprocess.Process:
-        log = tmp_path / f"worker-{len(started)}.log"
-        with log.open("wb") as errors:
-            process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(script),
-                dsn,
-                str(prefetch),
-                str(rate),
-                str(per_ms),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=errors,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            )
-        started.append(process)
-        assert process.stdout is not None
-        line = await asyncio.wait_for(process.stdout.readline(), 30)
-        assert line.strip() == b"ready", log.read_text(errors="replace")
-        return process
-
-    yield start
-    for process in started:
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(process.wait(), 30)
-            except asyncio.TimeoutError:
-                process.kill()
-                await process.wait()
+"""
+)
 
 
 async def test_several_processes_claiming_one_name_never_exceed_the_rate_in_any_window(
-    spawn, make_queue, admin
+    worker_processes, make_queue, admin
 ) -> None:
     queue = await make_queue()
     admin.execute(STARTS)
     per = timedelta(milliseconds=150)
     # Four processes of four loops each, with and without jobs claimed ahead; the
     # first one's slots are made by its first claim, the others' race for them.
-    for prefetch in (0, 0, 4, 16):
-        await spawn(prefetch, 3, 150)
+    await worker_processes.start_all(
+        WORKER_SCRIPT, [(prefetch, 3, 150) for prefetch in (0, 0, 4, 16)]
+    )
     # Each burst wakes every idle process at once (one notification): all of them
     # claim the same name in the same moment, the race a rate limit must win.
     for _burst in range(4):

@@ -32,7 +32,7 @@ from axa_queue import (
 )
 from axa_queue.context import fresh, running_job
 from axa_queue.errors import OptionsError
-from conftest import eventually, running
+from conftest import eventually, exchange_params, running
 from test_fencing import exchange
 
 
@@ -164,23 +164,9 @@ def fail(admin: psycopg.Connection[Any], job_id: UUID) -> None:
     claim(admin, job_id)
     admin.execute(
         sql.EXCHANGE,
-        {
-            "completed": "{}",
-            "completed_attempts": "{}",
-            "endings": f'[{{"id": "{job_id}", "attempts": 1, "status": "failed", "error": "boom"}}]',
-            "free": 0,
-            "wanted": "[]",
-            "losing": "{}",
-            "now": None,
-            "idle": 0,
-            "starts": "{}",
-            "started_attempts": "{}",
-            "worker": None,
-            "host": "test",
-            "pid": 1,
-            "limits": "{}",
-            "max": None,
-        },
+        exchange_params(
+            endings=f'[{{"id": "{job_id}", "attempts": 1, "status": "failed", "error": "boom"}}]'
+        ),
     ).fetchall()
 
 
@@ -580,23 +566,7 @@ def test_a_plain_jobs_ending_never_calls_the_release_trigger(admin) -> None:
     def triggers(job_id: UUID) -> list[Any]:
         row = admin.execute(
             "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.EXCHANGE,
-            {
-                "completed": "{" + str(job_id) + "}",
-                "completed_attempts": "{1}",
-                "endings": "[]",
-                "free": 0,
-                "wanted": "[]",
-                "losing": "{}",
-                "now": None,
-                "idle": 0,
-                "starts": "{}",
-                "started_attempts": "{}",
-                "worker": None,
-                "host": "test",
-                "pid": 1,
-                "limits": "{}",
-                "max": None,
-            },
+            exchange_params(completed="{" + str(job_id) + "}", completed_attempts="{1}"),
         ).fetchone()
         assert row is not None
         return [t["Trigger Name"] for t in row[0][0].get("Triggers", [])]

@@ -21,9 +21,10 @@ from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, wo
 from ..queue import Queue
 from ..schedules.schedule import ScheduleInfo
 from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
+from .job_tables import job_json, job_table, runs_table, state_of, steps_table
 from .keys import DEFAULT_MOST
 from .keys import by_key as show_keys
-from .text import lines, runs_table, short, shown, steps_json, steps_table, tries, when
+from .text import short, shown, tries, when
 
 __all__ = ["counts", "enqueue", "jobs", "schedules", "show", "workers"]
 
@@ -169,18 +170,12 @@ def jobs(state: str | None, name: str | None, limit: int, as_json: bool, dsn: st
         return await queue.jobs(state, name, limit)
 
     async def as_dicts(queue: Queue) -> list[dict[str, Any]]:
-        return [_job_json(info) for info in await work(queue)]
+        return [job_json(info) for info in await work(queue)]
 
     if as_json:
         answer(dsn, as_dicts, lambda found: "", as_json=True)
     else:
         answer(dsn, work, _jobs_table)
-
-
-def _state(info: JobInfo) -> str:
-    """A job's state as the tables show it: `running (worker gone)` for a run whose
-    worker process is gone (`JobInfo.worker_gone`)."""
-    return info.state.value + (" (worker gone)" if info.worker_gone else "")
 
 
 def _jobs_table(found: list[JobInfo]) -> Printed:
@@ -199,7 +194,7 @@ def _jobs_table(found: list[JobInfo]) -> Printed:
         table.add_row(
             str(info.id),
             shown(info.name),
-            _state(info),
+            state_of(info),
             tries(info),
             str(info.priority),
             when(info.run_at),
@@ -225,7 +220,7 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         return info
 
     async def as_dict(queue: Queue) -> dict[str, Any]:
-        return _job_json(await work(queue))
+        return job_json(await work(queue))
 
     if as_json:
         answer(dsn, as_dict, lambda found: "", as_json=True)
@@ -233,53 +228,8 @@ def show(job_id: UUID, as_json: bool, dsn: str | None) -> None:
         answer(
             dsn,
             work,
-            lambda info: [_job_table(info), *runs_table(info.attempts), *steps_table(info.steps)],
+            lambda info: [job_table(info), *runs_table(info.attempts), *steps_table(info.steps)],
         )
-
-
-def _job_json(info: JobInfo) -> dict[str, Any]:
-    """A job as `show --json` and `jobs --json` print it: its fields under the keys they
-    have always had (`attempts`, the number of runs, is `JobInfo.attempt`; `runs`, its
-    attempts, is `JobInfo.attempts`: empty in `jobs`), each run with its length in
-    seconds (`seconds`: from its claim to its ending, `null` while it runs),
-    `worker_gone`, and its steps (`text.steps_json`)."""
-    runs = [
-        {
-            **dataclasses.asdict(one),
-            "seconds": None if one.duration is None else one.duration.total_seconds(),
-        }
-        for one in info.attempts
-    ]
-    keys = {"attempt": "attempts", "attempts": "runs"}
-    fields = {keys.get(f.name, f.name): getattr(info, f.name) for f in dataclasses.fields(info)}
-    return {**fields, "runs": runs, "steps": steps_json(info.steps)}
-
-
-def _job_table(info: JobInfo) -> Printed:
-    table = Table(box=None, show_header=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column()
-    for label, value in (
-        ("id", str(info.id)),
-        ("name", shown(info.name)),
-        ("state", _state(info)),
-        ("tries", tries(info)),
-        ("priority", str(info.priority)),
-        ("timeout", readable.seconds(info.timeout)),
-        ("run at", when(info.run_at)),
-        ("started at", when(info.started_at)),
-        ("created at", when(info.created_at)),
-        ("updated at", when(info.updated_at)),
-        ("error", lines(info.error)),
-    ):
-        table.add_row(label, value)
-    if info.given_back:
-        table.add_row("given back", f"{info.given_back} (claimed ahead, never started)")
-    if info.unique_key is not None:
-        table.add_row("unique key", shown(info.unique_key))
-        if info.unique_for is not None:
-            table.add_row("unique for", f"{readable.seconds(info.unique_for)} after it finished")
-    return table
 
 
 @click.command()

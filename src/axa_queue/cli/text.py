@@ -17,19 +17,15 @@ from rich.console import Console
 from rich.table import Table
 
 from .. import readable
-from ..jobs.model import EARLIEST, LATEST, Attempt, JobInfo
-from ..jobs.steps import Step
+from ..jobs.model import EARLIEST, LATEST, JobInfo
 
 __all__ = [
     "console",
     "lines",
     "one_line",
     "print_json",
-    "runs_table",
     "short",
     "shown",
-    "steps_json",
-    "steps_table",
     "tries",
     "when",
 ]
@@ -147,46 +143,3 @@ def tries(info: JobInfo) -> str:
     queued with one, or when it was first claimed: the limit that applies), or `0 of -`
     for a job queued without one and not claimed yet by a worker of this package."""
     return f"{info.attempt} of {info.max_attempts if info.max_attempts is not None else '-'}"
-
-
-def runs_table(runs: tuple[Attempt, ...]) -> list[Table]:
-    """A job's attempts, a row each, oldest first: how each ended, when, how long it
-    took, the worker process that ran it (host:pid) and its error."""
-    if not runs:
-        return []
-    table = Table(title="attempts", title_justify="left", box=None)
-    for column in ("try", "outcome", "started", "ended", "took", "worker", "error"):
-        table.add_column(column, no_wrap=column != "error")
-    for one in runs:
-        worker = "-" if one.host is None else f"{shown(one.host)}:{one.pid}"
-        table.add_row(
-            str(one.attempt),
-            (one.outcome or "running") + (" (from the job's row)" if one.derived else ""),
-            when(one.started_at),
-            when(one.ended_at),
-            readable.seconds(one.duration),
-            worker,
-            lines(one.error),
-        )
-    return [table]
-
-
-def steps_table(steps: tuple[Step, ...]) -> list[Table]:
-    """A job's durable steps, a row each, in the order recorded: the name, the attempt
-    that recorded it, when, how long its function took. Never a step's result."""
-    if not steps:
-        return []
-    table = Table(title="steps", title_justify="left", box=None)
-    for column in ("step", "try", "recorded", "took"):
-        table.add_column(column, no_wrap=True)
-    for one in steps:
-        table.add_row(
-            shown(one.name), str(one.attempt), when(one.recorded_at), readable.seconds(one.duration)
-        )
-    return [table]
-
-
-def steps_json(steps: tuple[Step, ...]) -> list[dict[str, Any]]:
-    """A job's steps as `show --json` prints them: each one's fields and its length in
-    seconds (`seconds`). Never a step's result."""
-    return [{**dataclasses.asdict(one), "seconds": one.duration.total_seconds()} for one in steps]

@@ -48,6 +48,52 @@ running one's attempt ended `cancelled` (its row written with the process its cl
 stamped on the job, `run_worker`...)."""
 
 
+_REQUEUED = """    ), changed AS (
+        UPDATE {axa_queue} q
+        SET status = 'queued', run_at = COALESCE(%(now)s::timestamptz, now()), started_at = NULL,
+            updated_at = COALESCE(%(now)s::timestamptz, now()),
+            max_attempts = q.attempts + 1,
+            unique_key = CASE WHEN target.status = 'failed' AND q.unique_for_ms IS NULL
+                              THEN NULL ELSE q.unique_key END
+        FROM target WHERE q.id = target.id
+        RETURNING q.id, q.name, q.attempts, target.status AS was
+"""
+"""A retry's change (`changed`), for the jobs in `target` (`RETRY`, one job;
+`RETRY_BATCH`, a batch): each failed or in-review job queued again now for one more try
+(`max_attempts` one past its attempts, which keep rising, so an old run stays fenced);
+a failed one without `unique_for` had freed its unique key, which another job may hold
+now, so it is queued again without it."""
+
+_BROUGHT_BACK = """        INSERT INTO {axa_queue} ({columns})
+        SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
+            created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
+            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
+            run_worker, run_attempt, run_host, run_pid, key
+        FROM unmoved
+        RETURNING id, name, attempts, 'failed'::text AS was
+"""
+"""The body of a retry's CTE that brings the failed jobs deleted from the history
+(`unmoved`) back to `axa_queue`, queued for one more try as `_REQUEUED` queues one, and
+without their unique key (`RETRY`, one job; `RETRY_MOVED_BATCH`, a batch)."""
+
+_RETRY_ACT = """    ), kept AS (
+        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
+        SELECT id, name, CASE was WHEN 'needs_review' THEN 'released' ELSE 'retried' END,
+            attempts, %(by)s, %(reason)s
+"""
+"""A retry's act kept (`kept`), its `FROM` given after it: `released` for a job that
+was in review, else `retried`."""
+
+_WOKEN = """    ), woken AS (
+        SELECT pg_notify('axa_queue', n.nspname || ' 0')
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE c.oid = {'axa_queue'}::regclass AND EXISTS (SELECT FROM changed)
+    )
+    """
+"""The workers woken once on commit (`CHANNEL`) when a batch queued jobs again
+(`changed`), so they are claimed at once."""
+
+
 CANCEL = statement(
     _joined(
         """WITH target AS (
@@ -86,41 +132,28 @@ Its run's attempt row is ended `cancelled` (`ended`: the run writes nothing once
 stopped), unless something ended it first."""
 
 RETRY = statement(
-    """WITH target AS (
+    _joined(
+        """WITH target AS (
         SELECT id, status FROM {axa_queue}
         WHERE id = %(id)s AND status IN ('failed', 'needs_review')
         FOR UPDATE
-    ), changed AS (
-        UPDATE {axa_queue} q
-        SET status = 'queued', run_at = COALESCE(%(now)s::timestamptz, now()), started_at = NULL,
-            updated_at = COALESCE(%(now)s::timestamptz, now()),
-            max_attempts = q.attempts + 1,
-            unique_key = CASE WHEN target.status = 'failed' AND q.unique_for_ms IS NULL
-                              THEN NULL ELSE q.unique_key END
-        FROM target WHERE q.id = target.id
-        RETURNING q.id, q.name, q.attempts, target.status AS was
-    ), unmoved AS (
+""",
+        _REQUEUED,
+        """    ), unmoved AS (
         DELETE FROM {axa_queue_history}
         WHERE id = %(id)s AND status = 'failed' AND NOT EXISTS (SELECT FROM target)
         RETURNING {columns}
     ), back AS (
-        INSERT INTO {axa_queue} ({columns})
-        SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
-            created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
-            run_worker, run_attempt, run_host, run_pid, key
-        FROM unmoved
-        RETURNING id, name, attempts, 'failed'::text AS was
-    ), kept AS (
-        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
-        SELECT id, name, CASE was WHEN 'needs_review' THEN 'released' ELSE 'retried' END,
-            attempts, %(by)s, %(reason)s
-        FROM (SELECT * FROM changed UNION ALL SELECT * FROM back) acted
+""",
+        _BROUGHT_BACK,
+        _RETRY_ACT,
+        """        FROM (SELECT * FROM changed UNION ALL SELECT * FROM back) acted
         RETURNING act
     )
     SELECT (SELECT act FROM kept) AS act,
         COALESCE((SELECT status FROM {axa_queue} WHERE id = %(id)s),
                  (SELECT status FROM {axa_queue_history} WHERE id = %(id)s LIMIT 1)) AS found""",
+    ),
     columns=HISTORY_COLUMNS_MOVED,
 )
 """Queue a failed job (act `retried`) or one in review (act `released`) for one more try,
@@ -142,21 +175,35 @@ ACTS = statement("""SELECT id, job_id, job_name, act, attempts, by, reason, EXTR
 """Every act done to one job, oldest first; its time as epoch seconds, as `JOB` reads
 times."""
 
-_MATCHED = """seen AS MATERIALIZED (
-        SELECT id, status FROM {axa_queue}
-        WHERE id > %(after)s::uuid
+_FILTERED = """
           AND (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
           AND (%(name)s::text IS NULL OR name = %(name)s::text)
           AND (%(state)s::text IS NULL OR status = %(state)s::text)
           AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
           AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
           AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
-        ORDER BY id LIMIT %(batch)s
-    )"""
-"""The next batch of jobs a bulk act's filter matches, in id order after the last batch's
-last id (`after`; the nil UUID first): each filter applies when given (NULL: any).
-Read with the statement's snapshot, unlocked: the rows the act applies to are locked
-next (`target`), and checked again when locked."""
+"""
+"""A bulk act's filter, each part applying when given (NULL: any): the ids, the name, the
+state, the error's pattern and when the job last changed."""
+
+
+def _matched(table: str) -> str:
+    """`seen`: the next batch of jobs of `table` (`{axa_queue}`, or `{axa_queue_history}`
+    for the jobs moved there) that a bulk act's filter (`_FILTERED`) matches, in id order
+    after the last batch's last id (`after`; the nil UUID first). Read with the
+    statement's snapshot, unlocked: the rows the act applies to are locked next
+    (`target`), and checked again when locked."""
+    return _joined(
+        "seen AS MATERIALIZED (\n        SELECT id, status FROM ",
+        table,
+        "\n        WHERE id > %(after)s::uuid",
+        _FILTERED,
+        "        ORDER BY id LIMIT %(batch)s\n    )",
+    )
+
+
+_MATCHED = _matched("{axa_queue}")
+"""The next batch of `axa_queue`'s jobs a bulk act's filter matches (`_matched`)."""
 
 _BATCH_READ = """SELECT (SELECT id::text FROM seen ORDER BY id DESC LIMIT 1) AS last,
         (SELECT count(*) FROM seen) AS seen,
@@ -206,27 +253,13 @@ RETRY_BATCH = statement(
         SELECT id, status FROM {axa_queue}
         WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status = ANY(%(applies)s::text[])
         FOR UPDATE
-    ), changed AS (
-        UPDATE {axa_queue} q
-        SET status = 'queued', run_at = COALESCE(%(now)s::timestamptz, now()), started_at = NULL,
-            updated_at = COALESCE(%(now)s::timestamptz, now()),
-            max_attempts = q.attempts + 1,
-            unique_key = CASE WHEN target.status = 'failed' AND q.unique_for_ms IS NULL
-                              THEN NULL ELSE q.unique_key END
-        FROM target WHERE q.id = target.id
-        RETURNING q.id, q.name, q.attempts, target.status AS was
-    ), kept AS (
-        INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
-        SELECT id, name, CASE was WHEN 'needs_review' THEN 'released' ELSE 'retried' END,
-            attempts, %(by)s, %(reason)s
-        FROM changed
+""",
+        _REQUEUED,
+        _RETRY_ACT,
+        """        FROM changed
         RETURNING act
-    ), woken AS (
-        SELECT pg_notify('axa_queue', n.nspname || ' 0')
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.oid = {'axa_queue'}::regclass AND EXISTS (SELECT FROM changed)
-    )
-    """,
+""",
+        _WOKEN,
         _BATCH_READ,
         """,
         (SELECT count(*) FROM woken) AS woken""",
@@ -238,13 +271,20 @@ each with its act, in one statement per batch, each job changed exactly as `RETR
 changes one; the workers are woken once on commit (`CHANNEL`), so the jobs queued again
 are claimed at once."""
 
-MATCHING = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
+
+def _matching(table: str) -> str:
+    """A bulk act's dry run over `table` (`{axa_queue}`, or `{axa_queue_history}`): see
+    `MATCHING`."""
+    return _joined(
+        """SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
         COALESCE(sum(n), 0) AS matched,
         COALESCE(json_object_agg(status, n) FILTER (WHERE status <> ALL(%(applies)s::text[])), '{{}}')::text
             AS left_alone
     FROM (
         SELECT status, count(*) AS n FROM (
-            SELECT status FROM {axa_queue}
+            SELECT status FROM """,
+        table,
+        """
             WHERE (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
               AND (%(name)s::text IS NULL OR name = %(name)s::text)
               AND (%(state)s::text IS NULL OR status = %(state)s::text)
@@ -253,45 +293,32 @@ MATCHING = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(appl
               AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
             ORDER BY id LIMIT %(limit)s
         ) matched_jobs GROUP BY status
-    ) by_state""")
+    ) by_state""",
+    )
+
+
+MATCHING = statement(_matching("{axa_queue}"))
 """A bulk act's dry run: of the jobs its filter matches (at most `limit`, in id order),
 how many it would change (their state in `applies`), how many in all, and how many it
 would leave alone by state, without locking or changing anything."""
 
 RETRY_MOVED_BATCH = statement(
     _joined(
-        """WITH seen AS MATERIALIZED (
-        SELECT id, status FROM {axa_queue_history}
-        WHERE id > %(after)s::uuid
-          AND (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
-          AND (%(name)s::text IS NULL OR name = %(name)s::text)
-          AND (%(state)s::text IS NULL OR status = %(state)s::text)
-          AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
-          AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
-          AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
-        ORDER BY id LIMIT %(batch)s
-    ), unmoved AS (
+        "WITH ",
+        _matched("{axa_queue_history}"),
+        """, unmoved AS (
         DELETE FROM {axa_queue_history}
         WHERE id = ANY(ARRAY(SELECT id FROM seen WHERE status = 'failed')) AND status = 'failed'
         RETURNING {columns}
     ), changed AS (
-        INSERT INTO {axa_queue} ({columns})
-        SELECT id, name, args, 'queued', error, COALESCE(%(now)s::timestamptz, now()), NULL,
-            created_at, COALESCE(%(now)s::timestamptz, now()), attempts, attempts + 1, priority,
-            timeout_ms, trace_context, result, NULL, unique_for_ms, ahead, given_back,
-            run_worker, run_attempt, run_host, run_pid, key
-        FROM unmoved
-        RETURNING id, name, attempts, 'failed'::text AS was
-    ), kept AS (
+""",
+        _BROUGHT_BACK,
+        """    ), kept AS (
         INSERT INTO {axa_job_acts} (job_id, job_name, act, attempts, by, reason)
         SELECT id, name, 'retried', attempts, %(by)s, %(reason)s FROM changed
         RETURNING act
-    ), woken AS (
-        SELECT pg_notify('axa_queue', n.nspname || ' 0')
-        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-        WHERE c.oid = {'axa_queue'}::regclass AND EXISTS (SELECT FROM changed)
-    )
-    """,
+""",
+        _WOKEN,
         _BATCH_READ,
         """,
         (SELECT count(*) FROM woken) AS woken""",
@@ -303,20 +330,5 @@ failed one a filter matches comes back to `axa_queue`, queued, with its act, as 
 brings back one (without its unique key: another job may hold it now); the others (a
 completed or cancelled job) are left where they are and counted by their state."""
 
-MATCHING_MOVED = statement("""SELECT COALESCE(sum(n) FILTER (WHERE status = ANY(%(applies)s::text[])), 0) AS applies,
-        COALESCE(sum(n), 0) AS matched,
-        COALESCE(json_object_agg(status, n) FILTER (WHERE status <> ALL(%(applies)s::text[])), '{{}}')::text
-            AS left_alone
-    FROM (
-        SELECT status, count(*) AS n FROM (
-            SELECT status FROM {axa_queue_history}
-            WHERE (%(ids)s::uuid[] IS NULL OR id = ANY(%(ids)s::uuid[]))
-              AND (%(name)s::text IS NULL OR name = %(name)s::text)
-              AND (%(state)s::text IS NULL OR status = %(state)s::text)
-              AND (%(error_like)s::text IS NULL OR error LIKE %(error_like)s::text)
-              AND (%(changed_after)s::timestamptz IS NULL OR updated_at >= %(changed_after)s::timestamptz)
-              AND (%(changed_before)s::timestamptz IS NULL OR updated_at < %(changed_before)s::timestamptz)
-            ORDER BY id LIMIT %(limit)s
-        ) matched_jobs GROUP BY status
-    ) by_state""")
+MATCHING_MOVED = statement(_matching("{axa_queue_history}"))
 """`MATCHING` over the jobs moved to the history, for `retry_all`'s dry run."""

@@ -2,14 +2,18 @@
 releases a job in review) the jobs chosen, in one transaction, each recorded with the
 person's name as `by` and their reason, and the page that says what each did; and
 `act_all`, the same act on every job a list's filter matches, once its count was shown
-(`act_all_page`) and confirmed."""
+(`act_all_page`) and confirmed. Every change a form asks for (these, and a pause:
+`pauses`) is read and refused alike (`asked`, `refused`, `nothing_done`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 from uuid import UUID
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
@@ -20,7 +24,22 @@ from .access import Person
 from .board import Dashboard
 from .params import BadParameter
 
-__all__ = ["ALREADY", "BULK_ACTS", "MAX_SELECTED", "act", "act_all", "act_all_page", "outcome"]
+__all__ = [
+    "ALREADY",
+    "BULK_ACTS",
+    "MAX_SELECTED",
+    "REASON_WANTED",
+    "Asked",
+    "act",
+    "act_all",
+    "act_all_page",
+    "asked",
+    "nothing_done",
+    "outcome",
+    "refused",
+]
+
+T = TypeVar("T")
 
 MAX_SELECTED = 500
 """The most jobs one act may be asked for at once."""
@@ -34,6 +53,61 @@ ALREADY = {
     JobState.NEEDS_REVIEW: "the job waits for review",
 }
 """Why an act did not apply, by the state the job was found in."""
+
+
+REASON_WANTED = (
+    "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
+    "(no control, zero-width or bidi characters, no space first or last)."
+)
+"""What a change without a reason (or with one that is not a code) is answered."""
+
+
+def refused() -> Response:
+    """What a read-only dashboard answers every change."""
+    return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+
+
+def nothing_done(board: Dashboard, request: Request, problem: str) -> Response:
+    """The page saying that nothing was done, and the `problem` why."""
+    return board.page(request, "message.html", status=400, title="Nothing done", message=problem)
+
+
+@dataclass(frozen=True)
+class Asked(Generic[T]):
+    """A change a person asked for by a form: the act chosen, what it is on, and why."""
+
+    person: Person
+    act: str
+    what: T
+    reason: str
+
+
+async def asked(
+    board: Dashboard,
+    request: Request,
+    acts: tuple[str, ...],
+    what: Callable[[FormData], T],
+    problems: dict[str, str],
+) -> Asked[T] | Response:
+    """The change a form asks for: one of `acts` (`act`), what `what` reads from the
+    form, and a reason (`reason`, a code), checked in that order; or the answer that
+    refuses it: a read-only dashboard's, or the page saying what to give (the
+    `problems` by parameter, `REASON_WANTED` for the reason)."""
+    if board.read_only:
+        return refused()
+    person: Person = request.state.person
+    form = await request.form()
+    try:
+        chosen = params.choice(form, "act", acts)
+        if chosen is None:
+            raise BadParameter("act", " or ".join(acts))
+        read = what(form)
+        reason = params.code(form, "reason")
+        if reason is None:
+            raise BadParameter("reason", "a code")
+    except BadParameter as bad:
+        return nothing_done(board, request, problems.get(bad.parameter, REASON_WANTED))
+    return Asked(person, chosen, read, reason)
 
 
 def outcome(result: ActResult) -> str:
@@ -53,38 +127,28 @@ def outcome(result: ActResult) -> str:
 
 async def act(board: Dashboard, request: Request) -> Response:
     """Cancels or retries the jobs chosen, every one or none, and says what each did."""
-    if board.read_only:
-        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
-    person: Person = request.state.person
-    form = await request.form()
-    try:
-        chosen = params.choice(form, "act", ("cancel", "retry"))
-        if chosen is None:
-            raise BadParameter("act", "cancel or retry")
-        ids = params.job_ids(form, "id", MAX_SELECTED)
-        reason = params.code(form, "reason")
-        if reason is None:
-            raise BadParameter("reason", "a code")
-    except BadParameter as bad:
-        problem = {
+    change = await asked(
+        board,
+        request,
+        ("cancel", "retry"),
+        lambda form: params.job_ids(form, "id", MAX_SELECTED),
+        {
             "act": "Choose an act: cancel, or retry (which releases a job in review).",
             "id": f"Choose 1 to {MAX_SELECTED} jobs, by their ids.",
-        }.get(
-            bad.parameter,
-            "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
-            "(no control, zero-width or bidi characters, no space first or last).",
-        )
-        return board.page(
-            request, "message.html", status=400, title="Nothing done", message=problem
-        )
-    do = cancel if chosen == "cancel" else retry
+        },
+    )
+    if isinstance(change, Response):
+        return change
+    do = cancel if change.act == "cancel" else retry
     queue = await board.opened()
     outcomes = []
     async with queue.connection() as conn:  # one transaction: every act or none
-        for one in ids:
-            result = await do(conn, UUID(one), person.name, reason)
+        for one in change.what:
+            result = await do(conn, UUID(one), change.person.name, change.reason)
             outcomes.append({"id": one, "applied": result.applied, "said": outcome(result)})
-    return board.page(request, "outcome.html", outcomes=outcomes, act=chosen, reason=reason)
+    return board.page(
+        request, "outcome.html", outcomes=outcomes, act=change.act, reason=change.reason
+    )
 
 
 BULK_ACTS = {
@@ -113,7 +177,7 @@ async def act_all_page(board: Dashboard, request: Request) -> Response:
     """What acting on every job the list's filter matches would do, counted with nothing
     locked, and the form that confirms it with a reason."""
     if board.read_only:
-        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+        return refused()
     state, name, since, until = _bulk_filter(request.query_params)
     value, word, bulk = BULK_ACTS[state]
     queue = await board.opened()
@@ -145,20 +209,13 @@ async def act_all(board: Dashboard, request: Request) -> Response:
     """Acts on every job the filter matches, in one transaction (a statement per batch),
     each recorded with the person's name as `by`, and says how many it changed."""
     if board.read_only:
-        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
+        return refused()
     person: Person = request.state.person
     form = await request.form()
     state, name, since, until = _bulk_filter(form)
     reason = params.code(form, "reason")
     if reason is None:
-        return board.page(
-            request,
-            "message.html",
-            status=400,
-            title="Nothing done",
-            message="Give a reason: a short code such as a ticket id, 1 to 200 visible "
-            "characters (no control, zero-width or bidi characters, no space first or last).",
-        )
+        return nothing_done(board, request, REASON_WANTED)
     value, word, bulk = BULK_ACTS[state]
     queue = await board.opened()
     async with queue.connection() as conn:  # one transaction: every job or none

@@ -4,12 +4,13 @@ reason, like every act (`axa_queue.pause`)."""
 
 from __future__ import annotations
 
+from starlette.datastructures import FormData
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import Response
 
 from ..acts import pause, paused_call, resume
 from . import params
-from .access import Person
+from .act import asked
 from .board import Dashboard
 from .params import BadParameter
 
@@ -23,39 +24,31 @@ async def paused(board: Dashboard, request: Request) -> Response:
     return board.page(request, "paused.html", pauses=found)
 
 
+def _name(form: FormData) -> str:
+    """The job name the form gives (`name`)."""
+    name = params.name(form, "name")
+    if name is None:
+        raise BadParameter("name", "a job name")
+    return name
+
+
 async def pause_act(board: Dashboard, request: Request) -> Response:
     """Pauses or resumes the name given, in one transaction with its act, and says what
     it did."""
-    if board.read_only:
-        return PlainTextResponse("refused: this dashboard is read-only", status_code=403)
-    person: Person = request.state.person
-    form = await request.form()
-    try:
-        chosen = params.choice(form, "act", ("pause", "resume"))
-        if chosen is None:
-            raise BadParameter("act", "pause or resume")
-        name = params.name(form, "name")
-        if name is None:
-            raise BadParameter("name", "a job name")
-        reason = params.code(form, "reason")
-        if reason is None:
-            raise BadParameter("reason", "a code")
-    except BadParameter as bad:
-        problem = {
-            "act": "Choose pause or resume.",
-            "name": "Give the job name to pause or resume.",
-        }.get(
-            bad.parameter,
-            "Give a reason: a short code such as a ticket id, 1 to 200 visible characters "
-            "(no control, zero-width or bidi characters, no space first or last).",
-        )
-        return board.page(
-            request, "message.html", status=400, title="Nothing done", message=problem
-        )
+    change = await asked(
+        board,
+        request,
+        ("pause", "resume"),
+        _name,
+        {"act": "Choose pause or resume.", "name": "Give the job name to pause or resume."},
+    )
+    if isinstance(change, Response):
+        return change
+    chosen, name, reason = change.act, change.what, change.reason
     queue = await board.opened()
     async with queue.connection() as conn:  # one transaction: the change and its act
         do = pause if chosen == "pause" else resume
-        result = await do(conn, name, person.name, reason)
+        result = await do(conn, name, change.person.name, reason)
     if chosen == "pause":
         said = (
             "paused: its jobs stay queued until it is resumed; running ones finish"

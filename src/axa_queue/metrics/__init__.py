@@ -61,25 +61,26 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 from prometheus_client.registry import Collector
 
-from .acts import paused_call
-from .db.calls import run_async
-from .errors import AxaQueueError
-from .handlers.retries import first_line, kind
-from .health import HEALTH_TIMEOUT
-from .jobs.keys import KeyCounts
-from .jobs.model import Counts
-from .jobs.reads import (
+from ..acts import paused_call
+from ..db.calls import run_async
+from ..errors import AxaQueueError
+from ..handlers.retries import first_line, kind
+from ..health import HEALTH_TIMEOUT
+from ..jobs.keys import KeyCounts
+from ..jobs.model import Counts
+from ..jobs.reads import (
     FinishedCounts,
     LiveCounts,
     finished_counts_by_name_call,
     live_counts_by_name_call,
 )
-from .key_metrics import key_family, read_keys
-from .presence import Unhandled, WorkerInfo, gone_jobs_call, unhandled_steps
-from .worker import STUCK_AFTER
+from ..presence import Unhandled, WorkerInfo, gone_jobs_call, unhandled_steps
+from ..worker import STUCK_AFTER
+from .keys import key_family, read_keys
+from .workers import worker_families
 
 if TYPE_CHECKING:
-    from .queue import Queue
+    from ..queue import Queue
 
 __all__ = [
     "DURATION_BUCKETS",
@@ -100,9 +101,6 @@ STATES = (
     "ready", "waiting", "running", "completed", "failed", "cancelled", "needs_review", "blocked",
 )  # fmt: skip
 """The `state` label of `axa_queue_jobs`: the fields of `Counts`."""
-
-WORKER_STATES = ("live", "gone")
-"""The `state` label of `axa_queue_workers` (`WorkerInfo.state`)."""
 
 OUTCOMES = ("completed", "retried", "failed", "lost", "cancelled")
 """The `outcome` label of `axa_queue_runs_total`."""
@@ -217,7 +215,7 @@ class QueueCollector(Collector):
         self.gone_jobs: dict[str, int] = {}
         """The running jobs whose worker process is gone, by name (only names with some)."""
         self.keys: dict[str, list[KeyCounts]] = {}
-        """The busiest keys of each name this process claims by key (`key_metrics`)."""
+        """The busiest keys of each name this process claims by key (`metrics.keys`)."""
         self.up = False
         self.refreshed_at: float | None = None
         """When the last refresh worked (`time.time()`)."""
@@ -334,34 +332,7 @@ class QueueCollector(Collector):
         for name in paused_names:
             paused.add_metric([name], 1.0)
         yield paused
-        workers = GaugeMetricFamily(
-            "axa_queue_workers",
-            "axa-queue worker processes by state: live, or gone (silent for 3 heartbeat "
-            "intervals: killed, or cut off; removed after an hour).",
-            labels=["state"],
-        )
-        unhandled = GaugeMetricFamily(
-            "axa_queue_unhandled_jobs",
-            "Jobs due for longer than unhandled_after under a job name no live worker "
-            "process handles (only names with such jobs).",
-            labels=["job"],
-        )
-        if worker_states is not None:
-            for state in WORKER_STATES:
-                workers.add_metric([state], float(worker_states.count(state)))
-        for one in unhandled_names:
-            unhandled.add_metric([one.name], float(one.jobs))
-        gone = GaugeMetricFamily(
-            "axa_queue_worker_gone_jobs",
-            "Running jobs whose worker process is gone (silent for 3 heartbeat intervals), "
-            "by job name, until stale recovery decides them (only names with some).",
-            labels=["job"],
-        )
-        for name, count in sorted(gone_jobs.items()):
-            gone.add_metric([name], float(count))
-        yield workers
-        yield unhandled
-        yield gone
+        yield from worker_families(worker_states, unhandled_names, gone_jobs)
         yield key_family(self.keys if worker_states is not None else {})
         yield GaugeMetricFamily(
             "axa_queue_database_up",

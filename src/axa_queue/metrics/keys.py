@@ -6,7 +6,7 @@ number of series stays bounded however many keys there are::
     axa_queue_key_jobs{job="Report",key="tenant-42",state="ready"} 12
     axa_queue_key_jobs{job="Report",key="other",state="ready"} 3051
 
-Read by `metrics.QueueCollector` with the other counts, in the background. A key is not
+Read by `QueueCollector` (`metrics`) with the other counts, in the background. A key is not
 an argument, but it may name a customer: only keyed names' busiest keys are exported."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 from prometheus_client.core import GaugeMetricFamily
 
-from .db.calls import run_async
-from .jobs.keys import KeyCounts, key_counts_call
+from ..db.calls import run_async
+from ..jobs.keys import KeyCounts, key_counts_call
 
 __all__ = ["OTHER", "TOP_KEYS", "key_family", "read_keys"]
 
