@@ -14,9 +14,7 @@ from uuid import UUID
 
 import click
 from rich.console import Console
-from rich.table import Table
 
-from .. import readable
 from ..jobs.model import EARLIEST, LATEST, JobInfo
 
 __all__ = [
