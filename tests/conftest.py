@@ -81,14 +81,7 @@ def own_database(server_url: str) -> Iterator[str]:
     them (`alone`) need not stop the tests of the other processes, and two runs of the
     suite on one server (or the two processes of `-n 2`) never wait for each other's
     setups. A database is kept for the next run: dropping one makes the server write
-    a checkpoint (seconds to a minute on a busy disk).
-
-    Its sessions commit without waiting for the disk (`synchronous_commit = off`, as
-    the embedded server's do): a commit is seen by every session at once all the same,
-    and only a crash of the server could lose the last ones, which no test on this
-    server provokes (the outage tests stop a server of their own, which waits for its
-    disk). A test commits tens to hundreds of times; each commit's flush cost one to two
-    milliseconds on a shared disk."""
+    a checkpoint (seconds to a minute on a busy disk)."""
     global _own_database
     with psycopg.connect(server_url, autocommit=True) as holder:
         for number in range(1, OWN_DATABASES + 1):
@@ -110,12 +103,6 @@ def own_database(server_url: str) -> Iterator[str]:
         except psycopg.errors.InsufficientPrivilege:
             yield server_url
             return
-        with contextlib.suppress(psycopg.errors.InsufficientPrivilege):  # made by another user
-            holder.execute(
-                sql.SQL("ALTER DATABASE {} SET synchronous_commit = off").format(
-                    sql.Identifier(name)
-                )
-            )
         _own_database = True
         try:
             yield _with_database(server_url, name)
