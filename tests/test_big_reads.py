@@ -160,7 +160,14 @@ def test_jobs_reads_a_page_through_the_newest_jobs_indexes_never_every_row(
         assert moved and (bool(by_name) if name else not by_name), moved
     else:
         assert not moved, moved
-    assert buffers(plan) < pages / 4, (buffers(plan), pages)
+    # A page of 50 and a descent of each day's index (a day's partition it had to look
+    # into: how many there are depends on the time of day the test runs at), far from
+    # every page.
+    days = admin.execute(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = 'axa_queue_history'::regclass"
+    ).fetchone()
+    assert days is not None
+    assert buffers(plan) < pages / 4 + 3 * days[0], (buffers(plan), pages, days[0])
     assert plan["Actual Rows"] == (0 if name == "nobody" else 50)
 
 
