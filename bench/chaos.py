@@ -133,9 +133,7 @@ async def work(args):
         await note(run, n, "overlap")
     RUNNING.add(n)
     try:
-        # Shielded: a run stopped while its start note waits for a connection (its claim
-        # found lost after a blocked loop) did start, and the checks must see it.
-        attempts = await asyncio.shield(asyncio.ensure_future(note(run, n, "start")))
+        attempts = await note(run, n, "start")
         await asyncio.sleep(args.get("sleep", 0))
         if args.get("block"):
             time.sleep(args["block"])  # blocks the event loop
@@ -185,7 +183,6 @@ SCHEMA = [
                     NEW.status, NEW.attempts,
                     CASE WHEN current_query() LIKE 'WITH RECURSIVE %%' THEN 'exchange'
                          WHEN current_query() LIKE 'WITH stale AS%%' THEN 'recovery'
-                         WHEN current_query() LIKE 'WITH gone AS%%' THEN 'give back'
                          WHEN current_query() LIKE 'WITH found AS%%' THEN 'lost'
                          WHEN current_query() LIKE 'WITH due AS%%' THEN 'schedule'
                          ELSE 'other' END,
@@ -497,7 +494,6 @@ FIGURES = {
     "rerun after a kill": """SELECT count(*) FROM (SELECT n FROM chaos_runs WHERE phase = 'end'
         GROUP BY n HAVING count(*) > 1) x""",
     "recovered": "SELECT count(*) FROM chaos_changes WHERE kind = 'recovery'",
-    "given back at once": "SELECT count(*) FROM chaos_changes WHERE kind = 'give back'",
     "ticks": "SELECT count(*) FROM chaos_schedule",
     "dependents": "SELECT count(DISTINCT child) FROM axa_queue_deps",
     "steps": "SELECT count(*) FROM axa_queue_steps",
@@ -524,8 +520,6 @@ def check(dsn: str, seed: int, counts: dict[str, int]) -> bool:
 
 
 SUSPECTS = """SELECT n FROM chaos_runs WHERE phase IN ('overlap', 'wrong results')
-    UNION SELECT (q.args->>'n')::int FROM chaos_changes c JOIN axa_queue q ON q.id = c.id
-        WHERE c.new = 'needs_review'
     UNION SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
     UNION SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
     ORDER BY n LIMIT 5"""

@@ -9,31 +9,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import signal
-import threading
 import uuid
-from datetime import timedelta
 from typing import Any, NamedTuple
 
 import psycopg
 from click.testing import CliRunner
 from psycopg.rows import namedtuple_row
 
-from axa_queue import JobState, Queue, Recovered, sql
+from axa_queue import JobState, Recovered, sql
 from axa_queue.cli import main
 from axa_queue.db.calls import run_async
 from axa_queue.limits import AttemptLimits
 from axa_queue.maintenance import give_back_gone
 from axa_queue.metrics import QueueCollector
-from axa_queue.options import QueueOptions
 from axa_queue.presence import gone_jobs_call
-from axa_queue.worker.claims import Claims
-from axa_queue.worker.connections import Connections
-from axa_queue.worker.housekeeping import Housekeeping
-from axa_queue.worker.run import Run as Claimed
-from axa_queue.worker.state import State
-from axa_queue.worker.tasks import Troubles
 from conftest import MovedClock, eventually, exchange_params, later, running
 from test_crash import spawn  # noqa: F401  (the fixture: worker processes)
 from test_fencing import Blocking
@@ -319,8 +309,9 @@ async def test_jobs_a_killed_process_claimed_ahead_are_queued_again_within_a_few
     doomed.process.kill()  # SIGKILL: no cleanup, no final write
     assert await asyncio.wait_for(doomed.process.wait(), 10) == -signal.SIGKILL
 
-    # Giving back a gone process's runs claimed ahead is on by default.
-    rescuer = await make_queue(workers=4, stale_after=3600, maintenance_interval=3600)
+    rescuer = await make_queue(
+        workers=4, stale_after=3600, maintenance_interval=3600, give_back_gone=True
+    )
     ran: list[int] = []
     rescuer.handle("Sleep", lambda args: ran.append(args["n"]))
     waiting = [i for i in ids if i != started]
@@ -441,170 +432,3 @@ async def test_a_stalled_worker_whose_waiting_run_was_given_back_never_starts_it
     assert (row_of(admin, second_id).attempts, row_of(admin, second_id).given_back) == (2, 1)
     assert [a.outcome for a in attempt_rows(admin, second_id)] == ["given back", "completed"]
     assert row_of(admin, first_id).status == "completed"
-
-
-# --- a blocked event loop is not a gone process ---------------------------------------------
-
-
-async def test_a_handler_blocking_the_event_loop_silences_neither_its_process_nor_its_start_mark(
-    make_queue, admin, dsn: str
-) -> None:
-    # One loop, one job running and one claimed ahead. When the first ends, the loop
-    # starts the second, whose handler blocks the event loop until this test's own
-    # thread lets it go: the exchange and the heartbeats wait. The process's row is
-    # written from a thread of its own, with the start mark: it goes on being written,
-    # the run is marked started, and so even a give-back that takes the process for
-    # gone (an hour later) leaves the run alone. It runs once, under attempt 1.
-    queue = await make_queue(workers=1, prefetch=1, stale_after=600)
-    first = Blocking()
-    blocking, release = threading.Event(), threading.Event()
-    seen: dict[str, Any] = {}
-
-    async def second(args: Any) -> None:
-        blocking.set()
-        release.wait(30)  # blocks the event loop
-
-    def watch() -> None:
-        """From a thread: the row written on, the mark in, and no give-back of it."""
-        try:
-            blocking.wait(30)
-            with psycopg.connect(dsn, autocommit=True) as conn:
-
-                def read(what: str, *params: Any) -> Any:
-                    row = conn.execute(what, params).fetchone()
-                    return None if row is None else row[0]
-
-                first_seen = read("SELECT max(seen_at) FROM axa_workers")
-                for _ in range(600):  # until written again, with the mark (30 s at most)
-                    if (
-                        read("SELECT max(seen_at) FROM axa_workers") != first_seen
-                        and read("SELECT ahead FROM axa_queue WHERE id = %s", second_id) is None
-                    ):
-                        seen["written"] = True
-                        break
-                    release.wait(0.05)
-                hour = read("SELECT clock_timestamp() + interval '1 hour'")
-
-            async def give() -> list[Recovered]:
-                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-                    return await give_back_gone(conn, 0.1, AttemptLimits(1), uuid.uuid4(), now=hour)
-
-            seen["given"] = asyncio.run(give())
-        finally:
-            release.set()
-
-    queue.handle("First", first)
-    queue.handle("Second", second)
-    first_id = await queue.enqueue("First", {}, priority=1, max_attempts=1)
-    second_id = await queue.enqueue("Second", {}, max_attempts=1)
-    watcher = threading.Thread(target=watch)
-    async with running(queue):
-        await asyncio.wait_for(first.started.wait(), 15)
-        await eventually(lambda: row_of(admin, second_id).ahead == 1)
-        watcher.start()
-        first.release.set()
-        await eventually(lambda: row_of(admin, second_id).status == "completed")
-    watcher.join(30)
-    assert seen == {"written": True, "given": []}
-    row = row_of(admin, second_id)
-    assert (row.attempts, row.given_back) == (1, 0)
-    assert row_of(admin, first_id).status == "completed"
-
-
-async def test_silence_counts_for_the_give_back_only_from_a_while_after_the_server_started(
-    make_queue, admin, dsn: str
-) -> None:
-    # A restart cuts every process off, and each reconnects when it can: silence counts
-    # from sql.GIVE_BACK_RESTART_MS after the server's start, whatever came before.
-    queue = await make_queue()
-    job_id = await queue.enqueue("Pay", {}, max_attempts=1)
-    claim_ahead(admin, "Pay", GHOST)
-    silent(admin, GHOST, 0)
-    [started] = admin.execute("SELECT pg_postmaster_start_time()").fetchone() or [None]
-    admin.execute("UPDATE axa_workers SET seen_at = %s", (started - timedelta(hours=1),))
-    admin.execute("UPDATE axa_queue SET updated_at = %s", (started - timedelta(hours=1),))
-
-    async def give_back_at(moment: Any) -> list[Recovered]:
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            return await give_back_gone(conn, 0.1, AttemptLimits(1), uuid.uuid4(), now=moment)
-
-    gone_after = 3 * 0.1 + sql.GIVE_BACK_GRACE_MS / 1000  # three of its intervals, a grace
-    allowance = sql.GIVE_BACK_RESTART_MS / 1000
-    assert await give_back_at(started + timedelta(seconds=gone_after + 1)) == []
-    assert await give_back_at(started + timedelta(seconds=allowance + gone_after - 0.1)) == []
-    [given] = await give_back_at(started + timedelta(seconds=allowance + gone_after + 0.1))
-    assert given.id == job_id
-
-
-async def test_give_backs_failing_while_the_database_is_away_are_logged_once_and_once_more_after(
-    dsn: str, caplog
-) -> None:
-    options = QueueOptions(heartbeat_interval=0.02)
-    queue = Queue(dsn, options)
-    state = State(1, 0)
-    housekeeping = Housekeeping(
-        None,  # type: ignore[arg-type]  # give_backs uses no pool
-        queue.registry,
-        options,
-        state,
-        Connections(queue.connector, 60),
-        Troubles(),
-    )
-    answers: list[psycopg.Error | None] = [psycopg.OperationalError("server closed")] * 20
-    answers += [None] * 3
-    done = asyncio.Event()
-
-    async def give_back_gone(beat: float) -> psycopg.Error | None:
-        if not answers:
-            done.set()
-            return None
-        return answers.pop(0)
-
-    housekeeping.give_back_gone = give_back_gone  # type: ignore[method-assign]
-    with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
-        task = asyncio.create_task(housekeeping.give_backs())
-        await asyncio.wait_for(done.wait(), 15)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    said = [
-        (r.levelname, r.getMessage()) for r in caplog.records if "gone worker" in r.getMessage()
-    ]
-    assert [level for level, _ in said] == ["WARNING", "INFO"]
-    assert "could not give back" in said[0][1] and "works again" in said[1][1]
-    assert "give back" not in housekeeping.troubles.since
-
-
-def test_a_run_claimed_ahead_starts_at_once_only_while_its_process_row_is_recent(dsn: str) -> None:
-    # The start lease: gone needs the row silent for 3 intervals and a grace, so a run
-    # claimed ahead started within 2 and half the grace leaves the presence thread time
-    # to mark it. Past that, it proves its claim first, though its own claim was proved
-    # just now.
-    options = QueueOptions(heartbeat_interval=1, stale_after=600)
-    queue = Queue(dsn, options)
-    queue.connector.monotonic = clock = MovedClock()
-    claims = Claims(
-        State(1, 1),
-        Connections(queue.connector, 600),
-        queue.registry,
-        options,
-        spawn=None,  # type: ignore[arg-type]
-    )
-    written = clock()
-    claims.present = lambda: written
-    ahead = Claimed(str(uuid.uuid4()), "Report", 1, 3, None, "{}", clock(), ahead=True)
-    at_once = Claimed(str(uuid.uuid4()), "Report", 1, 3, None, "{}", clock())
-    assert not claims.doubtful(ahead) and not claims.doubtful(at_once)
-    lease = 2.0 + sql.GIVE_BACK_GRACE_MS / 2000
-    clock.move(lease - 0.1)
-    ahead.last_heard = at_once.last_heard = clock()  # a heartbeat proved both claims
-    assert not claims.doubtful(ahead)
-    clock.move(0.1)
-    ahead.last_heard = at_once.last_heard = clock()
-    assert claims.doubtful(ahead) and not claims.doubtful(at_once)
-    written = clock()  # the thread wrote the row again
-    assert not claims.doubtful(ahead)
-    claims.present = None  # no row of its own (a drain's worker): its claim alone
-    clock.move(lease)
-    ahead.last_heard = clock()
-    assert not claims.doubtful(ahead)

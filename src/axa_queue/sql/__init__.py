@@ -333,22 +333,19 @@ from .workers import (
     GIVE_BACK_GRACE_MS as GIVE_BACK_GRACE_MS,
 )
 from .workers import (
-    GIVE_BACK_RESTART_MS as GIVE_BACK_RESTART_MS,
-)
-from .workers import (
     GONE_AFTER_BEATS as GONE_AFTER_BEATS,
 )
 from .workers import (
     UNHANDLED_JOBS as UNHANDLED_JOBS,
 )
 from .workers import (
-    WORKER_BEAT as WORKER_BEAT,
-)
-from .workers import (
     WORKER_GONE as WORKER_GONE,
 )
 from .workers import (
     WORKER_GONE_JOBS as WORKER_GONE_JOBS,
+)
+from .workers import (
+    WORKER_SEEN as WORKER_SEEN,
 )
 from .workers import (
     WORKERS as WORKERS,

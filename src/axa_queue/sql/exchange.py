@@ -166,8 +166,7 @@ each was locked at, which `claimed` updates by); `got` counts them. So dead entr
 front of a level (jobs finished while vacuum was held back) are walked once, and
 delayed jobs never (a level whose first entry is not due is not scanned: `f.run_at <=
 now()` is a one-time test). Never a job in `losing` (a run of this process that lost
-its claim, until its job's fate is written; and, while the process may have stalled,
-every job it holds a run of: `State.fence`), nor one the `$fence` excludes. The scan
+its claim, until its job's fate is written), nor one the `$fence` excludes. The scan
 compares the name itself (the row's); the probe, reading the index alone, cannot: a
 name whose hash another shares may be probed a level of the other's (whose first
 entry is then no later than its own, and due when its own is), which only costs a
@@ -289,10 +288,9 @@ What fails it even so (a data error: SQLSTATE class 22, 23 or 54), `Exchange` se
 again in parts to find the run or name at fault (see `Exchange.isolate`).
 
 Fencing: the claim never takes a job whose ending is in this statement, nor one in
-`losing` (jobs this process holds a run of, or whose run lost its claim, until its
-job's fate is written): an ending refused because recovery queued the job again is
-never followed by a new run of it here, nor is a job recovery queued again while this
-process's run of it still goes on (a loop blocked past `stale_after`) run beside it. The endings are written first (they may wait for a row lock)
+`losing` (jobs of this process whose run lost its claim, until its job's fate is
+written): an ending refused because recovery queued the job again is never followed
+by a new run of it here. The endings are written first (they may wait for a row lock)
 and the claims after, stamped with `clock_timestamp()`: a claim is stamped when its
 row is written, never with a time from before a wait, so it cannot land stale. `now`
 (NULL but in tests) stands for both clocks in what is written. Which jobs are due is

@@ -8,7 +8,7 @@ from string import Template
 from psycopg import sql as pgsql
 
 from .naming import statement
-from .workers import GIVE_BACK_GRACE_MS, GIVE_BACK_RESTART_MS, GONE_AFTER_BEATS, worker_gone
+from .workers import GIVE_BACK_GRACE_MS, GONE_AFTER_BEATS, worker_gone
 
 __all__ = [
     "GIVE_BACK_GONE",
@@ -128,6 +128,8 @@ GIVE_BACK_GONE = statement(
     WHERE q.status = 'running' AND q.ahead = q.attempts AND q.given_back < %(give_back)s
       AND q.updated_at < COALESCE(%(now)s::timestamptz, now()) - $beats * interval '1 millisecond'
           * (SELECT LEAST(min(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
+      AND pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - $beats
+          * interval '1 millisecond' * (SELECT GREATEST(max(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
       AND $gone
     FOR NO KEY UPDATE OF q SKIP LOCKED
     ), back AS (
@@ -157,11 +159,7 @@ GIVE_BACK_GONE = statement(
     WHERE (SELECT count(*) FROM ended) >= 0 AND (SELECT count(*) FROM woken) >= 0""").substitute(
         beats=GONE_AFTER_BEATS,
         gone=worker_gone(
-            "q",
-            "EXTRACT(EPOCH FROM q.updated_at)",
-            others=True,
-            grace_ms=GIVE_BACK_GRACE_MS,
-            restart_ms=GIVE_BACK_RESTART_MS,
+            "q", "EXTRACT(EPOCH FROM q.updated_at)", others=True, grace_ms=GIVE_BACK_GRACE_MS
         ),
     )
 )
@@ -190,10 +188,9 @@ heartbeat finds the claim gone, and a waiting run proves its claim before it sta
 
 Only running rows not renewed for `GONE_AFTER_BEATS` of the shortest interval any
 process records (or the asker's, `beat_ms`) are read, through `axa_queue_running`:
-while every process reports in, none. Silence counts only from `GIVE_BACK_RESTART_MS`
-after the server's start (`worker_gone`'s `restart_ms`): a restart cut every process
-off, and they report in again within an interval or so. The worker asks only once its
-own connection has been up for that many of its intervals and the grace
+while every process reports in, none. Nothing within that many of the longest interval
+of the server's start: a restart cut every process off, and they report in again
+within one interval. The worker asks only once its own connection has been up that long
 (`worker.housekeeping`).
 
 It never waits for a row lock, like `RECOVER_STALE` and `HEARTBEAT`: `gone` locks the

@@ -12,14 +12,13 @@ from .naming import statement
 __all__ = [
     "ABSENT_BEAT_MS",
     "GIVE_BACK_GRACE_MS",
-    "GIVE_BACK_RESTART_MS",
     "GONE_AFTER_BEATS",
     "UNHANDLED_JOBS",
     "WORKERS",
     "WORKERS_FORGET",
-    "WORKER_BEAT",
     "WORKER_GONE",
     "WORKER_GONE_JOBS",
+    "WORKER_SEEN",
     "worker_gone",
 ]
 
@@ -36,9 +35,9 @@ has no row in `axa_workers` (it stopped, or was forgotten; or has not written it
 _WORKER_GONE = Template("""CASE WHEN $job.status = 'running' AND $job.run_attempt = $job.attempts
                  AND $job.run_worker IS NOT NULL$others THEN EXISTS (
             SELECT FROM (SELECT) one LEFT JOIN {axa_workers} w ON w.id = $job.run_worker
-            WHERE $since < EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()))
+            WHERE $updated < EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()))
                   - ($beats * COALESCE(w.beat_ms, %(beat_ms)s::int) + $grace) / 1000.0
-              AND (w.id IS NULL OR $seen < COALESCE(%(now)s::timestamptz, now())
+              AND (w.id IS NULL OR w.seen_at < COALESCE(%(now)s::timestamptz, now())
                                      - ($beats * w.beat_ms + $grace) * interval '1 millisecond'))
         ELSE false END""")
 
@@ -52,25 +51,7 @@ just started sends the job to review. A second covers a loaded host; beside the 
 interval (a minute), it is nothing."""
 
 
-GIVE_BACK_RESTART_MS = 2000
-"""How long after the server started (`pg_postmaster_start_time()`) a process's silence
-begins to count for the give-back (`GIVE_BACK_GONE`), besides `GONE_AFTER_BEATS`
-intervals and the grace: a restart cuts every process off, and each reconnects at its
-next beat (the presence thread and the heartbeats try once per interval), so with its
-silence counted from the start it has two intervals, the grace and this to spare: for
-the connect itself when every process reconnects at once. The server's own recovery
-before it lets anyone in is covered by the worker that gives back: it waits until its
-own connection has been up for those intervals and the grace."""
-
-
-def worker_gone(
-    job: str,
-    updated: str,
-    *,
-    others: bool = False,
-    grace_ms: int = 0,
-    restart_ms: int | None = None,
-) -> str:
+def worker_gone(job: str, updated: str, *, others: bool = False, grace_ms: int = 0) -> str:
     """The SQL test that job `job` (a row with `status`, `attempts` and the claim's stamp,
     `run_worker`, `run_attempt`) is a run whose worker process is gone: `running`, its
     claim's stamp names a process for its current attempt (`run_attempt = attempts`:
@@ -87,72 +68,30 @@ def worker_gone(
     Both silences are needed: a process whose `axa_workers` write fails while its
     heartbeats go through (presence only informs) still holds its runs, and a process
     whose row is not written yet (it just started) or never is (`drain()`'s) renews its
-    runs. With `grace_ms`, both must be silent that much longer. With `restart_ms`, both
-    silences count only from `restart_ms` after the server started: a process cut off
-    by a restart is not gone for that. The statements take `%(now)s` and `%(beat_ms)s`."""
-    since, seen = updated, "w.seen_at"
-    if restart_ms is not None:
-        started = f"pg_postmaster_start_time() + {restart_ms} * interval '1 millisecond'"
-        since = f"GREATEST({updated}, EXTRACT(EPOCH FROM {started}))"
-        seen = f"GREATEST(w.seen_at, {started})"
+    runs. With `grace_ms`, both must be silent that much longer. The statements take
+    `%(now)s` and `%(beat_ms)s`."""
     return _WORKER_GONE.substitute(
         job=job,
-        since=since,
-        seen=seen,
+        updated=updated,
         beats=GONE_AFTER_BEATS,
         grace=grace_ms,
         others=f"\n                 AND {job}.run_worker <> %(worker)s::uuid" if others else "",
     )
 
 
-WORKER_BEAT = statement("""WITH sent AS (
-        SELECT * FROM unnest(%(starts)s::uuid[], %(started_attempts)s::int[]) AS m(id, attempts)
-    ), due AS MATERIALIZED (
-        SELECT q.id FROM {axa_queue} q JOIN sent m ON m.id = q.id
-        WHERE q.id = ANY(%(starts)s::uuid[]) AND q.attempts = m.attempts
-          AND q.ahead = m.attempts AND q.status = 'running'
-    ), held AS MATERIALIZED (
-        SELECT q.id FROM {axa_queue} q JOIN sent m ON m.id = q.id
-        WHERE q.id = ANY(ARRAY(SELECT id FROM due)) AND q.attempts = m.attempts
-          AND q.ahead = m.attempts AND q.status = 'running'
-        FOR NO KEY UPDATE OF q SKIP LOCKED
-    ), marked AS (
-        UPDATE {axa_queue} q SET ahead = NULL
-        WHERE q.id = ANY(ARRAY(SELECT id FROM held))
-        RETURNING q.id
-    ), seen AS (
-        INSERT INTO {axa_workers} (id, host, pid, names, loops, running, version,
-            started_at, seen_at, beat_ms)
-        VALUES (%(id)s, %(host)s, %(pid)s, %(names)s::text[], %(loops)s, %(running)s, %(version)s,
-                COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()),
-                %(beat_ms)s)
-        ON CONFLICT (id) DO UPDATE
-        SET seen_at = EXCLUDED.seen_at, running = EXCLUDED.running, names = EXCLUDED.names,
-            beat_ms = EXCLUDED.beat_ms
-        RETURNING 1
-    )
-    SELECT d.id::text AS id, d.id IN (SELECT id FROM marked) AS marked FROM due d
-    WHERE (SELECT count(*) FROM seen) >= 0""")
-"""Say this worker process is alive, and mark started the runs it claimed ahead whose
-handler started (`starts`, `started_attempts`) and whose start mark or ending it has not
-yet seen written: the presence thread's statement (`worker.presence`), sent every
-heartbeat interval from a thread with its own connection, so a handler blocking the
-event loop does not silence it. The process's row (`seen`: made at start, its last
-heartbeat `seen_at` and jobs in progress `running` refreshed, and its interval `beat_ms`,
-so readers know after how long a silent process is gone; one primary-key upsert, which
-brings back a row removed while the process was cut off) and `EXCHANGE`'s start
-mark (`marked`: `ahead` cleared, fenced by the attempt, `ahead` and `running`; `updated_at`
-untouched, so a run whose event loop is blocked still goes stale) in one statement, one
-transaction: a process heard from has its start marks in, so `GIVE_BACK_GONE`, which
-needs its row silent, never takes a run it started (but for a row another statement
-held at that moment: below).
-
-Returns the runs whose mark was due (`due`: running under that attempt, still `ahead`),
-with whether this statement marked it; a due run not marked was held by another
-statement (`held` skips it: `FOR NO KEY UPDATE SKIP LOCKED`, never waiting for a lock,
-like `HEARTBEAT`): the exchange marking or ending it, a heartbeat, a person's cancel,
-recovery. The thread sends it again next time. A run sent but not returned needs no
-mark: marked already (by the exchange), ended, or no longer this run's."""
+WORKER_SEEN = statement("""INSERT INTO {axa_workers} (id, host, pid, names, loops, running, version,
+        started_at, seen_at, beat_ms)
+    VALUES (%(id)s, %(host)s, %(pid)s, %(names)s::text[], %(loops)s, %(running)s, %(version)s,
+            COALESCE(%(now)s::timestamptz, now()), COALESCE(%(now)s::timestamptz, now()),
+            %(beat_ms)s)
+    ON CONFLICT (id) DO UPDATE
+    SET seen_at = EXCLUDED.seen_at, running = EXCLUDED.running, names = EXCLUDED.names,
+        beat_ms = EXCLUDED.beat_ms""")
+"""Say this worker process is alive: its row is made at start, then its last heartbeat
+(`seen_at`) and jobs in progress (`running`) refreshed once per `heartbeat_interval`
+(`beat_ms`, so readers know after how long a silent process is gone), one primary-key
+write (never a statement per job). The same upsert both makes and refreshes the row, so
+a row removed while the process was cut off comes back."""
 
 WORKER_GONE = statement("DELETE FROM {axa_workers} WHERE id = %(id)s")
 """A worker process stopped cleanly: its row goes."""

@@ -121,9 +121,6 @@ class Worker:
             None if pool is None else Presence(self.state, self.connections, registry, options)
         )
         """This process's row in `axa_workers`; none for a drain's worker (a test's)."""
-        if self.presence is not None:
-            presence = self.presence
-            self.claims.present = lambda: presence.heard
 
     # --- what others read ------------------------------------------------------------
 

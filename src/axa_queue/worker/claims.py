@@ -82,9 +82,6 @@ class Claims:
         self.spawn = spawn
         self.tasks: set[asyncio.Task[Any]] = set()
         """The fates of lost runs being written."""
-        self.present: Callable[[], float] | None = None
-        """When this process's presence thread last wrote its row (`Presence.heard`),
-        if it has one: a run claimed ahead starts at once only while that is recent."""
 
     # --- proofs and heartbeats -------------------------------------------------------
 
@@ -109,21 +106,7 @@ class Claims:
         return found
 
     def doubtful(self, one: Run) -> bool:
-        """Whether `one`'s claim may have expired (see `decisions.needs_proof`), or, for
-        a run claimed ahead, this process's row was last written (`present`) 2 beats and
-        half the grace ago or more: `sql.GIVE_BACK_GONE` takes such a run once the row
-        is silent for 3 beats and the grace (`sql.GIVE_BACK_GRACE_MS`), so a start made
-        before leaves the presence thread a beat and half the grace to write its mark
-        (the half grace keeps a thread's lag under load, with a short interval, from
-        sending every run to a proof: a round trip each)."""
-        beat = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
-        lease = 2 * beat + sql.GIVE_BACK_GRACE_MS / 2000
-        if (
-            one.ahead
-            and self.present is not None
-            and self.connections.monotonic() - self.present() >= lease
-        ):
-            return True
+        """Whether `one`'s claim may have expired (see `decisions.needs_proof`)."""
         return self._unproved(one.last_heard)
 
     def stalled(self) -> bool:
@@ -132,13 +115,12 @@ class Claims:
         return self._unproved(self.state.heard)
 
     def _unproved(self, last_heard: float) -> bool:
-        beat = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
         return decisions.needs_proof(
             now=self.connections.monotonic(),
             last_heard=last_heard,
             stale=self.stale,
             broken_at=self.connections.broken_at,
-            beat=beat,
+            beat=max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT),
         )
 
     async def prove(self, one: Run) -> bool:

@@ -197,7 +197,6 @@ class Exchange:
                     claimed, kept = await self.send(
                         batch, free if wanted else 0, wanted, starts, idle
                     )
-                    state.written(batch + starts)
                 except psycopg.Error as error:
                     if not decisions.blames_values(error.sqlstate):
                         raise

@@ -68,8 +68,8 @@ class Housekeeping:
         """The job names this process has warned about, no live worker handling them."""
 
     async def loop(self) -> None:
-        """The rounds, the moves and (`QueueOptions.give_back_gone`, on by default) the
-        give-backs, side by side, until cancelled."""
+        """The rounds, the moves and (`QueueOptions.give_back_gone`) the give-backs, side
+        by side, until cancelled."""
         loops = [self.rounds(), self.moves()]
         if self.options.give_back_gone:
             loops.append(self.give_backs())
@@ -77,12 +77,9 @@ class Housekeeping:
 
     async def give_backs(self) -> None:
         """Every heartbeat interval, give back the runs gone processes claimed ahead and
-        never started (`give_back_gone`). A failure is logged once, as a warning (the
-        database away: every interval would fill the log), and once more when a
-        give-back goes through again; it is counted in the health check meanwhile, and
-        tried again at the next interval."""
+        never started (`give_back_gone`); a failure is logged, counted in the health
+        check, and tried again at the next interval."""
         every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
-        failing = False
         while True:
             await asyncio.sleep(every)
             failure: BaseException | None
@@ -93,32 +90,25 @@ class Housekeeping:
                 log.error("giving back the jobs of gone worker processes failed (%s)", kind(error))
             if failure is None:
                 self.troubles.cleared("give back")
-                if failing:
-                    log.info("giving back the jobs of gone worker processes works again")
-                failing = False
-                continue
-            self.troubles.failed("give back", failure)
-            if not failing and isinstance(failure, psycopg.Error):
-                log.warning(
-                    "could not give back the jobs of gone worker processes (%s); trying "
-                    "again every %g s, logged again once it works",
-                    kind(failure),
-                    every,
-                    extra={"error": first_line(failure), "retry_in": every},
-                )
-            failing = True
+            else:
+                self.troubles.failed("give back", failure)
 
     async def give_back_gone(self, beat: float) -> psycopg.Error | None:
         """Give back the runs of gone processes claimed ahead and never started, on the
         side connection, once it has been connected for `GONE_AFTER_BEATS` heartbeat
         intervals (`beat`, this process's) and `sql.GIVE_BACK_GRACE_MS`: every live process
         has reported in since the database came back. Returns the error that stopped it,
-        if any (the caller logs it)."""
+        if any."""
         connections = self.connections
         try:
             conn = await connections.for_side()
         except psycopg.Error as error:
             connections.broken_at = connections.monotonic()
+            log.error(
+                "could not give back the jobs of gone worker processes (%s)",
+                kind(error),
+                extra={"error": first_line(error)},
+            )
             return error
         since = connections.connected_since
         wait = GONE_AFTER_BEATS * beat + sql.GIVE_BACK_GRACE_MS / 1000
@@ -135,6 +125,11 @@ class Housekeeping:
         except psycopg.Error as error:
             if isinstance(error, psycopg.OperationalError):
                 await connections.side_broke(conn)
+            log.error(
+                "could not give back the jobs of gone worker processes (%s)",
+                kind(error),
+                extra={"error": first_line(error)},
+            )
             return error
         maintenance.log_given_back(given)
         return None

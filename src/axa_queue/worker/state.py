@@ -80,11 +80,6 @@ class State:
         self.starts: list[Run] = []
         """Runs claimed ahead whose handler started, to be marked started (their row's
         `ahead` cleared) by the next exchange, which the loop does not wait for."""
-        self.unmarked: dict[tuple[str, int], Run] = {}
-        """Runs claimed ahead whose handler started and whose start mark (or ending) no
-        statement has been seen to write yet: the presence thread sends their marks with
-        its row every heartbeat interval (`sql.WORKER_BEAT`), whatever the event loop
-        does. Shared with that thread: only whole-dict operations (`copy`, `pop`)."""
         self.losing: dict[str, Run] = {}
         """Runs that lost their claim, by job id, until their fate is written."""
         self.heard = 0.0
@@ -119,7 +114,7 @@ class State:
         blocked event loop has not yet heard), and a claim of it now would make a second
         run of it in this process, at once. The next heartbeat settles them."""
         if self.runs and stalled():
-            return self.held_literals()[0]  # its runs, waiting or ending, and the losing
+            return "{" + ",".join({*self.losing, *(one.id for one in self.runs.values())}) + "}"
         return "{" + ",".join(self.losing) + "}"
 
     def _claim_ahead(self, ahead: int) -> None:
@@ -241,13 +236,6 @@ class State:
             self.endings_since = asyncio.get_running_loop().time()
             self.nudge.set()
         self.starts.append(one)
-        self.unmarked[one.key] = one
-
-    def written(self, runs: list[Run]) -> None:
-        """An exchange carrying the start marks or endings of `runs` went through: their
-        marks are in, or need none."""
-        for one in runs:
-            self.unmarked.pop(one.key, None)
 
     def held_literals(self) -> tuple[str, str]:
         """The (ids, attempts) of every run this process holds, as array literals."""

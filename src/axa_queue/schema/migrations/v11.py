@@ -9,7 +9,7 @@ from .migration import Expectations, Migration
 __all__ = ["MIGRATION_11", "RECORD_11", "SETUP_WORKERS_BEAT"]
 
 SETUP_WORKERS_BEAT = statement("ALTER TABLE {axa_workers} ADD COLUMN IF NOT EXISTS beat_ms BIGINT")
-"""How often the process refreshes its row, in milliseconds, written by `WORKER_BEAT`:
+"""How often the process refreshes its row, in milliseconds, written by `WORKER_SEEN`:
 a process silent for `presence.GONE_AFTER_BEATS` of them is shown as gone. NULL in the
 rows of processes running an older version, which readers judge by `stale_after` as
 before. A small table, and a column without a default: adding it rewrites nothing."""
