@@ -133,7 +133,9 @@ async def work(args):
         await note(run, n, "overlap")
     RUNNING.add(n)
     try:
-        attempts = await note(run, n, "start")
+        # Shielded: a run stopped while its start note waits for a connection (its claim
+        # found lost after a blocked loop) did start, and the checks must see it.
+        attempts = await asyncio.shield(asyncio.ensure_future(note(run, n, "start")))
         await asyncio.sleep(args.get("sleep", 0))
         if args.get("block"):
             time.sleep(args["block"])  # blocks the event loop

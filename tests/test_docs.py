@@ -45,11 +45,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
 import userproject
 from axa_queue import QueueOptions
+from axa_queue.schema import SETUP_STATEMENTS
 from conftest import Schemas, schema_dsn
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -290,11 +292,17 @@ def test_the_python_block_runs_as_written(
 
 def _run_repeated(block: Block, script: Path, dsn: str, schemas: Schemas) -> None:
     """Run `script` `block.repeat` times at once (the first in this test's schema, each
-    other in a fresh one): every run must exit 0 without a traceback and print what
-    the first printed."""
+    other in a fresh one, each set up first: the runs' own setups then find nothing to
+    do, and do not queue on the database's one setup lock, which is what
+    tests/test_setup.py tries): every run must exit 0 without a traceback and print
+    what the first printed."""
     made = [schemas.make() for _ in range(block.repeat - 1)]
     try:
         dsns = [dsn, *(schema_dsn(schemas.database_url, name) for name in made)]
+        for one in dsns:
+            with psycopg.connect(one) as conn, conn.transaction():
+                for statement in SETUP_STATEMENTS:
+                    conn.execute(statement)
         with ThreadPoolExecutor(len(dsns)) as runs:
             outcomes = list(runs.map(lambda one: _run(block, script, one), dsns))
     finally:
