@@ -208,7 +208,9 @@ async def test_behind_a_transaction_pooler_the_queue_leaves_no_session_settings_
             await asyncio.wait_for(ran.wait(), 15)
             assert await asyncio.to_thread(shown) == defaults
         with queue.sync() as sync:
-            sync.enqueue("noted")
+            # On a thread, as an async app must: one server connection for all, and the
+            # async pool's connections need this event loop to finish their statements.
+            await asyncio.to_thread(sync.enqueue, "noted")
         assert await asyncio.to_thread(shown) == defaults
 
 
