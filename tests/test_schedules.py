@@ -106,8 +106,9 @@ def test_each_due_time_is_queued_once_by_two_worker_processes(dsn, admin) -> Non
     jobs = jobs_of(admin, "Tick")
     due_times = assert_once_per_due_time(jobs, first, schedule_row(admin, "tick")[0], SECOND)
     assert due_times >= 2
-    # A due time is skipped only while the last job is unfinished, which is rare here.
-    assert due_times - 1 <= len(jobs) <= due_times
+    # Never two jobs for one due time; a due time is skipped while the last job is
+    # unfinished (no stacking), which how loaded the machine is decides: not counted.
+    assert 2 <= len(jobs) <= due_times
     assert {status for _, _, status in jobs} == {"completed"}
 
 
