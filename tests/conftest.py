@@ -238,11 +238,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 END_SESSIONS = (
-    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+    "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity "
     "WHERE pid <> pg_backend_pid() AND query NOT LIKE '%%pg_stat_activity%%' "
     "AND application_name = %s"
 )
-"""End the sessions a test left on its schema (they are named after it)."""
+"""End the sessions a test left on its schema (they are named after it), and wait (5 s
+at most each) until they are gone: a PgBouncer's server connection among them must not
+be handed to the next test while its backend is still ending."""
 
 
 @contextlib.contextmanager
