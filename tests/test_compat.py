@@ -369,6 +369,7 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
         ("axa_queue", "run_attempt", "integer"),
         ("axa_queue", "run_host", "text"),
         ("axa_queue", "run_pid", "integer"),
+        ("axa_queue", "run_trace", "jsonb"),
         ("axa_queue", "run_worker", "uuid"),
         ("axa_queue", "trace_context", "jsonb"),
         ("axa_queue", "unique_for_ms", "bigint"),
@@ -378,7 +379,8 @@ async def test_our_setup_on_top_of_the_crates_schema_keeps_its_rows_and_adds_our
     ], (
         "our setup adds to the crate's tables only an act's role, a result, a trace context, "
         "a unique key, a cron schedule's expression and zone, a run claimed ahead's "
-        "columns, whether a job has dependents, a job's key, and the process of a job's last run"
+        "columns, whether a job has dependents, a job's key, and the process and span of a job's "
+        "last run"
     )
     assert set(columns) <= set(after)
     missing = admin.execute(crate.MISSING_TRIGGERS, crate.params(crate.ACTS_TRIGGERS)).fetchall()

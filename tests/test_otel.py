@@ -32,9 +32,12 @@ from axa_queue import (
     Queue,
     Schedule,
     SyncQueue,
+    chain,
+    chord,
     current_job,
     enqueue_all_on,
     enqueue_on,
+    group,
     otel,
     tracing,
 )
@@ -420,6 +423,149 @@ async def test_with_new_trace_a_run_starts_a_trace_of_its_own_linked_to_its_send
     assert run.parent is None
     assert run.context.trace_id != send.context.trace_id
     assert [link.context.span_id for link in run.links] == [send.context.span_id]
+
+
+# --- workflows: a dependent's span links to its parents' runs -------------------------
+
+
+def parent_links(span: ReadableSpan) -> list[int]:
+    """The span ids `span` links to as its parents' runs, in order."""
+    return [
+        link.context.span_id
+        for link in span.links
+        if (link.attributes or {}).get(otel.PARENT) is True
+    ]
+
+
+async def test_a_chains_next_step_links_to_the_run_of_the_step_before_it(
+    instrumented: tuple[Queue, Traced], admin: psycopg.Connection[Any]
+) -> None:
+    queue, traced = instrumented
+    seen: dict[str, JobContext] = {}
+
+    @queue.handler("Fetch")
+    async def fetch(args: dict[str, Any]) -> int:
+        seen["Fetch"] = current_job()
+        return 1
+
+    @queue.handler("Store")
+    def store(args: dict[str, Any]) -> None:  # sync: the links are made around its thread
+        seen["Store"] = current_job()
+
+    with traced.tracer.start_as_current_span("import"):
+        flow = await queue.enqueue(chain(NewJob("Fetch", {"secret": "s"}), NewJob("Store")))
+    await run_until(queue, admin, flow.jobs[1], "completed")
+
+    fetched, stored_run = traced.one("process Fetch"), traced.one("process Store")
+    send = traced.one("send")
+    assert fetched.context is not None and stored_run.context is not None
+    assert send.context is not None
+    assert parent_links(fetched) == []
+    assert parent_links(stored_run) == [fetched.context.span_id]
+    assert stored_run.parent is not None and stored_run.parent.span_id == send.context.span_id
+    assert seen["Store"].parent_traces == ({"traceparent": traceparent(fetched)},)
+    row = admin.execute(
+        "SELECT trace_context, run_trace FROM axa_queue WHERE id = %s", (flow.jobs[1],)
+    ).fetchone()
+    assert row is not None
+    assert row[0] == {
+        "traceparent": traceparent(send),
+        "links": [{"traceparent": traceparent(fetched)}],
+    }
+    assert row[1] == {"traceparent": traceparent(stored_run)}
+    assert "secret" not in json.dumps([span.to_json() for span in traced.spans()])
+
+
+async def test_a_chords_callback_links_to_every_member_of_its_group_in_group_order(
+    instrumented: tuple[Queue, Traced], admin: psycopg.Connection[Any]
+) -> None:
+    queue, traced = instrumented
+
+    @queue.handler("Part")
+    async def part(args: dict[str, int]) -> int:
+        return args["n"]
+
+    @queue.handler("Sum")
+    async def total(args: dict[str, Any]) -> None:
+        pass
+
+    flow = await queue.enqueue(
+        chord(group([NewJob("Part", {"n": n}) for n in range(5)]), NewJob("Sum"))
+    )  # outside any span: the callback's context holds the links alone
+    await run_until(queue, admin, flow.jobs[-1], "completed")
+
+    parts = {
+        span.attributes["messaging.message.id"]: span  # type: ignore[index]
+        for span in traced.spans("process Part")
+    }
+    callback = traced.one("process Sum")
+    expected = [parts[str(job_id)].context.span_id for job_id in flow.jobs[:-1]]  # type: ignore[union-attr]
+    assert parent_links(callback) == expected
+    assert callback.parent is None  # no trace queued it: a root span, linked
+
+
+async def test_the_links_a_release_writes_are_the_first_128_parents_in_dependency_order(
+    make_queue: Callable[..., Awaitable[Queue]], admin: psycopg.Connection[Any]
+) -> None:
+    queue = await make_queue()
+    flow = await queue.enqueue(
+        chord(group([NewJob("Part", {"n": n}) for n in range(130)]), NewJob("Sum"))
+    )
+    parents = flow.jobs[:-1]
+    carriers = [{"traceparent": f"00-{n + 1:032x}-{n + 1:016x}-01"} for n in range(len(parents))]
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
+        "WHERE id = ANY(%s)",
+        (list(parents),),
+    )
+    # The parents end in reverse order, in two statements, as any worker's ending would.
+    for batch in (parents[:64], parents[64:]):
+        admin.execute(
+            "UPDATE axa_queue q SET status = 'completed', run_trace = t.trace "
+            "FROM unnest(%s::uuid[], %s::jsonb[]) AS t(id, trace) WHERE q.id = t.id",
+            (list(batch), [Jsonb(carriers[parents.index(i)]) for i in batch]),
+        )
+    state, context = admin.execute(
+        "SELECT status, trace_context FROM axa_queue WHERE id = %s", (flow.jobs[-1],)
+    ).fetchone() or (None, None)
+    assert state == "queued"
+    assert context == {"links": carriers[:128]}
+
+
+async def test_parents_run_without_tracing_leave_their_dependent_without_links(
+    make_queue: Callable[..., Awaitable[Queue]], admin: psycopg.Connection[Any]
+) -> None:
+    queue = await make_queue()
+    seen: list[JobContext] = []
+
+    @queue.handler("Fetch")
+    async def fetch(args: dict[str, Any]) -> None:
+        pass
+
+    @queue.handler("Store")
+    async def store(args: dict[str, Any]) -> None:
+        seen.append(current_job())
+
+    flow = await queue.enqueue(chain(NewJob("Fetch"), NewJob("Store")))
+    await run_until(queue, admin, flow.jobs[1], "completed")
+    assert seen[0].parent_traces == ()
+    assert stored(admin, flow.jobs[1])[0] is None
+    row = admin.execute(
+        "SELECT count(*) FILTER (WHERE run_trace IS NOT NULL) FROM axa_queue"
+    ).fetchone()
+    assert row == (0,)
+
+
+def test_a_stored_contexts_links_are_read_back_only_as_carriers_of_strings() -> None:
+    assert tracing.links_of(None) == ()
+    assert tracing.links_of('{"traceparent": "x"}') == ()
+    assert tracing.links_of('{"links": "no"}') == ()
+    assert tracing.links_of('["links"]') == ()
+    assert tracing.links_of('{"links": [1, {"traceparent": "a", "n": 2}, {}, {"b": "c"}]}') == (
+        {"traceparent": "a"},
+        {"b": "c"},
+    )
+    assert tracing.links_of('{"links": [') == ()
 
 
 async def test_instrument_twice_keeps_one_span_outermost_and_uninstrument_removes_it(

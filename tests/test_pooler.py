@@ -339,7 +339,11 @@ async def test_every_statement_of_a_queue_given_a_schema_names_it(
     assert status_of(admin, failing)[1] is not None
 
 
-SEARCH_PATH_SET = {"SETUP_RELEASE_FUNCTION", "SETUP_RELEASE_ALL_FUNCTION"}
+SEARCH_PATH_SET = {
+    "SETUP_RELEASE_FUNCTION",
+    "SETUP_RELEASE_ALL_FUNCTION",
+    "SETUP_RELEASE_TRACED_FUNCTION",
+}
 """The functions whose `search_path` the setup sets to the queue's schema."""
 
 

@@ -37,15 +37,19 @@ __all__ = [
     "leave",
     "running_job",
     "running_or_none",
+    "trace_run",
 ]
 
 
 class Stoppable(Protocol):
     """What a run's context reads its `cancelled` flag from: the worker's own record of
-    the run, whose `stopped` is set (on the event loop) when the run is stopped."""
+    the run, whose `stopped` is set (on the event loop) when the run is stopped; and
+    where `trace_run` leaves its span's trace context (`run_trace`)."""
 
     @property
     def stopped(self) -> object: ...
+
+    run_trace: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +73,11 @@ class JobContext:
     `traceparent`, and `tracestate` if any), or `None`: jobs queued outside a trace, by a
     schedule or by the Rust crate have none. `axa_queue.otel` links the run's span to
     it; other tracing code may read it the same way (docs/observability.md)."""
+    parent_traces: tuple[Mapping[str, str], ...] = field(default=(), repr=False, compare=False)
+    """The trace contexts of the runs of the jobs this one depends on (carriers like
+    `trace_context`), in the order of its dependencies, the first 128 of them: written
+    by its release when those runs were traced (`axa_queue.otel`), else empty.
+    `axa_queue.otel` links the run's span to each."""
     _run: Stoppable | None = field(default=None, repr=False, compare=False)
     """The worker's record of the run (`None` for a run without a row): `cancelled`
     reads it, so the flag changes while this context stays frozen."""
@@ -287,6 +296,16 @@ def enter(job: JobContext) -> Token[JobContext]:
 def leave(token: Token[JobContext]) -> None:
     """End what `enter` started."""
     _current.reset(token)
+
+
+def trace_run(job: JobContext, carrier: str) -> None:
+    """Give the worker the trace context of the span of `job`'s run (JSON text of a W3C
+    carrier): written with the run's ending, it becomes the `parent_traces` of the jobs
+    that depend on this one (migration 20). `axa_queue.otel` calls it; a run without a
+    row keeps nothing."""
+    run = job._run
+    if run is not None:
+        run.run_trace = carrier
 
 
 def fresh(name: str, max_attempts: int) -> JobContext:

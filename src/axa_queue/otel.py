@@ -19,6 +19,9 @@ Two halves, following the OpenTelemetry messaging semantic conventions:
   the job and every run of it are one trace) with a link to it, as the conventions
   ask of a process span; `instrument(queue, new_trace=True)` starts a new trace for
   each run, linked only. A job with no stored context runs as a root span.
+- **Workflows**: a run's span context is written with its ending; a job that depended
+  on it (`after=`, a chain's next step, a chord's callback) gets it at its release,
+  and its process span links to each parent's run (`messaging.axa_queue.parent`).
 
 This is the only module that imports `opentelemetry`.
 """
@@ -38,7 +41,7 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from . import __version__, tracing
-from .context import JobContext
+from .context import JobContext, trace_run
 from .errors import OptionsError
 from .middleware import CallNext, Middleware
 from .queue import Queue
@@ -58,6 +61,11 @@ OUTCOME = f"messaging.{SYSTEM}.outcome"
 """How the handler ended: `completed`, `retried` (it failed; another attempt
 follows), `failed` (it failed on its last attempt) or `stopped` (its timeout, a lost
 claim or a shutdown cancelled it)."""
+
+PARENT = f"messaging.{SYSTEM}.parent"
+"""Set (`true`) on a process span's link to the run of a job it depends on: a chain's
+previous step, a chord callback's group members (the first 128), whichever completed
+(or, for a dependency that says `run`, ended) in a traced run."""
 
 _instrumented: weakref.WeakKeyDictionary[Queue, Middleware] = weakref.WeakKeyDictionary()
 """The middleware `instrument` registered on each queue."""
@@ -201,6 +209,10 @@ class _Middleware:
                 links.append(Link(queued))
                 if not self.new_trace:
                     parent = stored
+        for parent_run in job.parent_traces:
+            ran = trace.get_current_span(self.propagator.extract(parent_run)).get_span_context()
+            if ran.is_valid:
+                links.append(Link(ran, {PARENT: True}))
         span = self.tracer.start_span(
             f"process {job.name}",
             context=parent,
@@ -216,6 +228,10 @@ class _Middleware:
                 MAX_ATTEMPTS: job.max_attempts,
             },
         )
+        this_run: dict[str, str] = {}
+        self.propagator.inject(this_run, context=trace.set_span_in_context(span))
+        if this_run:  # the dependents' spans link to this one (`JobContext.parent_traces`)
+            trace_run(job, json.dumps(this_run, separators=(",", ":")))
         with trace.use_span(
             span, end_on_exit=True, record_exception=False, set_status_on_exception=False
         ):

@@ -9,7 +9,9 @@ for the `trace_context` column), and `Sending.end`, told how the statement ended
 no sender installed (the default), queuing costs one global lookup more and stores
 NULL, as jobs of the Rust crate and of schedules have.
 
-`carrier_of` reads a stored context back, whoever wrote it, for `JobContext.trace_context`.
+`carrier_of` reads a stored context back, whoever wrote it, for `JobContext.trace_context`;
+`links_of` reads the contexts of the parents' runs that a dependent's release wrote
+beside it (its `links`, migration 20), for `JobContext.parent_traces`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 from uuid import UUID
 
-__all__ = ["Sender", "Sending", "carrier_of", "install", "sender"]
+__all__ = ["Sender", "Sending", "carrier_of", "install", "links_of", "sender"]
 
 
 class Sending(Protocol):
@@ -60,7 +62,29 @@ def carrier_of(text: str | None) -> Mapping[str, str] | None:
         value = json.loads(text)
     except ValueError:
         return None
+    return _strings(value)
+
+
+def _strings(value: object) -> Mapping[str, str] | None:
+    """A JSON object's string entries, or `None` when it is not one or has none."""
     if not isinstance(value, dict):
         return None
     found = {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, str)}
     return found or None
+
+
+def links_of(text: str | None) -> tuple[Mapping[str, str], ...]:
+    """The trace contexts of the parents' runs in a stored trace context (its `links`:
+    a JSON array of carriers, which the release of a dependent writes), each read as
+    `carrier_of` reads one (what is not a carrier is left out); empty when there are
+    none. A text without the word is not decoded at all."""
+    if text is None or '"links"' not in text:
+        return ()
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return ()
+    links = value.get("links") if isinstance(value, dict) else None
+    if not isinstance(links, list):
+        return ()
+    return tuple(found for found in map(_strings, links) if found is not None)

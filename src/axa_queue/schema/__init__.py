@@ -131,7 +131,7 @@ queue's schema, quoted, and a dot (`QueueOptions.schema`), or nothing (the
 # --- Checks ------------------------------------------------------------------------------
 
 CHECK_QUEUE = naming.statement(
-    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, dependents, key, run_worker, run_attempt, run_host, run_pid FROM {axa_queue} LIMIT 0"
+    "SELECT id, name, args, status, error, run_at, started_at, created_at, updated_at, attempts, max_attempts, priority, timeout_ms, trace_context, result, unique_key, unique_for_ms, ahead, given_back, dependents, key, run_worker, run_attempt, run_host, run_pid, run_trace FROM {axa_queue} LIMIT 0"
 )
 """Fails unless the jobs table has every column."""
 
@@ -164,7 +164,7 @@ CHECK_ATTEMPTS = naming.statement(
 """Fails unless the attempts table has every column (the endings write it)."""
 
 CHECK_DEPS = naming.statement(
-    "SELECT child, parent, position, on_parent_failure, done FROM {axa_queue_deps} LIMIT 0"
+    "SELECT child, parent, position, on_parent_failure, done, parent_trace FROM {axa_queue_deps} LIMIT 0"
 )
 """Fails unless the dependencies table has every column (the release trigger writes it)."""
 

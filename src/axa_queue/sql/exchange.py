@@ -42,18 +42,21 @@ def _with(ctes: Sequence[str], rows: Sequence[str]) -> str:
 
 _ENDINGS = """endings AS (
         SELECT d.id, d.attempts, 'completed' AS status, NULL::text AS error, 0::float8 AS delay,
-               NULL::jsonb AS result, NULL::bigint AS max_attempts, NULL::boolean AS slept
+               NULL::jsonb AS result, NULL::bigint AS max_attempts, NULL::boolean AS slept,
+               NULL::jsonb AS trace
         FROM unnest(%(completed)s::uuid[], %(completed_attempts)s::int[]) AS d(id, attempts)
         UNION ALL
         SELECT * FROM json_to_recordset(%(endings)s::json)
             AS r(id uuid, attempts int, status text, error text, delay float8, result jsonb,
-                 max_attempts bigint, slept boolean)"""
+                 max_attempts bigint, slept boolean, trace jsonb)"""
 """The endings sent, one row each: completed runs as two array literals (the cheapest
-parameters to build), every other ending as JSON (see `EXCHANGE`; `slept`: `ENDED`)."""
+parameters to build), every other ending as JSON (see `EXCHANGE`; `slept`: `ENDED`;
+`trace`: the trace context of the run's span, when the worker traces runs, which a run
+with dependents hands to them: migration 20)."""
 
 _FINISHED = """finished AS (
         UPDATE {axa_queue} q
-        SET status = r.status, error = r.error, result = r.result,
+        SET status = r.status, error = r.error, result = r.result, run_trace = r.trace,
             max_attempts = CASE WHEN r.max_attempts IS NULL THEN q.max_attempts
                                 ELSE LEAST(r.max_attempts, 2147483647)::int END,
             updated_at = COALESCE(%(now)s::timestamptz, now()),

@@ -56,6 +56,8 @@ NAMES = (
     "axa_queue_note_ending",
     "axa_queue_release_all",
     "axa_queue_no_parent",
+    "axa_queue_note_traced",
+    "axa_queue_release_traced",
 )
 """The tables and functions the setup makes in the queue's schema: the names a template
 may place. Each is a plain lowercase name, which needs no quotes, so it is written

@@ -24,7 +24,7 @@ from ..handlers.handler import JobHandler
 from ..handlers.registry import Registry
 from ..jobs.steps import RunLink
 from ..middleware import through
-from ..tracing import carrier_of
+from ..tracing import carrier_of, links_of
 from .claims import Claims
 from .run import RUNNING, Run
 from .threads import JobThreads
@@ -107,6 +107,7 @@ class Invoke:
             one.limit,
             deadline,
             None if one.trace_context is None else carrier_of(one.trace_context),
+            () if one.trace_context is None else links_of(one.trace_context),
             one,
             lender,
             RunLink(self.send, asyncio.get_running_loop(), job_id, one.attempts),

@@ -127,6 +127,10 @@ class Run:
     job_key: str | None = field(default=None, repr=False)
     """The job's key (`NewJob.key`), read only when the process logs keys
     (`QueueOptions.log_keys`) and the name is claimed by key; else `None`."""
+    run_trace: str | None = field(default=None, repr=False)
+    """The trace context of its run's span (JSON text of a W3C carrier), when a tracing
+    middleware gave one (`context.trace_run`); written with its ending, for the spans of
+    its dependents to link to (migration 20). `None` otherwise."""
     result: str | None = field(default=None, repr=False)
     """What its handler returned, as JSON text, once it has completed; `None` when it
     returned `None` (the row's result stays NULL). Private like the arguments."""

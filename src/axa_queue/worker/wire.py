@@ -27,21 +27,22 @@ class KeyCursor(NamedTuple):
 
 def endings(batch: list[Run]) -> tuple[str, str, str]:
     """The endings of `batch` as the statement's parameters `completed`,
-    `completed_attempts` and `endings`: completed runs without a result (nearly every
-    ending) as two array literals, ids and attempts (uuid text and digits: nothing to
-    quote); the others, with their error, backoff or result, as one JSON array. Far
+    `completed_attempts` and `endings`: completed runs without a result or a traced span
+    (nearly every ending) as two array literals, ids and attempts (uuid text and digits:
+    nothing to quote); the others, with their error, backoff, result or their span's
+    trace context (`Run.run_trace`), as one JSON array. Far
     cheaper to build than a list per column or JSON per ending."""
     ids: list[str] = []
     attempts: list[str] = []
     others: list[str] = []
     for one in batch:
-        if one.status == "completed" and one.result is None:
+        if one.status == "completed" and one.result is None and one.run_trace is None:
             ids.append(one.id)
             attempts.append(str(one.attempts))
-        elif one.status == "completed":  # its result is JSON text already: put together
+        elif one.status == "completed":  # its result and trace are JSON text already
             others.append(
                 f'{{"id":"{one.id}","attempts":{one.attempts},"status":"completed",'
-                f'"result":{one.result}}}'
+                f'"result":{one.result or "null"},"trace":{one.run_trace or "null"}}}'
             )
         else:
             ending = {
@@ -55,6 +56,8 @@ def endings(batch: list[Run]) -> tuple[str, str, str]:
                 ending["max_attempts"] = one.raises
             if one.slept:
                 ending["slept"] = True
+            if one.run_trace is not None:
+                ending["trace"] = json.loads(one.run_trace)
             others.append(json.dumps(ending, ensure_ascii=False))
     return (
         "{" + ",".join(ids) + "}",

@@ -19,8 +19,9 @@ per run, migration 14 dependencies between jobs (workflows): the `blocked` state
 the dependencies and workflows tables, and the triggers that release dependents,
 migration 15 a job's key, for fairness by key, migration 16 the columns naming the
 process of each job's last run, migration 17 the durable steps' table, migration 18
-the release of dependents done once per statement, and migration 19 the claim's narrow
-per-name index.
+the release of dependents done once per statement, migration 19 the claim's narrow
+per-name index, and migration 20 the trace context of each run kept for its dependents'
+spans to link to.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -29,7 +30,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -406,6 +407,36 @@ from .v19 import (
 from .v19 import (
     SETUP_PICK_HASH_INDEX as SETUP_PICK_HASH_INDEX,
 )
+from .v20 import (
+    LINKS_KEPT as LINKS_KEPT,
+)
+from .v20 import (
+    MIGRATION_20 as MIGRATION_20,
+)
+from .v20 import (
+    RECORD_20 as RECORD_20,
+)
+from .v20 import (
+    SETUP_NOTE_TRACED_FUNCTION as SETUP_NOTE_TRACED_FUNCTION,
+)
+from .v20 import (
+    SETUP_NOTE_TRACED_TRIGGER as SETUP_NOTE_TRACED_TRIGGER,
+)
+from .v20 import (
+    SETUP_PARENT_TRACE_COLUMN as SETUP_PARENT_TRACE_COLUMN,
+)
+from .v20 import (
+    SETUP_RELEASE_TRACED_FUNCTION as SETUP_RELEASE_TRACED_FUNCTION,
+)
+from .v20 import (
+    SETUP_RELEASE_TRACED_PATH as SETUP_RELEASE_TRACED_PATH,
+)
+from .v20 import (
+    SETUP_RELEASE_TRACED_TRIGGER as SETUP_RELEASE_TRACED_TRIGGER,
+)
+from .v20 import (
+    SETUP_RUN_TRACE_COLUMN as SETUP_RUN_TRACE_COLUMN,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -429,6 +460,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_17,
     MIGRATION_18,
     MIGRATION_19,
+    MIGRATION_20,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
