@@ -14,6 +14,7 @@ import uuid
 from typing import Any, NamedTuple
 
 import psycopg
+import pytest
 from click.testing import CliRunner
 from psycopg.rows import namedtuple_row
 
@@ -24,9 +25,15 @@ from axa_queue.limits import AttemptLimits
 from axa_queue.maintenance import give_back_gone
 from axa_queue.metrics import QueueCollector
 from axa_queue.presence import gone_jobs_call
+from axa_queue.worker.connections import Connections
 from conftest import MovedClock, eventually, exchange_params, later, running
 from test_crash import spawn  # noqa: F401  (the fixture: worker processes)
 from test_fencing import Blocking
+
+
+async def _holds_nothing(self: Connections) -> bool:
+    """`Connections.hold_presence` of a process that cannot take its presence lock."""
+    return False
 
 
 class Rollback(Exception):
@@ -399,14 +406,43 @@ async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
 # --- a real worker, stalled, taken for gone, coming back ---------------------------------------
 
 
-async def test_a_stalled_worker_whose_waiting_run_was_given_back_never_starts_it(
+async def test_a_process_whose_event_loop_is_blocked_keeps_its_runs_claimed_ahead(
     make_queue, admin, dsn: str
+) -> None:
+    # One loop, one job running and one claimed ahead; the process falls silent (its
+    # heartbeats seen an hour old), as one whose loop a handler blocks does. Its side
+    # connection still holds its presence lock: nothing is given back.
+    queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=5.0, stale_after=600)
+    first, second = Blocking(), Blocking()
+    queue.handle("First", first)
+    queue.handle("Second", second)
+    await queue.enqueue("First", {}, priority=1, max_attempts=1)
+    second_id = await queue.enqueue("Second", {}, max_attempts=1)
+    async with running(queue):
+        await asyncio.wait_for(first.started.wait(), 15)
+        await eventually(lambda: row_of(admin, second_id).ahead == 1)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            given = await give_back_gone(
+                conn, 0.1, AttemptLimits(1), uuid.uuid4(), now=later(admin, 3600)
+            )
+        assert given == []
+        assert row_of(admin, second_id).status == "running"
+        first.release.set()
+        second.release.set()
+        await eventually(lambda: row_of(admin, second_id).status == "completed")
+    assert (row_of(admin, second_id).attempts, row_of(admin, second_id).given_back) == (1, 0)
+
+
+async def test_a_stalled_worker_whose_waiting_run_was_given_back_never_starts_it(
+    make_queue, admin, dsn: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # One loop, one job running and one claimed ahead. The worker stalls (its clock moves
     # on two of its heartbeat intervals, far less than half of stale_after): meanwhile
-    # another process took it for gone and gave the waiting run back. So the check
-    # before the run starts finds its claim gone: its handler never starts for attempt
-    # 1, and the job runs once, later, under attempt 2.
+    # another process took it for gone and gave the waiting run back (it held no
+    # presence lock: behind a transaction pooler, or its side connection made again).
+    # So the check before the run starts finds its claim gone: its handler never starts
+    # for attempt 1, and the job runs once, later, under attempt 2.
+    monkeypatch.setattr(Connections, "hold_presence", _holds_nothing)
     beat = 5.0
     queue = await make_queue(workers=1, prefetch=1, heartbeat_interval=beat, stale_after=600)
     queue.connector.monotonic = clock = MovedClock()

@@ -282,13 +282,17 @@ class QueueOptions:
     it. One process at a time, never while a snapshot is held, and only where the
     workers' role owns the table (docs/production.md, indexes after a long
     transaction)."""
-    give_back_gone: bool = False
-    """Give back at once, every heartbeat interval, the runs a gone worker process (silent
-    for 3 of its heartbeat intervals) claimed ahead and never started, rather than leave
-    them to stale recovery (`stale_after`). Off by default: a process whose event loop a
-    handler blocks for that long looks gone, and a run it had just started (its start
-    not yet written) would be given back and run twice, its job sent to review; turn it
-    on where no handler blocks the event loop (docs/design.md, runs of a gone process)."""
+    give_back_gone: bool = True
+    """Give back at once, every heartbeat interval, the runs a gone worker process claimed
+    ahead and never started, rather than leave them to stale recovery (`stale_after`).
+    A process is gone when it has been silent for 3 of its heartbeat intervals and a
+    second more and its presence lock (held by its side connection for as long as that
+    session lives) is free: a killed process's runs go back within seconds, while one
+    whose event loop a handler blocks keeps them. Behind a transaction pooler a process
+    holds no presence lock and silence alone decides: there a blocked event loop could
+    have a run it had just started (its start not yet written) given back and run twice,
+    its job sent to review; turn it off where that matters (docs/design.md, runs of a
+    gone process)."""
     unhandled_after: DurationOption = DurationOption(timedelta(minutes=10))
     """How long a job may wait, due, under a job name no live worker process handles
     before it is warned about: on the dashboard, in `axa-queue counts`, by the

@@ -336,6 +336,12 @@ from .workers import (
     GONE_AFTER_BEATS as GONE_AFTER_BEATS,
 )
 from .workers import (
+    PRESENCE_HOLD as PRESENCE_HOLD,
+)
+from .workers import (
+    PRESENCE_LOCK as PRESENCE_LOCK,
+)
+from .workers import (
     UNHANDLED_JOBS as UNHANDLED_JOBS,
 )
 from .workers import (

@@ -8,7 +8,7 @@ from string import Template
 from psycopg import sql as pgsql
 
 from .naming import statement
-from .workers import GIVE_BACK_GRACE_MS, GONE_AFTER_BEATS, worker_gone
+from .workers import GIVE_BACK_GRACE_MS, GONE_AFTER_BEATS, PRESENCE_LOCK, worker_gone
 
 __all__ = [
     "GIVE_BACK_GONE",
@@ -130,7 +130,9 @@ GIVE_BACK_GONE = statement(
           * (SELECT LEAST(min(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
       AND pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - $beats
           * interval '1 millisecond' * (SELECT GREATEST(max(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
-      AND $gone
+      AND CASE WHEN $gone
+               THEN pg_try_advisory_xact_lock($presence, hashtext(q.run_worker::text))
+               ELSE false END
     FOR NO KEY UPDATE OF q SKIP LOCKED
     ), back AS (
     UPDATE {axa_queue} q
@@ -158,6 +160,7 @@ GIVE_BACK_GONE = statement(
     SELECT id::text AS id, name, attempts FROM back
     WHERE (SELECT count(*) FROM ended) >= 0 AND (SELECT count(*) FROM woken) >= 0""").substitute(
         beats=GONE_AFTER_BEATS,
+        presence=PRESENCE_LOCK,
         gone=worker_gone(
             "q", "EXTRACT(EPOCH FROM q.updated_at)", others=True, grace_ms=GIVE_BACK_GRACE_MS
         ),
@@ -168,8 +171,11 @@ again, their attempt given back, without waiting for `stale_after` (`RECOVER_STA
 A run qualifies when it is `running` with `ahead = attempts` (its handler never marked
 started, see `EXCHANGE`) and its process is gone (`workers.worker_gone`: the run's row
 and the process's row silent for `GONE_AFTER_BEATS` of its heartbeat intervals and
-`GIVE_BACK_GRACE_MS` more, or the process has no row), never a run of the process asking
-(`worker`). Started runs are
+`GIVE_BACK_GRACE_MS` more, or the process has no row) and its presence lock is free
+(`workers.PRESENCE_LOCK`: a process whose event loop is blocked, a handler hogging it,
+still holds it on its side connection, and keeps its runs; the lock is tried only for a
+run its silence already gave up, in a `CASE`, and held until this transaction ends),
+never a run of the process asking (`worker`). Started runs are
 left to stale recovery: their handler may still run on a stalled host.
 
 Fencing stays exact: a process taken as gone may only be stalled, and may come back
@@ -246,7 +252,8 @@ INDEX_SIZES = statement("""SELECT n.nspname AS schema, ic.relname AS index, i.in
         pg_has_role(t.relowner, 'MEMBER') AS owned,
         (SELECT extract(epoch FROM now() - min(a.xact_start)) FROM pg_stat_activity a
          WHERE a.datname = current_database() AND a.pid <> pg_backend_pid()
-           AND a.backend_xmin IS NOT NULL) AS oldest_snapshot
+           AND a.backend_xmin IS NOT NULL
+           AND a.pid NOT IN (SELECT v.pid FROM pg_stat_progress_vacuum v)) AS oldest_snapshot
     FROM pg_index i
     JOIN pg_class ic ON ic.oid = i.indexrelid
     JOIN pg_class t ON t.oid = i.indrelid
@@ -266,7 +273,10 @@ build of it would take (`fresh_bytes`), whether it is valid (a `REINDEX
 CONCURRENTLY` stopped half way leaves an invalid copy, named `..._ccnew`, that every
 write still pays for), whether this role owns the table (only an owner may rebuild its
 indexes), and how long (seconds) the oldest snapshot another session of this database
-holds has been open (`NULL`: none, or none this role may see).
+holds has been open (`NULL`: none, or none this role may see), leaving out a lazy
+`VACUUM` at work (`pg_stat_progress_vacuum`, autovacuum's too): its snapshot holds back
+no other vacuum, and a vacuum of a large table (a day's history partition, under its
+cost limits) may run for minutes.
 
 Why: a B-tree never gives back pages. While a long transaction holds back vacuum, every
 job that passes through the hot table leaves its entries in each index; once vacuum may

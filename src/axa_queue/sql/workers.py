@@ -13,6 +13,8 @@ __all__ = [
     "ABSENT_BEAT_MS",
     "GIVE_BACK_GRACE_MS",
     "GONE_AFTER_BEATS",
+    "PRESENCE_HOLD",
+    "PRESENCE_LOCK",
     "UNHANDLED_JOBS",
     "WORKERS",
     "WORKERS_FORGET",
@@ -41,6 +43,24 @@ _WORKER_GONE = Template("""CASE WHEN $job.status = 'running' AND $job.run_attemp
                                      - ($beats * w.beat_ms + $grace) * interval '1 millisecond'))
         ELSE false END""")
 
+
+PRESENCE_LOCK = 1635213691
+"""The first key of each worker process's presence lock: a session-level advisory lock
+on `(PRESENCE_LOCK, hashtext(<its id in axa_workers>))`, held by its side connection
+(`PRESENCE_HOLD`) for as long as that session lives. A process that died (SIGKILL, its
+host lost) loses it when the server notices its connection closed; one whose event loop
+is only blocked keeps it. The give-back (`GIVE_BACK_GONE`) takes a process for gone
+only when, besides its silence, that lock is free: it tries it for the length of its
+own transaction."""
+
+PRESENCE_HOLD = statement(
+    f"""SELECT pg_try_advisory_lock({PRESENCE_LOCK}, hashtext(%(worker)s::text)) AS held"""
+)
+"""Take this process's presence lock on its side connection, without waiting: `held`
+false when another session holds it (the process's previous side connection, not yet
+ended by the server; or another process whose id has the same 32-bit hash), tried again
+at the next heartbeat. Never behind a transaction pooler (a session lock there lands on
+a server connection other clients share)."""
 
 GIVE_BACK_GRACE_MS = 1000
 """How much longer than `GONE_AFTER_BEATS` heartbeat intervals a process must be silent

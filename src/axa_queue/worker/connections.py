@@ -46,6 +46,10 @@ class Connections:
         self.connected_since: float | None = None
         """When (`monotonic()`) `side` was last connected; stale recovery waits
         `stale_after`."""
+        self.present = False
+        """Whether the side connection holds this process's presence lock
+        (`sql.PRESENCE_HOLD`): taken as it connects, tried again at each presence
+        write until it is (`hold_presence`)."""
         self.broken_at = -1.0
         """When (`monotonic()`) a connection of this worker last broke: runs heard of
         before must prove their claim before their handler starts."""
@@ -93,12 +97,37 @@ class Connections:
                 connect_timeout=max(2, int(self.answer_within()))
             )
             self.connected_since = self.monotonic()
+            self.present = False
+            await self.hold_presence()
         return self.side
+
+    async def hold_presence(self) -> bool:
+        """Take this process's presence lock on the side connection, if it does not hold
+        it yet (`sql.PRESENCE_HOLD`): while that session lives, no other process gives
+        back the runs this one claimed ahead, however long its event loop is blocked
+        (`sql.GIVE_BACK_GONE`). Never behind a transaction pooler, where a session lock
+        would stay on a shared server connection; there, silence alone decides, as in a
+        process that cannot take it. Whether it holds it; a failure is the next
+        statement's to see."""
+        conn = self.side
+        if self.present or conn is None or not self.connector.keeps_session_state():
+            return self.present
+        cursor = conn.cursor(row_factory=namedtuple_row)
+        try:
+            await asyncio.wait_for(
+                cursor.execute(sql.PRESENCE_HOLD, {"worker": self.identity["worker"]}),
+                self.answer_within(),
+            )
+            row: Any = await cursor.fetchone()
+        except (psycopg.Error, asyncio.TimeoutError):
+            return False
+        self.present = row is not None and bool(row.held)
+        return self.present
 
     async def side_broke(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.broken_at = self.monotonic()
         if self.side is conn:
-            self.side, self.connected_since = None, None
+            self.side, self.connected_since, self.present = None, None, False
         await conn.close()
 
     async def on_side(self, statement: str, params: Any) -> list[Any]:

@@ -72,6 +72,7 @@ class Presence:
         """Write the row now; whether it went through."""
         try:
             await self.connections.on_side(sql.WORKER_SEEN, self._params())
+            await self.connections.hold_presence()  # when it could not be taken before
         except psycopg.Error as error:
             if not self.failing:
                 log.warning(
