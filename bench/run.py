@@ -159,17 +159,24 @@ def verify_axa(dsn: str, jobs: int) -> None:
     """Raise `ExactlyOnceError` unless each of `jobs` jobs ran once and completed.
 
     Each job's arguments carry a key `k` that its run writes to `bench_done`, whose
-    primary key refuses a second write (the second run would fail)."""
+    primary key refuses a second write (the second run would fail). A job is in
+    `axa_queue` or, once housekeeping moved it (a long run: `bench/soak.py`), in
+    `axa_queue_history`: both are read."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         row = conn.execute(
-            """SELECT (SELECT count(*) FROM axa_queue),
-                      (SELECT count(DISTINCT args->>'k') FROM axa_queue),
-                      (SELECT count(*) FROM axa_queue WHERE status <> 'completed'),
-                      (SELECT count(*) FROM axa_queue WHERE attempts <> 1),
+            """WITH jobs AS MATERIALIZED (
+                   SELECT args->>'k' AS k, status, attempts, error FROM axa_queue
+                   UNION ALL
+                   SELECT args->>'k', status, attempts, error FROM axa_queue_history
+               )
+               SELECT (SELECT count(*) FROM jobs),
+                      (SELECT count(DISTINCT k) FROM jobs),
+                      (SELECT count(*) FROM jobs WHERE status <> 'completed'),
+                      (SELECT count(*) FROM jobs WHERE attempts <> 1),
                       (SELECT count(*) FROM bench_done),
                       (SELECT count(*) FROM bench_done d WHERE NOT EXISTS (
-                          SELECT 1 FROM axa_queue q WHERE (q.args->>'k')::uuid = d.job_id)),
-                      (SELECT min(error) FROM axa_queue WHERE error IS NOT NULL)"""
+                          SELECT 1 FROM jobs q WHERE q.k::uuid = d.job_id)),
+                      (SELECT min(error) FROM jobs WHERE error IS NOT NULL)"""
         ).fetchone()
     assert row is not None
     queued, keys, unfinished, retried, done, stray, error = row
