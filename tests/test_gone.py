@@ -113,10 +113,11 @@ class Run(NamedTuple):
     ended: bool
 
 
-async def give_back(dsn: str, *, limit: int = 1) -> list[Recovered]:
-    """Send `GIVE_BACK_GONE` as a live worker process (another id, a 0.1 s heartbeat)."""
+async def give_back(dsn: str, *, limit: int = 1, now: Any = None) -> list[Recovered]:
+    """Send `GIVE_BACK_GONE` as a live worker process (another id, a 0.1 s heartbeat),
+    at `now` (the database's clock by default)."""
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-        return await give_back_gone(conn, 0.1, AttemptLimits(limit), uuid.uuid4())
+        return await give_back_gone(conn, 0.1, AttemptLimits(limit), uuid.uuid4(), now=now)
 
 
 # --- by SQL: the statement, and the process that comes back ---------------------------------
@@ -421,10 +422,7 @@ async def test_a_process_whose_event_loop_is_blocked_keeps_its_runs_claimed_ahea
     async with running(queue):
         await asyncio.wait_for(first.started.wait(), 15)
         await eventually(lambda: row_of(admin, second_id).ahead == 1)
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            given = await give_back_gone(
-                conn, 0.1, AttemptLimits(1), uuid.uuid4(), now=later(admin, 3600)
-            )
+        given = await give_back(dsn, now=later(admin, 3600))
         assert given == []
         assert row_of(admin, second_id).status == "running"
         first.release.set()
@@ -454,10 +452,7 @@ async def test_a_stalled_worker_whose_waiting_run_was_given_back_never_starts_it
     async with running(queue):
         await asyncio.wait_for(first.started.wait(), 15)
         await eventually(lambda: row_of(admin, second_id).ahead == 1)
-        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            given = await give_back_gone(
-                conn, 0.1, AttemptLimits(1), uuid.uuid4(), now=later(admin, 3600)
-            )
+        given = await give_back(dsn, now=later(admin, 3600))
         assert [r.id for r in given] == [second_id]  # the started one is left alone
         clock.move(2 * beat + 1)
         first.release.set()

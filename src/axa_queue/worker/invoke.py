@@ -107,7 +107,7 @@ class Invoke:
             one.limit,
             deadline,
             None if one.trace_context is None else carrier_of(one.trace_context),
-            () if one.trace_context is None else links_of(one.trace_context),
+            links_of(one.trace_context),
             one,
             lender,
             RunLink(self.send, asyncio.get_running_loop(), job_id, one.attempts),
