@@ -26,9 +26,11 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+import axa_queue.schema
 import pgbouncer
 from axa_queue import Queue, QueueOptions
 from processes import WorkerProcesses
+from recycled import Recycler
 
 LOCAL_CANDIDATES = (
     "postgresql://root@127.0.0.1:5432/test",
@@ -290,13 +292,19 @@ class Schemas:
 
     Dropping a schema with the queue's tables takes tens of milliseconds, most of it
     the server waiting for its disk (file unlinks, the commit); a test need not wait
-    for it. A drop that fails is raised when the session ends (`close`)."""
+    for it. A drop that fails is raised when the session ends (`close`).
+
+    A schema the test left as setup made it is not dropped but emptied and kept for a
+    later test's setup (`recycled.Recycler`), unless `AXA_TEST_RECYCLE=0`."""
 
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
         self.conn: psycopg.Connection[Any] | None = None
         self.pending: SimpleQueue[str | None] = SimpleQueue()
         self.failed: list[str] = []
+        self.recycler = (
+            Recycler(database_url) if os.environ.get("AXA_TEST_RECYCLE", "1") != "0" else None
+        )
         self.dropper = threading.Thread(target=self._drop_all, name="drop-schemas", daemon=True)
         self.dropper.start()
 
@@ -316,6 +324,8 @@ class Schemas:
     def make(self) -> str:
         name = f"t_{uuid.uuid4().hex[:12]}"
         self._execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+        if self.recycler is not None:
+            self.recycler.made.add(name)
         return name
 
     def drop(self, name: str) -> None:
@@ -326,6 +336,12 @@ class Schemas:
     def _drop_all(self) -> None:
         conn: psycopg.Connection[Any] | None = None
         dropped = 0
+        if self.recycler is not None:
+            try:
+                conn = psycopg.connect(self.database_url, autocommit=True)
+                self.recycler.prepare(conn)
+            except psycopg.Error as error:
+                self.failed.append(f"a schema to recycle could not be set up: {error}")
         while (name := self.pending.get()) is not None:
             if dropped % VACUUM_CATALOGS_EVERY == 0:
                 conn = self._vacuum_catalogs(conn)
@@ -335,12 +351,22 @@ class Schemas:
                     if conn is None or conn.broken:
                         conn = psycopg.connect(self.database_url, autocommit=True)
                     conn.execute(END_SESSIONS, (name,))  # any opened since
+                    if self.recycler is not None and self.recycler.recycle(conn, name):
+                        break
                     conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
                     break
                 except psycopg.Error as error:
                     if tried or conn is None or not conn.broken:
                         self.failed.append(f"{name}: {error}")
                         break
+        while self.recycler is not None and self.recycler.ready:
+            try:
+                if conn is None or conn.broken:
+                    conn = psycopg.connect(self.database_url, autocommit=True)
+                name = self.recycler.ready.popleft()
+                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+            except psycopg.Error as error:
+                self.failed.append(f"{name}: {error}")
         if conn is not None:
             conn.close()
 
@@ -365,6 +391,8 @@ class Schemas:
         self.dropper.join()
         if self.conn is not None:
             self.conn.close()
+        if self.recycler is not None:
+            self.recycler.close()
         if self.failed:
             raise AssertionError(
                 "schemas the tests made could not be dropped: " + "; ".join(self.failed)
@@ -375,9 +403,13 @@ class Schemas:
 def schemas(database_url: str) -> Iterator[Schemas]:
     """Where the tests' schemas are made and dropped (`Schemas`)."""
     kept = Schemas(database_url)
+    if kept.recycler is not None:
+        axa_queue.schema.setup = kept.recycler.setup  # type: ignore[assignment]
     try:
         yield kept
     finally:
+        if kept.recycler is not None:
+            axa_queue.schema.setup = kept.recycler.real_setup  # type: ignore[method-assign]
         kept.close()
 
 

@@ -1,0 +1,291 @@
+"""Set-up schemas used again: a test's schema, when the test left it as setup made it
+(the same tables, indexes, triggers, functions and grants; only rows added), has its
+rows removed and waits, renamed, for the next test whose queue sets up an empty schema.
+
+Setting up the twenty migrations takes tens of milliseconds of server time, and the
+suite does it over a thousand times; emptying the tables a test used takes a few. The
+first setup of a test's empty schema (`axa_queue.schema.setup`, which `Queue.open`
+runs) becomes a swap when a recycled schema is ready: the empty one is dropped and the
+recycled one takes its name, in one transaction, so the test sees what setup would have
+made. Everything else runs as it did: a schema that is not empty, a connection in a
+transaction, a role that is not a superuser (setup could be refused), setup with a
+schema named, or the setup lock held elsewhere all go through the real setup.
+
+A schema is recycled only when its catalog entries, read with its name replaced, are
+those of a schema fresh from setup (`FINGERPRINT`), its recorded version is this code's,
+and it has no session left (the test's are ended first, by `conftest.Schemas.drop`).
+Emptying it truncates its tables (restarting their sequences; the acts table's triggers
+that refuse a truncate are turned off for it, then set back as they were), deletes its
+tables' planner statistics and resets their activity counters, as a new table has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from collections import deque
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import namedtuple_row
+
+import axa_queue.schema as queue_schema
+from axa_queue.schema import SETUP_LOCK, SETUP_STATEMENTS, VERSION
+
+__all__ = ["Recycler"]
+
+FINGERPRINT = """
+WITH n AS (SELECT oid, nspname FROM pg_namespace WHERE nspname = %(name)s)
+SELECT md5(string_agg(replace(x, (SELECT nspname FROM n), '@'), E'\n' ORDER BY x)) AS print
+FROM (
+    SELECT 'nsp ' || coalesce(s.nspacl::text, '') FROM pg_namespace s JOIN n ON s.oid = n.oid
+    UNION ALL
+    SELECT concat_ws(' ', 'rel', c.relname, c.relkind, c.relpersistence, c.relispartition,
+                     c.reloptions::text, c.relacl::text, c.relrowsecurity)
+    FROM pg_class c JOIN n ON c.relnamespace = n.oid
+    UNION ALL
+    SELECT concat_ws(' ', 'att', c.relname, a.attname, format_type(a.atttypid, a.atttypmod),
+                     a.attnotnull, a.attidentity, a.attgenerated, a.attacl::text,
+                     pg_get_expr(d.adbin, d.adrelid))
+    FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN n ON c.relnamespace = n.oid
+    LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+    WHERE a.attnum > 0 AND NOT a.attisdropped
+    UNION ALL
+    SELECT 'idx ' || pg_get_indexdef(i.indexrelid)
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN n ON c.relnamespace = n.oid
+    UNION ALL
+    SELECT concat_ws(' ', 'con', co.conname, pg_get_constraintdef(co.oid))
+    FROM pg_constraint co JOIN n ON co.connamespace = n.oid
+    UNION ALL
+    SELECT concat_ws(' ', 'trg', t.tgname, t.tgenabled, pg_get_triggerdef(t.oid))
+    FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN n ON c.relnamespace = n.oid
+    UNION ALL
+    SELECT concat_ws(' ', 'fn', p.proname, pg_get_function_identity_arguments(p.oid),
+                     md5(p.prosrc), array_to_string(p.proconfig, ','), p.proacl::text)
+    FROM pg_proc p JOIN n ON p.pronamespace = n.oid
+    UNION ALL
+    SELECT 'typ ' || t.typname FROM pg_type t JOIN n ON t.typnamespace = n.oid
+    UNION ALL
+    SELECT 'pol ' || po.polname
+    FROM pg_policy po JOIN pg_class c ON c.oid = po.polrelid JOIN n ON c.relnamespace = n.oid
+    UNION ALL
+    SELECT 'rule ' || r.rulename
+    FROM pg_rewrite r JOIN pg_class c ON c.oid = r.ev_class JOIN n ON c.relnamespace = n.oid
+    UNION ALL
+    SELECT 'stx ' || x.stxname FROM pg_statistic_ext x JOIN n ON x.stxnamespace = n.oid
+    UNION ALL
+    SELECT 'dacl ' || da.defaclacl::text FROM pg_default_acl da JOIN n ON da.defaclnamespace = n.oid
+    UNION ALL
+    SELECT 'desc ' || d.description
+    FROM pg_description d JOIN pg_class c ON d.classoid = 'pg_class'::regclass AND d.objoid = c.oid
+    JOIN n ON c.relnamespace = n.oid
+) f(x)
+"""
+"""What a schema is made of, its own name replaced by `@` (so that a schema and its
+renamed copy agree): one digest, equal for two schemas only when a test changed nothing
+but rows."""
+
+SESSIONS_ON = """SELECT count(*) AS left FROM pg_stat_activity
+    WHERE pid <> pg_backend_pid() AND application_name = %(name)s"""
+"""Sessions that could still use the schema (ended by the test's teardown before)."""
+
+TABLES = """SELECT c.oid, c.relname, c.relkind FROM pg_class c
+    WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
+      AND c.relkind IN ('r', 'p') AND NOT c.relispartition"""
+
+TRUNCATE_TRIGGERS = """SELECT c.relname, t.tgname, t.tgenabled FROM pg_trigger t
+    JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
+      AND NOT t.tgisinternal AND t.tgtype & 32 <> 0"""
+"""The triggers that fire on TRUNCATE (bit 5 of `tgtype`), and how each is enabled."""
+
+PATH_FUNCTIONS = """SELECT p.oid::regprocedure::text AS signature FROM pg_proc p
+    WHERE p.pronamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
+      AND EXISTS (SELECT FROM unnest(p.proconfig) c
+                  WHERE c = 'search_path=' || quote_ident(%(name)s) || ', pg_temp')"""
+"""Functions whose `search_path` is their own schema's (the release's)."""
+
+FORGET_STATISTICS = """DELETE FROM pg_statistic WHERE starelid IN (
+    SELECT oid FROM pg_class
+    WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s))"""
+
+RESET_COUNTERS = """SELECT count(pg_stat_reset_single_table_counters(oid)) FROM pg_class
+    WHERE relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)"""
+
+IS_EMPTY = """SELECT NOT EXISTS (SELECT FROM pg_class WHERE relnamespace = s.oid)
+       AND NOT EXISTS (SELECT FROM pg_proc WHERE pronamespace = s.oid)
+       AND NOT EXISTS (SELECT FROM pg_type WHERE typnamespace = s.oid) AS empty
+    FROM pg_namespace s WHERE s.nspname = %(name)s"""
+
+SETUP_CONTEXT = """SELECT current_schema() AS schema,
+    (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser"""
+
+
+class Recycler:
+    """Recycled schemas, kept ready for the next tests' setups (see the module)."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self.ready: deque[str] = deque()
+        self.made: set[str] = set()
+        """The tests' schemas (`conftest.Schemas.make`): only these are swapped."""
+        self.reference: str | None = None
+        self.lock = threading.Lock()
+        self.swap_conn: psycopg.Connection[Any] | None = None
+        self.swaps = 0
+        self.recycled = 0
+        self.real_setup = queue_schema.setup
+
+    # --- on the dropper's thread ------------------------------------------------------
+
+    def prepare(self, conn: psycopg.Connection[Any]) -> None:
+        """Set up one schema as setup does, take its fingerprint as the reference, and
+        keep it ready."""
+        name = f"r_{uuid.uuid4().hex[:12]}"
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+            conn.execute("SELECT set_config('search_path', %s, true)", (name,))
+            for statement in SETUP_STATEMENTS:
+                conn.execute(statement)
+        self.reference = self._fingerprint(conn, name)
+        self.ready.append(name)
+
+    def _fingerprint(self, conn: psycopg.Connection[Any], name: str) -> str | None:
+        row = conn.execute(FINGERPRINT, {"name": name}).fetchone()
+        return None if row is None else str(row[0])
+
+    def recycle(self, conn: psycopg.Connection[Any], name: str) -> bool:
+        """Empty `name` and keep it ready, renamed, when a test left it as setup made it
+        (see the module); False (nothing done) otherwise: it is to be dropped."""
+        if self.reference is None or name not in self.made:
+            return False
+        try:
+            return self._recycle(conn, name)
+        except psycopg.Error:
+            return False  # dropped instead
+
+    def _recycle(self, conn: psycopg.Connection[Any], name: str) -> bool:
+        if conn.execute(SESSIONS_ON, {"name": name}).fetchone()[0]:  # type: ignore[index]
+            return False
+        if self._fingerprint(conn, name) != self.reference:
+            return False
+        version = conn.execute(
+            sql.SQL("SELECT coalesce(max(version), 0) FROM {}.axa_schema_version").format(
+                sql.Identifier(name)
+            )
+        ).fetchone()
+        if version is None or version[0] != VERSION:
+            return False
+        fresh = f"r_{uuid.uuid4().hex[:12]}"
+        with conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '2s'")
+            schema = sql.Identifier(name)
+            tables = [
+                row
+                for row in conn.cursor(row_factory=namedtuple_row).execute(TABLES, {"name": name})
+                if row.relname != "axa_schema_version"
+            ]
+            triggers = list(
+                conn.cursor(row_factory=namedtuple_row).execute(TRUNCATE_TRIGGERS, {"name": name})
+            )
+            for trigger in triggers:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {}.{} DISABLE TRIGGER {}").format(
+                        schema, sql.Identifier(trigger.relname), sql.Identifier(trigger.tgname)
+                    )
+                )
+            conn.execute(
+                sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{}.{}").format(schema, sql.Identifier(t.relname)) for t in tables
+                    )
+                )
+            )
+            for trigger in triggers:
+                how = {"O": "", "A": "ALWAYS ", "R": "REPLICA "}.get(trigger.tgenabled)
+                if how is None:  # it was disabled: it stays so
+                    continue
+                conn.execute(
+                    sql.SQL("ALTER TABLE {}.{} ENABLE " + how + "TRIGGER {}").format(
+                        schema, sql.Identifier(trigger.relname), sql.Identifier(trigger.tgname)
+                    )
+                )
+            conn.execute(FORGET_STATISTICS, {"name": name})
+            conn.execute(RESET_COUNTERS, {"name": name})
+            self._rename(conn, name, fresh)
+        self.made.discard(name)
+        self.ready.append(fresh)
+        self.recycled += 1
+        return True
+
+    def _rename(self, conn: psycopg.Connection[Any], old: str, new: str) -> None:
+        """Rename schema `old` to `new`, and the functions that name it in their
+        `search_path` with it (in the caller's transaction)."""
+        conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(old)))
+        signatures = [row[0] for row in conn.execute(PATH_FUNCTIONS, {"name": old})]
+        conn.execute(
+            sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(sql.Identifier(old), sql.Identifier(new))
+        )
+        conn.execute(sql.SQL("SET LOCAL search_path = {}").format(sql.Identifier(new)))
+        for signature in signatures:  # unqualified: found through the new search_path
+            conn.execute(
+                sql.SQL("ALTER FUNCTION {} SET search_path = {}, pg_temp").format(
+                    sql.SQL(signature), sql.Identifier(new)
+                )
+            )
+
+    # --- on a test's thread ---------------------------------------------------------
+
+    def swap(self, name: str) -> bool:
+        """Give the test's empty schema `name` a recycled one's tables: whether it did."""
+        with self.lock:
+            if not self.ready:
+                return False
+            ready = self.ready.popleft()
+            try:
+                if self.swap_conn is None or self.swap_conn.broken or self.swap_conn.closed:
+                    self.swap_conn = psycopg.connect(self.database_url, autocommit=True)
+                conn = self.swap_conn
+                with conn.transaction():
+                    conn.execute("SET LOCAL lock_timeout = '1s'")
+                    locked = conn.execute(
+                        "SELECT pg_try_advisory_xact_lock(%s)", (SETUP_LOCK,)
+                    ).fetchone()
+                    empty = conn.execute(IS_EMPTY, {"name": name}).fetchone()
+                    if not (locked and locked[0]) or not (empty and empty[0]):
+                        self.ready.appendleft(ready)
+                        return False
+                    conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(name)))
+                    self._rename(conn, ready, name)
+            except psycopg.Error:
+                self.ready.appendleft(ready)  # rolled back: as it was (dropped at the end)
+                return False
+            self.swaps += 1
+            return True
+
+    async def setup(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        lock_timeout: float = 5.0,
+        schema: str | None = None,
+    ) -> None:
+        """`axa_queue.schema.setup`, or a swap when it would set up a test's empty schema
+        from nothing (see the module)."""
+        if schema is None and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+            cursor = conn.cursor(row_factory=namedtuple_row)
+            await cursor.execute(SETUP_CONTEXT)
+            found: Any = await cursor.fetchone()
+            if (
+                found is not None
+                and found.superuser
+                and found.schema in self.made
+                and await asyncio.to_thread(self.swap, found.schema)
+            ):
+                return
+        await self.real_setup(conn, lock_timeout, schema)
+
+    def close(self) -> None:
+        if self.swap_conn is not None:
+            self.swap_conn.close()

@@ -1,0 +1,114 @@
+"""The suite's recycled schemas (`recycled.Recycler`): a schema a test used comes back
+to the next test as setup makes it, with no rows, and one a test changed never does."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from axa_queue import Queue, QueueOptions, cancel
+from axa_queue.schema import check
+from conftest import END_SESSIONS, schema_dsn
+from recycled import Recycler
+
+
+@pytest.fixture
+def recycler(database_url: str) -> Iterator[Recycler]:
+    """A recycler of its own (the session's keeps serving the other tests), whose
+    schemas are all dropped afterwards."""
+    kept = Recycler(database_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        kept.prepare(conn)
+        try:
+            yield kept
+        finally:
+            kept.close()
+            for name in [*kept.ready, *kept.made]:
+                conn.execute(END_SESSIONS, (name,))
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
+                )
+
+
+def _new(conn: psycopg.Connection[Any], recycler: Recycler, name: str) -> str:
+    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
+    recycler.made.add(name)
+    return name
+
+
+async def test_a_used_schema_comes_back_as_setup_makes_it_with_no_rows(
+    database_url: str, recycler: Recycler
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        first = _new(conn, recycler, "t_recycled_one")
+        assert recycler.swap(first)  # the prepared schema, under the test's name
+        queue = Queue(schema_dsn(database_url, first), QueueOptions(workers=1))
+        await queue.open(setup=False)
+        try:
+            job = await queue.enqueue("recycled.job", {"secret": 1})
+        finally:
+            await queue.close()
+        with psycopg.connect(schema_dsn(database_url, first), autocommit=True) as tables:
+            assert cancel(tables, job, by="ops", reason="a row in the acts table").applied
+        conn.execute(END_SESSIONS, (first,))
+
+        assert recycler.recycle(conn, first)
+        assert recycler._fingerprint(conn, recycler.ready[-1]) == recycler.reference
+
+        second = _new(conn, recycler, "t_recycled_two")
+        assert recycler.swap(second)
+        dsn = schema_dsn(database_url, second)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            await check(aconn)  # its acts triggers are on, as setup turns them on
+            for table in ("axa_queue", "axa_job_acts", "axa_queue_attempts"):
+                cursor = await aconn.execute(
+                    sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
+                )
+                assert await cursor.fetchone() == (0,)
+        queue = Queue(dsn, QueueOptions(workers=1))
+        await queue.open(setup=False)
+        try:
+            again = await queue.enqueue("recycled.job", {})
+        finally:
+            await queue.close()
+        with psycopg.connect(dsn, autocommit=True) as tables:
+            assert cancel(tables, again, by="ops", reason="the first act again").applied
+            assert tables.execute("SELECT id FROM axa_job_acts").fetchall() == [(1,)]
+            with pytest.raises(psycopg.Error):
+                tables.execute("TRUNCATE axa_job_acts")  # refused again
+
+
+def test_a_schema_a_test_changed_is_dropped_not_recycled(
+    database_url: str, recycler: Recycler
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        name = _new(conn, recycler, "t_recycled_changed")
+        assert recycler.swap(name)
+        conn.execute(
+            sql.SQL("CREATE INDEX a_tests_own ON {}.axa_queue (created_at)").format(
+                sql.Identifier(name)
+            )
+        )
+        assert not recycler.recycle(conn, name)
+        conn.execute(sql.SQL("DROP INDEX {}.a_tests_own").format(sql.Identifier(name)))
+        conn.execute(
+            sql.SQL("ALTER TABLE {}.axa_job_acts DISABLE TRIGGER axa_job_acts_refuse").format(
+                sql.Identifier(name)
+            )
+        )
+        assert not recycler.recycle(conn, name)
+
+
+def test_a_schema_that_is_not_empty_is_set_up_not_swapped(
+    database_url: str, recycler: Recycler
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        name = _new(conn, recycler, "t_recycled_taken")
+        conn.execute(sql.SQL("CREATE TABLE {}.axa_queue (id uuid)").format(sql.Identifier(name)))
+        ready = list(recycler.ready)
+        assert not recycler.swap(name)
+        assert list(recycler.ready) == ready
