@@ -329,8 +329,10 @@ class Schemas:
         return name
 
     def drop(self, name: str) -> None:
-        """End the sessions left on `name` now, and drop it soon."""
+        """End the sessions left on `name` now, and drop (or recycle) it soon."""
         self._execute(END_SESSIONS, (name,))
+        if self.recycler is not None:
+            self.recycler.expect()
         self.pending.put(name)
 
     def _drop_all(self) -> None:
@@ -359,14 +361,17 @@ class Schemas:
                     if tried or conn is None or not conn.broken:
                         self.failed.append(f"{name}: {error}")
                         break
-        while self.recycler is not None and self.recycler.ready:
-            try:
-                if conn is None or conn.broken:
-                    conn = psycopg.connect(self.database_url, autocommit=True)
-                name = self.recycler.ready.popleft()
-                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
-            except psycopg.Error as error:
-                self.failed.append(f"{name}: {error}")
+            if self.recycler is not None:
+                self.recycler.settle()
+        for kind in () if self.recycler is None else self.recycler.kinds.values():
+            while kind.ready:
+                name = kind.ready.popleft()
+                try:
+                    if conn is None or conn.broken:
+                        conn = psycopg.connect(self.database_url, autocommit=True)
+                    conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+                except psycopg.Error as error:
+                    self.failed.append(f"{name}: {error}")
         if conn is not None:
             conn.close()
 

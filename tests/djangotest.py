@@ -17,6 +17,9 @@ import django
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
+from conftest import Schemas
+from recycled import DJANGO
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "django_site.settings")
 django.setup()
 
@@ -74,9 +77,16 @@ def django_db(dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture
-def migrated(django_db: str) -> str:
-    """This test's schema with every app's tables, the queue's made by `migrate`."""
+def migrated(django_db: str, schema: str, schemas: Schemas) -> str:
+    """This test's schema with every app's tables, the queue's made by `migrate`: by
+    `migrate` itself, or as an earlier test's schema that `migrate` made, emptied of what
+    that test added (`recycled`, the `DJANGO` kind: the rows `migrate` wrote are kept)."""
+    recycler = schemas.recycler
+    if recycler is not None and recycler.swap(schema, DJANGO):
+        return django_db
     call_command("migrate", verbosity=0)
+    if recycler is not None:
+        recycler.learn(schema, DJANGO)
     return django_db
 
 

@@ -11,9 +11,13 @@ made. Everything else runs as it did: a schema that is not empty, a connection i
 transaction, a role that is not a superuser (setup could be refused), setup with a
 schema named, or the setup lock held elsewhere all go through the real setup.
 
+The Django tests' schemas are recycled the same way (the `DJANGO` kind): there the
+swap replaces `migrate` (`djangotest.migrated`), and the rows `migrate` wrote (the
+applied migrations, content types, permissions) are kept.
+
 A schema is recycled only when its catalog entries, read with its name replaced, are
-those of a schema fresh from setup (`FINGERPRINT`), its recorded version is this code's,
-and it has no session left (the test's are ended first, by `conftest.Schemas.drop`).
+those of a schema fresh from setup (`FINGERPRINT`), it records every version from 1 to
+this code's, and it has no session left (the test's are ended first, by `conftest.Schemas.drop`).
 Emptying it truncates its tables (restarting their sequences; the acts table's triggers
 that refuse a truncate are turned off for it, then set back as they were), deletes its
 tables' planner statistics and resets their activity counters, as a new table has none.
@@ -23,8 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 from collections import deque
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -34,7 +40,7 @@ from psycopg.rows import namedtuple_row
 import axa_queue.schema as queue_schema
 from axa_queue.schema import SETUP_LOCK, SETUP_STATEMENTS, VERSION
 
-__all__ = ["Recycler"]
+__all__ = ["DJANGO", "SETUP", "Kind", "Recycler"]
 
 FINGERPRINT = """
 WITH n AS (SELECT oid, nspname FROM pg_namespace WHERE nspname = %(name)s)
@@ -123,16 +129,55 @@ SETUP_CONTEXT = """SELECT current_schema() AS schema,
     (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) AS superuser"""
 
 
+@dataclass
+class Kind:
+    """Schemas made one way: by setup (`SETUP`), or by Django's `migrate` of the tests'
+    project (`DJANGO`). `keep` are the tables whose rows that making wrote, kept as they
+    are (the others are emptied); a schema is of this kind when its fingerprint is
+    `reference` and its kept tables hold as many rows as the reference's did."""
+
+    keep: frozenset[str]
+    reference: str | None = None
+    kept_rows: dict[str, int] = field(default_factory=dict)
+    ready: deque[str] = field(default_factory=deque)
+
+
+SWAP_WAIT = 0.3
+"""Seconds a swap waits for a schema the dropper is still emptying."""
+
+SETUP = "setup"
+"""Schemas `axa_queue.schema.setup` made: the one kind prepared ahead."""
+
+DJANGO = "django"
+"""Schemas of the Django tests, made by `migrate` (`djangotest.migrated`): learned from
+the first one migrated."""
+
+
 class Recycler:
     """Recycled schemas, kept ready for the next tests' setups (see the module)."""
 
     def __init__(self, database_url: str) -> None:
         self.database_url = database_url
-        self.ready: deque[str] = deque()
+        self.kinds = {
+            SETUP: Kind(frozenset({"axa_schema_version"})),
+            DJANGO: Kind(
+                frozenset(
+                    {
+                        "axa_schema_version",
+                        "django_migrations",
+                        "django_content_type",
+                        "auth_permission",
+                    }
+                )
+            ),
+        }
         self.made: set[str] = set()
         """The tests' schemas (`conftest.Schemas.make`): only these are swapped."""
-        self.reference: str | None = None
         self.lock = threading.Lock()
+        self.incoming = 0
+        """Test schemas handed to the dropper and not yet recycled or dropped."""
+        self.settled = threading.Condition()
+        """Notified as the dropper settles each (`expect`, `settle`)."""
         self.swap_conn: psycopg.Connection[Any] | None = None
         self.swaps = 0
         self.recycled = 0
@@ -141,43 +186,93 @@ class Recycler:
     # --- on the dropper's thread ------------------------------------------------------
 
     def prepare(self, conn: psycopg.Connection[Any]) -> None:
-        """Set up one schema as setup does, take its fingerprint as the reference, and
-        keep it ready."""
+        """Set up one schema as setup does, learn the `SETUP` kind from it, and keep it
+        ready."""
         name = f"r_{uuid.uuid4().hex[:12]}"
         with conn.transaction():
             conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(name)))
             conn.execute("SELECT set_config('search_path', %s, true)", (name,))
             for statement in SETUP_STATEMENTS:
                 conn.execute(statement)
-        self.reference = self._fingerprint(conn, name)
-        self.ready.append(name)
+        self._learn(conn, name, SETUP)
+        self.kinds[SETUP].ready.append(name)
+
+    def learn(self, name: str, kind: str) -> None:
+        """Take test schema `name`, just made, as the reference of `kind` if it has none."""
+        if self.kinds[kind].reference is not None:
+            return
+        with self.lock:
+            self._learn(self._swap_connection(), name, kind)
+
+    def _learn(self, conn: psycopg.Connection[Any], name: str, kind: str) -> None:
+        made = self.kinds[kind]
+        made.kept_rows = self._kept_rows(conn, name, made.keep)
+        made.reference = self._fingerprint(conn, name)
 
     def _fingerprint(self, conn: psycopg.Connection[Any], name: str) -> str | None:
         row = conn.execute(FINGERPRINT, {"name": name}).fetchone()
         return None if row is None else str(row[0])
 
+    def _kept_rows(
+        self, conn: psycopg.Connection[Any], name: str, keep: frozenset[str]
+    ) -> dict[str, int]:
+        """How many rows each of the `keep` tables of `name` holds (those it has)."""
+        counts = {}
+        for row in conn.cursor(row_factory=namedtuple_row).execute(TABLES, {"name": name}):
+            if row.relname in keep:
+                found = conn.execute(
+                    sql.SQL("SELECT count(*) FROM {}.{}").format(
+                        sql.Identifier(name), sql.Identifier(row.relname)
+                    )
+                ).fetchone()
+                counts[row.relname] = 0 if found is None else int(found[0])
+        return counts
+
+    def _swap_connection(self) -> psycopg.Connection[Any]:
+        if self.swap_conn is None or self.swap_conn.broken or self.swap_conn.closed:
+            self.swap_conn = psycopg.connect(self.database_url, autocommit=True)
+        return self.swap_conn
+
+    def expect(self) -> None:
+        """A test's schema is on its way to the dropper (which then calls `settle`)."""
+        with self.settled:
+            self.incoming += 1
+
     def recycle(self, conn: psycopg.Connection[Any], name: str) -> bool:
         """Empty `name` and keep it ready, renamed, when a test left it as setup made it
         (see the module); False (nothing done) otherwise: it is to be dropped."""
-        if self.reference is None or name not in self.made:
-            return False
         try:
-            return self._recycle(conn, name)
+            return name in self.made and self._recycle(conn, name)
         except psycopg.Error:
             return False  # dropped instead
+
+    def settle(self) -> None:
+        """The dropper is done with a schema `expect` announced (recycled or dropped)."""
+        with self.settled:
+            self.incoming = max(self.incoming - 1, 0)
+            self.settled.notify_all()
 
     def _recycle(self, conn: psycopg.Connection[Any], name: str) -> bool:
         if conn.execute(SESSIONS_ON, {"name": name}).fetchone()[0]:  # type: ignore[index]
             return False
-        if self._fingerprint(conn, name) != self.reference:
+        fingerprint = self._fingerprint(conn, name)
+        kind = next(
+            (
+                k
+                for k in self.kinds.values()
+                if k.reference is not None and k.reference == fingerprint
+            ),
+            None,
+        )
+        if kind is None or self._kept_rows(conn, name, kind.keep) != kind.kept_rows:
             return False
-        version = conn.execute(
-            sql.SQL("SELECT coalesce(max(version), 0) FROM {}.axa_schema_version").format(
+        versions = conn.execute(
+            sql.SQL("SELECT array_agg(version ORDER BY version) FROM {}.axa_schema_version").format(
                 sql.Identifier(name)
             )
         ).fetchone()
-        if version is None or version[0] != VERSION:
-            return False
+        if versions is None or versions[0] != list(range(1, VERSION + 1)):
+            return False  # a test removed a version's row (or added one)
         fresh = f"r_{uuid.uuid4().hex[:12]}"
         with conn.transaction():
             conn.execute("SET LOCAL lock_timeout = '2s'")
@@ -185,7 +280,7 @@ class Recycler:
             tables = [
                 row
                 for row in conn.cursor(row_factory=namedtuple_row).execute(TABLES, {"name": name})
-                if row.relname != "axa_schema_version"
+                if row.relname not in kind.keep
             ]
             triggers = list(
                 conn.cursor(row_factory=namedtuple_row).execute(TRUNCATE_TRIGGERS, {"name": name})
@@ -216,7 +311,7 @@ class Recycler:
             conn.execute(RESET_COUNTERS, {"name": name})
             self._rename(conn, name, fresh)
         self.made.discard(name)
-        self.ready.append(fresh)
+        kind.ready.append(fresh)
         self.recycled += 1
         return True
 
@@ -238,16 +333,22 @@ class Recycler:
 
     # --- on a test's thread ---------------------------------------------------------
 
-    def swap(self, name: str) -> bool:
-        """Give the test's empty schema `name` a recycled one's tables: whether it did."""
+    def swap(self, name: str, kind: str = SETUP) -> bool:
+        """Give the test's empty schema `name` the tables of a recycled schema of `kind`:
+        whether it did. With none ready while earlier tests' schemas are still with the
+        dropper, wait for them a moment (`SWAP_WAIT`): emptying one takes a few tens of
+        milliseconds, making one from nothing more."""
+        waiting = self.kinds[kind].ready
+        deadline = time.monotonic() + SWAP_WAIT
+        with self.settled:
+            while not waiting and self.incoming and (left := deadline - time.monotonic()) > 0:
+                self.settled.wait(left)
         with self.lock:
-            if not self.ready:
+            if not waiting:
                 return False
-            ready = self.ready.popleft()
+            ready = waiting.popleft()
             try:
-                if self.swap_conn is None or self.swap_conn.broken or self.swap_conn.closed:
-                    self.swap_conn = psycopg.connect(self.database_url, autocommit=True)
-                conn = self.swap_conn
+                conn = self._swap_connection()
                 with conn.transaction():
                     conn.execute("SET LOCAL lock_timeout = '1s'")
                     locked = conn.execute(
@@ -255,12 +356,12 @@ class Recycler:
                     ).fetchone()
                     empty = conn.execute(IS_EMPTY, {"name": name}).fetchone()
                     if not (locked and locked[0]) or not (empty and empty[0]):
-                        self.ready.appendleft(ready)
+                        waiting.appendleft(ready)
                         return False
                     conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(name)))
                     self._rename(conn, ready, name)
             except psycopg.Error:
-                self.ready.appendleft(ready)  # rolled back: as it was (dropped at the end)
+                waiting.appendleft(ready)  # rolled back: as it was (dropped at the end)
                 return False
             self.swaps += 1
             return True

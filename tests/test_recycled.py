@@ -13,7 +13,7 @@ from psycopg import sql
 from axa_queue import Queue, QueueOptions, cancel
 from axa_queue.schema import check
 from conftest import END_SESSIONS, schema_dsn
-from recycled import Recycler
+from recycled import SETUP, Recycler
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def recycler(database_url: str) -> Iterator[Recycler]:
             yield kept
         finally:
             kept.close()
-            for name in [*kept.ready, *kept.made]:
+            for name in [*kept.kinds[SETUP].ready, *kept.made]:
                 conn.execute(END_SESSIONS, (name,))
                 conn.execute(
                     sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name))
@@ -57,7 +57,8 @@ async def test_a_used_schema_comes_back_as_setup_makes_it_with_no_rows(
         conn.execute(END_SESSIONS, (first,))
 
         assert recycler.recycle(conn, first)
-        assert recycler._fingerprint(conn, recycler.ready[-1]) == recycler.reference
+        ready = recycler.kinds[SETUP]
+        assert recycler._fingerprint(conn, ready.ready[-1]) == ready.reference
 
         second = _new(conn, recycler, "t_recycled_two")
         assert recycler.swap(second)
@@ -82,24 +83,23 @@ async def test_a_used_schema_comes_back_as_setup_makes_it_with_no_rows(
                 tables.execute("TRUNCATE axa_job_acts")  # refused again
 
 
+CHANGES = {
+    "an index added": "CREATE INDEX a_tests_own ON {}.axa_queue (created_at)",
+    "an acts trigger turned off": "ALTER TABLE {}.axa_job_acts DISABLE TRIGGER axa_job_acts_refuse",
+    "a grant": "GRANT SELECT ON {}.axa_queue TO PUBLIC",
+    "a table's setting": "ALTER TABLE {}.axa_queue SET (fillfactor = 50)",
+    "a version's row deleted": "DELETE FROM {}.axa_schema_version WHERE version = 20",
+}
+
+
+@pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
 def test_a_schema_a_test_changed_is_dropped_not_recycled(
-    database_url: str, recycler: Recycler
+    database_url: str, recycler: Recycler, change: str
 ) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         name = _new(conn, recycler, "t_recycled_changed")
         assert recycler.swap(name)
-        conn.execute(
-            sql.SQL("CREATE INDEX a_tests_own ON {}.axa_queue (created_at)").format(
-                sql.Identifier(name)
-            )
-        )
-        assert not recycler.recycle(conn, name)
-        conn.execute(sql.SQL("DROP INDEX {}.a_tests_own").format(sql.Identifier(name)))
-        conn.execute(
-            sql.SQL("ALTER TABLE {}.axa_job_acts DISABLE TRIGGER axa_job_acts_refuse").format(
-                sql.Identifier(name)
-            )
-        )
+        conn.execute(sql.SQL(change).format(sql.Identifier(name)))
         assert not recycler.recycle(conn, name)
 
 
@@ -109,6 +109,6 @@ def test_a_schema_that_is_not_empty_is_set_up_not_swapped(
     with psycopg.connect(database_url, autocommit=True) as conn:
         name = _new(conn, recycler, "t_recycled_taken")
         conn.execute(sql.SQL("CREATE TABLE {}.axa_queue (id uuid)").format(sql.Identifier(name)))
-        ready = list(recycler.ready)
+        ready = list(recycler.kinds[SETUP].ready)
         assert not recycler.swap(name)
-        assert list(recycler.ready) == ready
+        assert list(recycler.kinds[SETUP].ready) == ready
