@@ -2,7 +2,9 @@
 
 The server is `AXA_TEST_DATABASE_URL` when set, else the local one on the socket or
 port 5432. Each test's tables live in a schema of their own, reached through the
-connection's `search_path`, and the schema is dropped afterwards.
+connection's `search_path`, and the schema is dropped afterwards, or emptied and
+handed to a later test's setup when the test changed nothing but rows in it
+(`recycled.py`).
 """
 
 from __future__ import annotations
