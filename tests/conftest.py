@@ -342,7 +342,7 @@ class Schemas:
         dropped = 0
         if self.recycler is not None:
             try:
-                conn = psycopg.connect(self.database_url, autocommit=True)
+                conn = self._connected(conn)
                 self.recycler.prepare(conn)
             except psycopg.Error as error:
                 self.failed.append(f"a schema to recycle could not be set up: {error}")
@@ -352,8 +352,7 @@ class Schemas:
             dropped += 1
             for tried in (False, True):
                 try:
-                    if conn is None or conn.broken:
-                        conn = psycopg.connect(self.database_url, autocommit=True)
+                    conn = self._connected(conn)
                     conn.execute(END_SESSIONS, (name,))  # any opened since
                     if self.recycler is not None and self.recycler.recycle(conn, name):
                         break
@@ -369,13 +368,18 @@ class Schemas:
             while kind.ready:
                 name = kind.ready.popleft()
                 try:
-                    if conn is None or conn.broken:
-                        conn = psycopg.connect(self.database_url, autocommit=True)
+                    conn = self._connected(conn)
                     conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
                 except psycopg.Error as error:
                     self.failed.append(f"{name}: {error}")
         if conn is not None:
             conn.close()
+
+    def _connected(self, conn: psycopg.Connection[Any] | None) -> psycopg.Connection[Any]:
+        """The dropper's connection, made again when it is missing or broke."""
+        if conn is None or conn.broken:
+            conn = psycopg.connect(self.database_url, autocommit=True)
+        return conn
 
     def _vacuum_catalogs(
         self, conn: psycopg.Connection[Any] | None
@@ -385,8 +389,7 @@ class Schemas:
         some forty relations, and their dead catalog rows slow every later setup. Where
         this role may not (not the owner), the server skips them with a warning."""
         try:
-            if conn is None or conn.broken:
-                conn = psycopg.connect(self.database_url, autocommit=True)
+            conn = self._connected(conn)
             conn.execute("VACUUM " + ", ".join(f"pg_catalog.{c}" for c in CATALOGS))
         except psycopg.Error:
             pass  # only a speed-up: the drops go on

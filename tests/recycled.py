@@ -97,7 +97,7 @@ SESSIONS_ON = """SELECT count(*) AS left FROM pg_stat_activity
     WHERE pid <> pg_backend_pid() AND application_name = %(name)s"""
 """Sessions that could still use the schema (ended by the test's teardown before)."""
 
-TABLES = """SELECT c.oid, c.relname, c.relkind FROM pg_class c
+TABLES = """SELECT c.relname FROM pg_class c
     WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
       AND c.relkind IN ('r', 'p') AND NOT c.relispartition"""
 
@@ -179,8 +179,6 @@ class Recycler:
         self.settled = threading.Condition()
         """Notified as the dropper settles each (`expect`, `settle`)."""
         self.swap_conn: psycopg.Connection[Any] | None = None
-        self.swaps = 0
-        self.recycled = 0
         self.real_setup = queue_schema.setup
 
     # --- on the dropper's thread ------------------------------------------------------
@@ -206,26 +204,31 @@ class Recycler:
 
     def _learn(self, conn: psycopg.Connection[Any], name: str, kind: str) -> None:
         made = self.kinds[kind]
-        made.kept_rows = self._kept_rows(conn, name, made.keep)
+        made.kept_rows = self._kept_rows(conn, name, self._tables(conn, name), made.keep)
         made.reference = self._fingerprint(conn, name)
 
     def _fingerprint(self, conn: psycopg.Connection[Any], name: str) -> str | None:
         row = conn.execute(FINGERPRINT, {"name": name}).fetchone()
         return None if row is None else str(row[0])
 
+    def _tables(self, conn: psycopg.Connection[Any], name: str) -> list[str]:
+        """The tables of schema `name` (a partitioned one, not its partitions)."""
+        rows = conn.cursor(row_factory=namedtuple_row).execute(TABLES, {"name": name})
+        return [row.relname for row in rows]
+
     def _kept_rows(
-        self, conn: psycopg.Connection[Any], name: str, keep: frozenset[str]
+        self, conn: psycopg.Connection[Any], name: str, tables: list[str], keep: frozenset[str]
     ) -> dict[str, int]:
-        """How many rows each of the `keep` tables of `name` holds (those it has)."""
+        """How many rows each of the `keep` tables among `tables` of `name` holds."""
         counts = {}
-        for row in conn.cursor(row_factory=namedtuple_row).execute(TABLES, {"name": name}):
-            if row.relname in keep:
+        for table in tables:
+            if table in keep:
                 found = conn.execute(
                     sql.SQL("SELECT count(*) FROM {}.{}").format(
-                        sql.Identifier(name), sql.Identifier(row.relname)
+                        sql.Identifier(name), sql.Identifier(table)
                     )
                 ).fetchone()
-                counts[row.relname] = 0 if found is None else int(found[0])
+                counts[table] = 0 if found is None else int(found[0])
         return counts
 
     def _swap_connection(self) -> psycopg.Connection[Any]:
@@ -264,7 +267,8 @@ class Recycler:
             ),
             None,
         )
-        if kind is None or self._kept_rows(conn, name, kind.keep) != kind.kept_rows:
+        tables = self._tables(conn, name)
+        if kind is None or self._kept_rows(conn, name, tables, kind.keep) != kind.kept_rows:
             return False
         versions = conn.execute(
             sql.SQL("SELECT array_agg(version ORDER BY version) FROM {}.axa_schema_version").format(
@@ -277,11 +281,7 @@ class Recycler:
         with conn.transaction():
             conn.execute("SET LOCAL lock_timeout = '2s'")
             schema = sql.Identifier(name)
-            tables = [
-                row
-                for row in conn.cursor(row_factory=namedtuple_row).execute(TABLES, {"name": name})
-                if row.relname not in kind.keep
-            ]
+            emptied = [table for table in tables if table not in kind.keep]
             triggers = list(
                 conn.cursor(row_factory=namedtuple_row).execute(TRUNCATE_TRIGGERS, {"name": name})
             )
@@ -294,7 +294,7 @@ class Recycler:
             conn.execute(
                 sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
                     sql.SQL(", ").join(
-                        sql.SQL("{}.{}").format(schema, sql.Identifier(t.relname)) for t in tables
+                        sql.SQL("{}.{}").format(schema, sql.Identifier(t)) for t in emptied
                     )
                 )
             )
@@ -312,7 +312,6 @@ class Recycler:
             self._rename(conn, name, fresh)
         self.made.discard(name)
         kind.ready.append(fresh)
-        self.recycled += 1
         return True
 
     def _rename(self, conn: psycopg.Connection[Any], old: str, new: str) -> None:
@@ -363,7 +362,6 @@ class Recycler:
             except psycopg.Error:
                 waiting.appendleft(ready)  # rolled back: as it was (dropped at the end)
                 return False
-            self.swaps += 1
             return True
 
     async def setup(

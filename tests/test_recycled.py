@@ -103,9 +103,7 @@ def test_a_schema_a_test_changed_is_dropped_not_recycled(
         assert not recycler.recycle(conn, name)
 
 
-def test_a_schema_that_is_not_empty_is_set_up_not_swapped(
-    database_url: str, recycler: Recycler
-) -> None:
+def test_a_schema_that_is_not_empty_is_never_swapped(database_url: str, recycler: Recycler) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         name = _new(conn, recycler, "t_recycled_taken")
         conn.execute(sql.SQL("CREATE TABLE {}.axa_queue (id uuid)").format(sql.Identifier(name)))
