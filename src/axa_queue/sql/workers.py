@@ -146,10 +146,10 @@ UNHANDLED_JOBS = statement("""WITH RECURSIVE names AS (
              - EXTRACT(EPOCH FROM min(w.run_at)))::float8 AS oldest
         FROM (
             SELECT q.run_at FROM {axa_queue} q
-            WHERE q.status = 'queued' AND q.name = names.name
+            WHERE q.status = 'queued' AND q.name = ANY(ARRAY[names.name])
               AND names.name <> ALL(%(handled)s::text[])
               AND q.run_at <= COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(after)s)
-            ORDER BY q.priority DESC, q.run_at LIMIT %(cap)s
+            ORDER BY q.name, q.priority DESC, q.run_at LIMIT %(cap)s
         ) w
     ) waiting
     WHERE names.name IS NOT NULL AND names.name <> ALL(%(handled)s::text[]) AND waiting.jobs > 0
@@ -161,7 +161,12 @@ scan of the `axa_queue_pick` index (one probe per name, however many jobs queue 
 each), and only a name nobody handles has its jobs counted, through the same index: a
 backlog of handled jobs costs nothing (the handled names are refused inside the count
 too, a filter on the name alone that PostgreSQL checks before any scan, whatever order
-the plan joins in). Who is live is judged by the caller from
+the plan joins in). The count reads its name's jobs in an order that starts with the
+name, which only `axa_queue_pick` gives without a sort (the name is compared through
+`= ANY(ARRAY[...])`, as the claim's `levels` do, so PostgreSQL does not drop it from the
+order as fixed): whatever the statistics, the plan never walks `axa_queue_claim`
+(every name's jobs in claim order) filtering out other names' jobs, which it did now
+and then on a table of 50,000 handled jobs. Who is live is judged by the caller from
 `WORKERS`, so the rule lives in one place."""
 
 WORKER_GONE_JOBS = statement(
