@@ -4,8 +4,8 @@ pages cost with 10,000,000 finished jobs in the history and 1,000,000 ready ones
 
 It makes a database of its own (`bench_bigreads_<pid>`, dropped at the end unless
 `--keep`), sets the queue's tables up with the library (`Queue.open`), makes the
-history's day partitions with the library (`history.make_days`), loads the history
-(`--history` rows spread over the last ten days, a few names, mostly completed, some
+history's day partitions with the library's statement (`sql.HISTORY_DAYS`), loads the
+history (`--history` rows spread over the last ten days, a few names, mostly completed, some
 failed and cancelled) and `axa_queue` (`--ready` ready jobs queued over the last hour, a
 few delayed, running, in review and just finished), in chunks of `INSERT ... SELECT
 generate_series`, then vacuums and analyzes each table and each day partition as
@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -104,7 +105,16 @@ def load(dsn: str, finished: int, ready: int, say: Callable[[str], None]) -> Non
         await queue.open()
         await queue.close()
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
-            await history.make_days(conn, (DAYS + 1) * 86400.0)
+            # The days this loads the history with: housekeeping makes only those of the
+            # finished jobs left in `axa_queue` (none here), with the same statement.
+            await conn.execute(
+                sql.HISTORY_DAYS,
+                {
+                    "now": None,
+                    "first_day": datetime.now(timezone.utc).date() - timedelta(days=DAYS + 1),
+                    "ahead": history.AHEAD_DAYS,
+                },
+            )
 
     asyncio.run(setup())
     names = list(NAMES)

@@ -17,10 +17,10 @@ WEEK = 7 * 86400.0
 def move_all(admin: psycopg.Connection[Any], keep: float = 0.0, now: Any = None) -> int:
     """Move every finished job older than `keep` seconds, on a sync connection, as
     `history.move` does; returns how many moved."""
-    row = admin.execute(
-        sql.HISTORY_DAYS,
-        {"now": now, "retention": WEEK, "most": history.MOST_DAYS, "ahead": history.AHEAD_DAYS},
-    ).fetchone()
+    days = {"now": now, "retention": WEEK, "most": history.MOST_DAYS, "ahead": history.AHEAD_DAYS}
+    first = admin.execute(sql.HISTORY_FIRST_DAY, days).fetchone()
+    assert first is not None
+    row = admin.execute(sql.HISTORY_DAYS, {**days, "first_day": first[0]}).fetchone()
     assert row is not None
     params = {"keep": keep, "since": row[1], "batch": history.MOVE_BATCH, "now": now}
     total = 0

@@ -16,7 +16,9 @@ swap replaces `migrate` (`djangotest.migrated`), and the rows `migrate` wrote (t
 applied migrations, content types, permissions) are kept.
 
 A schema is recycled only when its catalog entries, read with its name replaced, are
-those of a schema fresh from setup (`FINGERPRINT`), it records every version from 1 to
+those of a schema fresh from setup (`FINGERPRINT`) once the history's day partitions a
+test's worker made are dropped (setup makes none; housekeeping makes them at a
+worker's start), it records every version from 1 to
 this code's, and it has no session left (the test's are ended first, by `conftest.Schemas.drop`).
 Emptying it truncates its tables (restarting their sequences; the acts table's triggers
 that refuse a truncate are turned off for it, then set back as they were), deletes its
@@ -100,6 +102,12 @@ SESSIONS_ON = """SELECT count(*) AS left FROM pg_stat_activity
 TABLES = """SELECT c.relname FROM pg_class c
     WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
       AND c.relkind IN ('r', 'p') AND NOT c.relispartition"""
+
+HISTORY_DAYS_MADE = """SELECT c.relname FROM pg_inherits i
+    JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent
+    WHERE p.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
+      AND p.relname = 'axa_queue_history'"""
+"""The history's day partitions, which a test's worker makes (setup makes none)."""
 
 TRUNCATE_TRIGGERS = """SELECT c.relname, t.tgname, t.tgenabled FROM pg_trigger t
     JOIN pg_class c ON c.oid = t.tgrelid
@@ -258,6 +266,16 @@ class Recycler:
     def _recycle(self, conn: psycopg.Connection[Any], name: str) -> bool:
         if conn.execute(SESSIONS_ON, {"name": name}).fetchone()[0]:  # type: ignore[index]
             return False
+        days = [row[0] for row in conn.execute(HISTORY_DAYS_MADE, {"name": name})]
+        if days:  # dropped first, rows and all: the schema is then as setup made it
+            conn.execute(
+                sql.SQL("DROP TABLE {}").format(
+                    sql.SQL(", ").join(
+                        sql.SQL("{}.{}").format(sql.Identifier(name), sql.Identifier(day))
+                        for day in days
+                    )
+                )
+            )
         fingerprint = self._fingerprint(conn, name)
         kind = next(
             (

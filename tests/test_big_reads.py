@@ -12,6 +12,7 @@ import dataclasses
 import json
 import re
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -37,10 +38,15 @@ def seed(admin: psycopg.Connection[Any], moved: int, ready: int) -> None:
     """`moved` finished jobs in the history over the last three days (9 in 10
     completed), `ready` queued ones, a few running and in review, analyzed."""
     with psycopg.connect(admin.info.dsn, autocommit=True) as conn:
-        # The day partitions, as `history.make_days` makes them (its statement).
+        # The day partitions of the last five days, with the statement `history.make_days`
+        # makes them with (it makes them for the finished jobs in `axa_queue`, not these).
         conn.execute(
             sql.HISTORY_DAYS,
-            {"now": None, "retention": 5 * 86400.0, "most": 1000, "ahead": history.AHEAD_DAYS},
+            {
+                "now": None,
+                "first_day": datetime.now(timezone.utc).date() - timedelta(days=5),
+                "ahead": history.AHEAD_DAYS,
+            },
         )
         conn.execute(
             """INSERT INTO axa_queue_history (id, name, args, status, run_at, created_at,

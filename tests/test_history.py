@@ -36,6 +36,17 @@ def seed_finished(admin: psycopg.Connection[Any], count: int, ago: str = "1 hour
     )
 
 
+def days_through_ahead(admin: psycopg.Connection[Any], ago: str) -> int:
+    """How many day partitions run from the day of `ago` (UTC) to `AHEAD_DAYS` after
+    today: what a move makes when the oldest finished job finished `ago`."""
+    row = admin.execute(
+        "SELECT (now() AT TIME ZONE 'UTC')::date - ((now() - %s::interval) AT TIME ZONE 'UTC')::date",
+        (ago,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0]) + 1 + history.AHEAD_DAYS
+
+
 def where(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> tuple[int, int]:
     """How many rows of the job `axa_queue` and the history hold."""
     hot = admin.execute("SELECT count(*) FROM axa_queue WHERE id = %s", (job_id,)).fetchone()
@@ -71,7 +82,8 @@ async def test_finished_jobs_move_in_bounded_batches_and_live_ones_stay(
     finish(admin, review, "needs_review", "1 hour")
     async with await connect(dsn) as conn:
         first = await history.move(conn, 60, WEEK, batch=10, most=25)
-        assert first.moved == 25 and first.made == 10  # the week back, today and 2 ahead
+        # The oldest finished job's day (an hour ago), today and 2 ahead: not a week back.
+        assert first.moved == 25 and first.made == days_through_ahead(admin, "1 hour")
         rest = await history.move(conn, 60, WEEK, batch=10)
         assert (rest.moved, rest.made) == (20, 0)
     counts = admin.execute(
@@ -103,10 +115,10 @@ async def test_the_move_reads_the_finished_index_in_order_a_batch_at_a_time(
     admin.execute("INSERT INTO axa_queue (id, name, args) "
                   "SELECT gen_random_uuid(), 'Live', '{}' FROM generate_series(1, 20000)")  # fmt: skip
     admin.execute("ANALYZE axa_queue")
-    row = admin.execute(
-        sql.HISTORY_DAYS,
-        {"now": None, "retention": WEEK, "most": 1000, "ahead": 2},
-    ).fetchone()
+    days = {"now": None, "retention": WEEK, "most": 1000, "ahead": 2}
+    first = admin.execute(sql.HISTORY_FIRST_DAY, days).fetchone()
+    assert first is not None
+    row = admin.execute(sql.HISTORY_DAYS, {**days, "first_day": first[0]}).fetchone()
     assert row is not None
     with admin.transaction(force_rollback=True):
         plan = "\n".join(
@@ -296,7 +308,7 @@ async def test_partitions_are_made_ahead_and_dropped_whole_past_retention(
     seed_finished(admin, 4, "1 hour")
     async with await connect(dsn) as conn:
         made, _ = await history.make_days(conn, WEEK)
-        assert made == 10 and len(partitions(admin)) == 10
+        assert made == days_through_ahead(admin, "3 days") == len(partitions(admin))
         assert (await history.make_days(conn, WEEK))[0] == 0
         assert (await history.move(conn, 60, WEEK)).moved == 10
     # Two days on, a retention of 3 days drops every day that ended before the one a day
@@ -317,6 +329,28 @@ async def test_partitions_are_made_ahead_and_dropped_whole_past_retention(
         "WHERE relname LIKE 'axa_queue_history%%'"
     ).fetchone()
     assert deleted_after == deleted_before  # dropped, never deleted row by row
+
+
+async def test_partitions_are_made_from_the_oldest_finished_jobs_day_not_for_every_day_of_retention(
+    make_queue, admin, dsn: str
+) -> None:
+    await make_queue()
+    async with await connect(dsn) as conn:
+        # Nothing finished yet: today and the days ahead, whatever the retention.
+        made, since = await history.make_days(conn, 90 * 86400.0)
+        assert made == 1 + history.AHEAD_DAYS == len(partitions(admin))
+        today = admin.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()
+        assert today is not None and since.replace(tzinfo=None) == today[0]
+        # A database upgraded with jobs finished 20 days ago: their day on, and no
+        # earlier than the retention's first day.
+        seed_finished(admin, 3, "20 days")
+        made, _ = await history.make_days(conn, 90 * 86400.0)
+        assert made == days_through_ahead(admin, "20 days") - 1 - history.AHEAD_DAYS
+        assert (await history.move(conn, 60, 90 * 86400.0)).moved == 3
+        seed_finished(admin, 2, "40 days")
+        made, _ = await history.make_days(conn, 30 * 86400.0)
+        assert made == 0  # 40 days back is past a retention of 30: left to purge
+        assert (await history.move(conn, 60, 30 * 86400.0)).moved == 0
 
 
 async def test_a_finished_row_older_than_the_first_day_kept_is_left_to_purge(
@@ -462,7 +496,7 @@ async def test_the_workers_documented_grants_are_enough_to_make_days_move_and_dr
     with acting_role(admin, dsn, worker_of=schema) as (_, as_worker):
         async with await connect(as_worker) as conn:
             done = await history.move(conn, 60, WEEK)
-            assert (done.moved, done.made) == (10, 10)
+            assert (done.moved, done.made) == (10, days_through_ahead(admin, "1 hour"))
             assert await history.drop_days(conn, 0, now=later(admin, 3 * 86400)) == 10
     assert admin.execute("SELECT count(*) FROM axa_queue_history").fetchone() == (0,)
     assert (await queue.counts()).completed == 0

@@ -13,6 +13,7 @@ from psycopg import sql
 from axa_queue import Queue, QueueOptions, cancel
 from axa_queue.schema import check
 from conftest import END_SESSIONS, schema_dsn
+from moves import move_all
 from recycled import SETUP, Recycler
 
 
@@ -54,6 +55,7 @@ async def test_a_used_schema_comes_back_as_setup_makes_it_with_no_rows(
             await queue.close()
         with psycopg.connect(schema_dsn(database_url, first), autocommit=True) as tables:
             assert cancel(tables, job, by="ops", reason="a row in the acts table").applied
+            assert move_all(tables) == 1  # into a day partition, made as a worker makes it
         conn.execute(END_SESSIONS, (first,))
 
         assert recycler.recycle(conn, first)
@@ -65,7 +67,11 @@ async def test_a_used_schema_comes_back_as_setup_makes_it_with_no_rows(
         dsn = schema_dsn(database_url, second)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
             await check(aconn)  # its acts triggers are on, as setup turns them on
-            for table in ("axa_queue", "axa_job_acts", "axa_queue_attempts"):
+            cursor = await aconn.execute(
+                "SELECT count(*) FROM pg_inherits WHERE inhparent = 'axa_queue_history'::regclass"
+            )
+            assert await cursor.fetchone() == (0,)  # the days made are dropped, as never made
+            for table in ("axa_queue", "axa_queue_history", "axa_job_acts", "axa_queue_attempts"):
                 cursor = await aconn.execute(
                     sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(table))
                 )

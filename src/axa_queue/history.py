@@ -75,22 +75,25 @@ def move_interval(options: QueueOptions) -> float:
 async def make_days(
     conn: psycopg.AsyncConnection[Any], retention_seconds: float, *, now: datetime | None = None
 ) -> tuple[int, datetime]:
-    """Make the history's missing day partitions, from the day `retention_seconds`
-    before `now` to `AHEAD_DAYS` after; returns how many were made and when the first
-    day began (moves take jobs finished since). Its own transaction, waiting no longer
-    than `DDL_LOCK_TIMEOUT` for a lock."""
-    async with conn.transaction():
-        await conn.execute(sql.HISTORY_LOCK_TIMEOUT, (f"{round(DDL_LOCK_TIMEOUT * 1000)}ms",))
-        async with conn.cursor(row_factory=by_name) as cursor:
-            await cursor.execute(
-                sql.HISTORY_DAYS,
-                {
-                    "now": now,
-                    "retention": retention_seconds,
-                    "most": MOST_DAYS,
-                    "ahead": AHEAD_DAYS,
-                },
-            )
+    """Make the history's missing day partitions a move needs, from the day the oldest
+    finished job inside the retention (`retention_seconds` before `now`) finished, or
+    today, to `AHEAD_DAYS` after (`sql.HISTORY_FIRST_DAY`); returns how many were made
+    and when the first day began (moves take jobs finished since). The partitions are
+    made in a transaction of their own, waiting no longer than `DDL_LOCK_TIMEOUT` for a
+    lock; the first day is read before it."""
+    params: dict[str, Any] = {
+        "now": now,
+        "retention": retention_seconds,
+        "most": MOST_DAYS,
+        "ahead": AHEAD_DAYS,
+    }
+    async with conn.cursor(row_factory=by_name) as cursor:
+        await cursor.execute(sql.HISTORY_FIRST_DAY, params)
+        first = await cursor.fetchone()
+        assert first is not None
+        async with conn.transaction():
+            await conn.execute(sql.HISTORY_LOCK_TIMEOUT, (f"{round(DDL_LOCK_TIMEOUT * 1000)}ms",))
+            await cursor.execute(sql.HISTORY_DAYS, {**params, "first_day": first.first_day})
             row = await cursor.fetchone()
     assert row is not None
     since: datetime = row.since

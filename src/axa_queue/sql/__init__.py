@@ -88,6 +88,9 @@ from .history import (
     HISTORY_DROP as HISTORY_DROP,
 )
 from .history import (
+    HISTORY_FIRST_DAY as HISTORY_FIRST_DAY,
+)
+from .history import (
     HISTORY_LOCK_TIMEOUT as HISTORY_LOCK_TIMEOUT,
 )
 from .history import (

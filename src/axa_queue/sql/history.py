@@ -16,6 +16,7 @@ __all__ = [
     "HISTORY_COLUMNS_MOVED",
     "HISTORY_DAYS",
     "HISTORY_DROP",
+    "HISTORY_FIRST_DAY",
     "HISTORY_LOCK_TIMEOUT",
     "HISTORY_MOVABLE",
     "HISTORY_MOVE",
@@ -37,20 +38,36 @@ HISTORY_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true) AS lock_time
 one waits for no reader of the history table, but dropping one does; it gives up after
 this long and housekeeping tries again at its next round."""
 
-HISTORY_DAYS = statement("""WITH span AS (
-        SELECT GREATEST(
-                   ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s))
-                    AT TIME ZONE 'UTC')::date,
-                   (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date - %(most)s) AS first_day,
-               (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date + %(ahead)s AS last_day
-    )
-    SELECT {axa_queue_history_days}({'axa_queue_history'}::regclass, first_day, last_day) AS made,
-        first_day::timestamp AT TIME ZONE 'UTC' AS since
-    FROM span""")
-"""Make the history's day partitions from the day `retention` before `now` (at most
-`most` days back) to `ahead` days after it, those missing (`axa_queue_history_days`);
-returns how many it made and when the first of those days began (`since`): a move takes
-only jobs finished since then, whose day has a partition."""
+HISTORY_FIRST_DAY = statement("""SELECT GREATEST(b.earliest, LEAST(b.today,
+        ((SELECT min(q.updated_at) FROM {axa_queue} q
+          WHERE q.status IN ('completed', 'failed', 'cancelled')
+            AND q.updated_at >= b.earliest::timestamp AT TIME ZONE 'UTC')
+         AT TIME ZONE 'UTC')::date)) AS first_day
+    FROM (SELECT GREATEST(
+                     ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s))
+                      AT TIME ZONE 'UTC')::date,
+                     (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date - %(most)s) AS earliest,
+                 (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date AS today) b""")
+"""The first day (UTC) whose history partition a move needs: the day the oldest finished
+job still in `axa_queue` and inside the retention finished, or today when there is none;
+the retention's first day is the day `retention` before `now` (at most `most` days
+back). The oldest is the first entry of `axa_queue_finished` from that day on. So a new
+database gets today's partition and the days ahead (`HISTORY_DAYS`), not one empty
+table for each day of its retention; a database upgraded with a month of finished jobs
+gets the days they finished on, and none for jobs older than the retention, which
+`PURGE` deletes. Read before the transaction that makes the partitions, so that
+transaction holds no lock on `axa_queue` while it waits for its DDL's."""
+
+HISTORY_DAYS = statement("""SELECT {axa_queue_history_days}({'axa_queue_history'}::regclass,
+        %(first_day)s::date,
+        (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date + %(ahead)s) AS made,
+    %(first_day)s::date::timestamp AT TIME ZONE 'UTC' AS since""")
+"""Make the history's missing day partitions from `first_day` (`HISTORY_FIRST_DAY`) to
+`ahead` days after `now` (`axa_queue_history_days`); returns how many it made and when
+`first_day` began (`since`): a move takes only jobs finished since then, whose day has
+a partition. A job that finishes after `HISTORY_FIRST_DAY` read, dated before `since`
+(an ending whose transaction began before midnight), waits for the next move, which
+reads it as the oldest."""
 
 HISTORY_MOVE = statement(
     """WITH picked AS (
