@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from datetime import timedelta
+from datetime import timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -340,7 +340,7 @@ async def test_partitions_are_made_from_the_oldest_finished_jobs_day_not_for_eve
         made, since = await history.make_days(conn, 90 * 86400.0)
         assert made == 1 + history.AHEAD_DAYS == len(partitions(admin))
         today = admin.execute("SELECT date_trunc('day', now() AT TIME ZONE 'UTC')").fetchone()
-        assert today is not None and since.replace(tzinfo=None) == today[0]
+        assert today is not None and since.astimezone(timezone.utc).replace(tzinfo=None) == today[0]
         # A database upgraded with jobs finished 20 days ago: their day on, and no
         # earlier than the retention's first day.
         seed_finished(admin, 3, "20 days")
