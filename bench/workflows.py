@@ -3,10 +3,14 @@ by one process, in interleaved rounds, the order rotated each round (medians).
 
     python bench/workflows.py --dsn postgresql://root@127.0.0.1:5432/postgres
     python bench/workflows.py --dsn ... --jobs 10000 --rounds 3 --loops 10
+    python bench/workflows.py --work   # each job writes its row, as bench/run.py's drain
 
 Both sides queue their jobs untimed (the chord in one statement: `chord(group([...]),
 callback)`), ANALYZE, then time a worker draining them with no-op handlers, from the
-start of `run` to the last ending observed (the chord's: its callback's). The figure is
+start of `run` to the last ending observed (the chord's: its callback's). With `--work`,
+each handler writes its job's id to a table of the round's schema on the connection its
+run is lent (`queue.pool.connection()`), the work of `bench/run.py`'s drain; without
+it, handlers do nothing, where the release's cost weighs most. The figure is
 jobs a second; the ratio is the chord's over the plain jobs'. Each round works in a
 schema of its own, dropped afterwards.
 
@@ -32,9 +36,12 @@ import psycopg
 from psycopg import sql as pgsql
 from psycopg.conninfo import make_conninfo
 
-from axa_queue import NewJob, Queue, QueueOptions, chord, group
+from axa_queue import JobContext, NewJob, Queue, QueueOptions, chord, group
 
 JOB = "bench.noop"
+BENCH_DONE = "CREATE TABLE {}.bench_done (job_id UUID PRIMARY KEY)"
+DONE = "INSERT INTO bench_done (job_id) VALUES (%s)"
+"""What a job does with `--work`: its id written once (a second run would fail)."""
 
 
 def _own_ports() -> set[int]:
@@ -82,19 +89,28 @@ def _backend_cpu(dsn: str) -> dict[int, float] | None:
     return spent
 
 
-async def _drain(dsn: str, jobs: int, loops: int, as_chord: bool) -> tuple[float, float | None]:
+async def _drain(
+    dsn: str, jobs: int, loops: int, as_chord: bool, work: bool = False
+) -> tuple[float, float | None]:
     """Jobs a second, and server CPU microseconds a job (None when unreadable): `jobs`
-    no-op jobs (and, as a chord, one callback after them)."""
+    jobs (and, as a chord, one callback after them), no-op or, with `work`, each
+    writing its id to `bench_done`."""
     schema = f"bench_wf_{uuid.uuid4().hex[:10]}"
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(pgsql.SQL("CREATE SCHEMA {}").format(pgsql.Identifier(schema)))
+        conn.execute(pgsql.SQL(BENCH_DONE).format(pgsql.Identifier(schema)))
     inner = make_conninfo(dsn, options=f"-c search_path={schema}", application_name=schema)
     try:
         queue = Queue(inner, QueueOptions(workers=loops))
 
-        @queue.handler(JOB)
         async def noop(args: dict[str, Any]) -> None:
             return None
+
+        async def writes(args: dict[str, Any], job: JobContext) -> None:
+            async with queue.pool.connection() as conn:
+                await conn.execute(DONE, (job.id,))
+
+        queue.handle(JOB, writes if work else noop)
 
         await queue.open()
         try:
@@ -149,21 +165,25 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--loops", type=int, default=10)
+    parser.add_argument(
+        "--work", action="store_true", help="each job writes its row (bench/run.py's drain)"
+    )
     given = parser.parse_args()
     plain: list[float] = []
     chords: list[float] = []
     ratios: list[float] = []
     plain_cpu: list[float] = []
     chord_cpu: list[float] = []
+    side = (given.dsn, given.jobs, given.loops)
     for at in range(given.rounds):
         # Rotated: plain first in even rounds, the chord first in odd ones, so neither
         # side always meets the machine's load (or a warm cache) first.
         if at % 2 == 0:
-            p_rate, p_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, False))
-            c_rate, c_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, True))
+            p_rate, p_cpu = asyncio.run(_drain(*side, False, given.work))
+            c_rate, c_cpu = asyncio.run(_drain(*side, True, given.work))
         else:
-            c_rate, c_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, True))
-            p_rate, p_cpu = asyncio.run(_drain(given.dsn, given.jobs, given.loops, False))
+            c_rate, c_cpu = asyncio.run(_drain(*side, True, given.work))
+            p_rate, p_cpu = asyncio.run(_drain(*side, False, given.work))
         plain.append(p_rate)
         chords.append(c_rate)
         ratios.append(c_rate / p_rate)

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,10 +59,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+STARTS = 3
+"""Ports tried: another process may take the free port found before PgBouncer binds it."""
+
+
 @contextmanager
 def start(database_url: str, mode: str, pool_size: int = 20) -> Iterator[PgBouncer]:
     """Run PgBouncer in `mode` (session or transaction) in front of `database_url`,
-    `pool_size` server connections at most, until the block ends."""
+    `pool_size` server connections at most, until the block ends.
+
+    A port is free when it is chosen, not when PgBouncer binds it: another process may
+    listen there in between, PgBouncer then exits, and a check that only connects
+    reaches the other process (which goes away later: "connection refused" in the
+    middle of the session). So the check asks PgBouncer's console for its configuration
+    and looks for this instance's mark; a PgBouncer that exited is started again on
+    another port."""
     found = binary()
     if found is None:
         raise FileNotFoundError("pgbouncer is not installed")
@@ -73,46 +85,66 @@ def start(database_url: str, mode: str, pool_size: int = 20) -> Iterator[PgBounc
     user = str(params.get("user") or os.environ.get("USER") or "postgres")
     dbname = str(params.get("dbname") or user)
     password = f" password={params['password']}" if params.get("password") else ""
-    port = _free_port()
-    with tempfile.TemporaryDirectory(prefix="axa-pgbouncer-") as tmp:
-        here = Path(tmp)
-        (here / "users.txt").write_text(f'"{user}" ""\n')
-        (here / "pgbouncer.ini").write_text(
-            "[databases]\n"
-            f"{dbname} = host={host} port={server_port} dbname={dbname} user={user}{password}\n"
-            "[pgbouncer]\n"
-            f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
-            f"unix_socket_dir =\nauth_type = trust\nauth_file = {here / 'users.txt'}\n"
-            f"pool_mode = {mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 500\n"
-            "ignore_startup_parameters = extra_float_digits\n"
-            "server_reset_query = DISCARD ALL\n"
-            "log_connections = 0\nlog_disconnections = 0\n"
-        )
-        command = [found, str(here / "pgbouncer.ini")]
-        if os.geteuid() == 0:
-            os.chmod(tmp, 0o755)  # nobody must read its configuration
-            command[1:1] = ["-u", "nobody"]
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        bouncer = PgBouncer(mode, "127.0.0.1", port, user, dbname)
-        try:
-            deadline = time.monotonic() + 15
-            while True:
-                try:
-                    with psycopg.connect(bouncer.dsn(connect_timeout="2")):
-                        break
-                except psycopg.OperationalError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        process.kill()
-                        output = process.communicate(timeout=5)[0]
-                        raise RuntimeError(f"pgbouncer did not start: {output}") from None
-                    time.sleep(0.05)
-            yield bouncer
-        finally:
-            process.terminate()
+    for attempt in range(1, STARTS + 1):
+        port = _free_port()
+        mark = f"axa-{uuid.uuid4().hex}"
+        with tempfile.TemporaryDirectory(prefix="axa-pgbouncer-") as tmp:
+            here = Path(tmp)
+            (here / "users.txt").write_text(f'"{user}" ""\n')
+            (here / "pgbouncer.ini").write_text(
+                "[databases]\n"
+                f"{dbname} = host={host} port={server_port} dbname={dbname} user={user}{password}\n"
+                "[pgbouncer]\n"
+                f"listen_addr = 127.0.0.1\nlisten_port = {port}\n"
+                f"unix_socket_dir =\nauth_type = trust\nauth_file = {here / 'users.txt'}\n"
+                f"pool_mode = {mode}\ndefault_pool_size = {pool_size}\nmax_client_conn = 500\n"
+                "ignore_startup_parameters = extra_float_digits\n"
+                f"server_reset_query = DISCARD ALL /* {mark} */\n"
+                f"stats_users = {user}\n"
+                "log_connections = 0\nlog_disconnections = 0\n"
+            )
+            command = [found, str(here / "pgbouncer.ini")]
+            if os.geteuid() == 0:
+                os.chmod(tmp, 0o755)  # nobody must read its configuration
+                command[1:1] = ["-u", "nobody"]
+            process = subprocess.Popen(
+                command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            bouncer = PgBouncer(mode, "127.0.0.1", port, user, dbname)
             try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+                if not _ours(bouncer, process, mark):
+                    output = process.communicate(timeout=5)[0]
+                    if attempt == STARTS:
+                        raise RuntimeError(f"pgbouncer did not start: {output}")
+                    continue
+                yield bouncer
+                return
+            finally:
+                if process.poll() is None:
+                    process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+
+
+def _ours(bouncer: PgBouncer, process: subprocess.Popen[str], mark: str) -> bool:
+    """Whether this `process` answers on the bouncer's port (its console shows `mark`),
+    tried for up to 15 s; False once it has exited (or is killed at the deadline)."""
+    console = make_conninfo(bouncer.dsn(connect_timeout="2"), dbname="pgbouncer")
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with psycopg.connect(console, autocommit=True, prepare_threshold=None) as conn:
+                rows = conn.execute("SHOW CONFIG").fetchall()
+            if any(mark in str(value) for _, value, *_ in rows):
+                return True
+        except psycopg.Error:
+            pass
+        if process.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            process.kill()
+            return False
+        time.sleep(0.05)

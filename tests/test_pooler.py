@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -555,3 +556,20 @@ async def test_behind_a_session_pooler_a_notification_naming_the_schema_wakes_th
         await eventually(lambda: ran == [1])
         await queue.enqueue("noted", {"n": 2})
         await eventually(lambda: ran == [1, 2])
+
+
+def test_the_harness_starts_pgbouncer_on_another_port_when_another_process_listens_on_its_own(
+    start_bouncer: Callable[..., pgbouncer.PgBouncer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process takes the free port before PgBouncer binds it: PgBouncer exits,
+    # and a check that only connected would reach the other listener.
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real = pgbouncer._free_port
+        monkeypatch.setattr(pgbouncer, "_free_port", lambda: next(ports, None) or real())
+        running = start_bouncer("session")
+        assert running.port != taken.getsockname()[1]
+        with psycopg.connect(running.dsn()) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
