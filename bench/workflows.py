@@ -159,7 +159,7 @@ async def _drain(
             )
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default="postgresql://root@127.0.0.1:5432/postgres")
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -168,7 +168,7 @@ def main() -> None:
     parser.add_argument(
         "--work", action="store_true", help="each job writes its row (bench/run.py's drain)"
     )
-    given = parser.parse_args()
+    given = parser.parse_args(argv)
     plain: list[float] = []
     chords: list[float] = []
     ratios: list[float] = []

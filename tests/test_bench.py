@@ -166,3 +166,14 @@ def test_the_big_reads_benchmark_runs_on_small_tables(database_url: str, capsys)
     for read in ("counts()", "counts_by_name()", "jobs(state=queued)", "/live", "/failed"):
         assert read in printed.out
     assert "could not" not in printed.err  # every statement explained
+
+
+@pytest.mark.parametrize("work", [[], ["--work"]], ids=["no-op", "work"])
+def test_the_workflows_benchmark_drains_a_chord_and_plain_jobs(
+    database_url: str, capsys, work: list[str]
+) -> None:
+    import workflows  # bench/workflows.py
+
+    workflows.main(["--dsn", database_url, "--jobs", "200", "--rounds", "1", *work])
+    printed = capsys.readouterr().out
+    assert "plain jobs:" in printed and "chord / plain:" in printed
