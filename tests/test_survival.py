@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -162,6 +163,45 @@ async def test_a_stop_ends_a_background_task_that_lost_its_first_cancellation(
         await asyncio.wait({task}, timeout=30)
     assert done, "the stop waited for a task that had lost its cancellation"
     await task
+
+
+async def test_a_stop_ends_every_housekeeping_loop_and_its_transaction_before_run_returns(
+    make_queue, admin, monkeypatch
+) -> None:
+    # A round in the middle of a transaction (as one making or dropping the history's
+    # partitions is) when the stop comes, and slow to end (here it loses its first
+    # cancellation, as psycopg_pool's wait may). The gather of the housekeeping loops
+    # ended at the first loop's cancellation (the give-backs', asleep), and the stop went
+    # on: this one kept running, its connection in a transaction, after run() and close()
+    # had returned.
+    queue = await make_queue(shutdown_grace=1)
+    inside = asyncio.Event()
+    ended = asyncio.Event()
+
+    async def run_once(pool: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            async with pool.connection() as conn, conn.transaction():
+                await conn.execute("SELECT 1")
+                inside.set()
+                with contextlib.suppress(asyncio.CancelledError):  # lost
+                    await asyncio.sleep(600)
+                await asyncio.sleep(600)
+        finally:
+            ended.set()
+
+    monkeypatch.setattr(maintenance, "run_once", run_once)
+    stop = asyncio.Event()
+    task = asyncio.create_task(queue.run(stop))
+    await asyncio.wait_for(inside.wait(), 30)
+    stop.set()
+    await asyncio.wait_for(task, 30)  # a liveness bound, not a threshold
+    assert ended.is_set()  # the round ended before run() returned
+    await queue.close()
+    left = admin.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = current_setting("
+        "'application_name') AND pid <> pg_backend_pid() AND state LIKE 'idle in transaction%%'"
+    ).fetchone()
+    assert left == (0,)
 
 
 # --- a handler's own CancelledError ----------------------------------------------------

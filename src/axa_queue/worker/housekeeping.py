@@ -36,7 +36,7 @@ from . import decisions
 from .claims import MIN_HEARTBEAT
 from .connections import Connections
 from .state import State
-from .tasks import Troubles, summary
+from .tasks import Troubles, cancel_all, summary
 
 __all__ = ["Housekeeping"]
 
@@ -69,11 +69,23 @@ class Housekeeping:
 
     async def loop(self) -> None:
         """The rounds, the moves and (`QueueOptions.give_back_gone`) the give-backs, side
-        by side, until cancelled."""
-        loops = [self.rounds(), self.moves()]
+        by side, until cancelled. Each is a task of its own, and this returns (or
+        raises) only once every one has ended (`cancel_all`): cancelled, a loop in the
+        middle of a transaction (a partition made or dropped) ends it and gives its
+        connection back before the worker's stop goes on to close the pool. (A plain
+        `gather` ended at the first loop's cancellation and left the others running,
+        holding their connections and locks after `close()` returned.)"""
+        loop = asyncio.get_running_loop()
+        loops = [
+            loop.create_task(self.rounds(), name="axa-queue-rounds"),
+            loop.create_task(self.moves(), name="axa-queue-moves"),
+        ]
         if self.options.give_back_gone:
-            loops.append(self.give_backs())
-        await asyncio.gather(*loops)
+            loops.append(loop.create_task(self.give_backs(), name="axa-queue-give-backs"))
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            await cancel_all(loops)
 
     async def give_backs(self) -> None:
         """Every heartbeat interval, give back the runs gone processes claimed ahead and
