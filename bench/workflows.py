@@ -154,14 +154,6 @@ async def _drain(
             await queue.close()
     finally:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            # A session of the queue's still open (a housekeeping round cancelled in its
-            # transaction as `run` stopped, whose task cannot end while this blocks the
-            # event loop) would hold the drop forever: its sessions are ended first.
-            conn.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = %s AND pid <> pg_backend_pid()",
-                (schema,),
-            )
             conn.execute(
                 pgsql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(pgsql.Identifier(schema))
             )

@@ -17,9 +17,9 @@ applied migrations, content types, permissions) are kept.
 
 A schema is recycled only when its catalog entries, read with its name replaced, are
 those of a schema fresh from setup (`FINGERPRINT`) once the history's day partitions a
-test's worker made are dropped (setup makes none; housekeeping makes them at a
-worker's start), it records every version from 1 to
-this code's, and it has no session left (the test's are ended first, by `conftest.Schemas.drop`).
+test's worker made are dropped (setup makes none; housekeeping makes them at a worker's
+start), it records every version from 1 to this code's, and it has no session left (the
+test's are ended first, by `conftest.Schemas.drop`).
 Emptying it truncates its tables (restarting their sequences; the acts table's triggers
 that refuse a truncate are turned off for it, then set back as they were), deletes its
 tables' planner statistics and resets their activity counters, as a new table has none.

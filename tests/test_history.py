@@ -20,7 +20,7 @@ from axa_queue import JobState, Queue, cancel, history, retry, sql
 from axa_queue.cli import main
 from axa_queue.web import create_app
 from conftest import acting_role, later, running
-from moves import WEEK, move_all
+from moves import WEEK, make_days, move_all
 from test_compat import crate_claim, crate_enqueue
 from test_web import ORIGIN, SECRET, TOKEN, csrf_of, seed, signed_in
 
@@ -115,17 +115,13 @@ async def test_the_move_reads_the_finished_index_in_order_a_batch_at_a_time(
     admin.execute("INSERT INTO axa_queue (id, name, args) "
                   "SELECT gen_random_uuid(), 'Live', '{}' FROM generate_series(1, 20000)")  # fmt: skip
     admin.execute("ANALYZE axa_queue")
-    days = {"now": None, "retention": WEEK, "most": 1000, "ahead": 2}
-    first = admin.execute(sql.HISTORY_FIRST_DAY, days).fetchone()
-    assert first is not None
-    row = admin.execute(sql.HISTORY_DAYS, {**days, "first_day": first[0]}).fetchone()
-    assert row is not None
+    since = make_days(admin)
     with admin.transaction(force_rollback=True):
         plan = "\n".join(
             r[0]
             for r in admin.execute(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + sql.HISTORY_MOVE,
-                {"keep": 60, "since": row[1], "batch": 100, "now": None},
+                {"keep": 60, "since": since, "batch": 100, "now": None},
             )
         )
     assert "axa_queue_finished" in plan, plan

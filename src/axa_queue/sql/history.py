@@ -56,7 +56,10 @@ database gets today's partition and the days ahead (`HISTORY_DAYS`), not one emp
 table for each day of its retention; a database upgraded with a month of finished jobs
 gets the days they finished on, and none for jobs older than the retention, which
 `PURGE` deletes. Read before the transaction that makes the partitions, so that
-transaction holds no lock on `axa_queue` while it waits for its DDL's."""
+transaction holds no lock on `axa_queue` while it waits for its DDL's. Under a snapshot
+held back, the entries of jobs already moved are walked first, as `HISTORY_MOVE`'s
+batches walk them (20,000 such entries: about 19,900 buffers, against 101,000 for the
+move's first batch of 5,000; 4 buffers without them)."""
 
 HISTORY_DAYS = statement("""SELECT {axa_queue_history_days}({'axa_queue_history'}::regclass,
         %(first_day)s::date,
