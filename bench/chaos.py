@@ -25,7 +25,13 @@ each run's start and end (job, attempt, process, times):
   completed it ran to its end exactly once under its attempt;
 - overlap: no two runs of one job at once in one process;
 - started late: no handler starts while its row is not `running` under its attempt,
-  and no (job, attempt) starts twice;
+  and no (job, attempt) starts twice; but for one race the design allows: between a
+  run's claim and its handler's start, another process's run of the job's earlier
+  attempt, found lost as that process wakes from a stall, sends the job to review
+  (`MARK_LOST`: a run that started and lost its claim may have done its work, and the
+  job is being run again). A fresh claim is not proved before its handler starts (a
+  round trip per run), so the handler starts; its ending is refused (fenced), and the
+  review is checked under "review" below;
 - schedule: each due time of the schedule is moved on (and its job queued) once;
 - released early: no dependent of a workflow (chords and chains of `Work` jobs among
   the others) goes from `blocked` to `queued` unless each of its parents was completed
@@ -185,7 +191,9 @@ SCHEMA = [
                     NEW.status, NEW.attempts,
                     CASE WHEN current_query() LIKE 'WITH RECURSIVE %%' THEN 'exchange'
                          WHEN current_query() LIKE 'WITH stale AS%%' THEN 'recovery'
-                         WHEN current_query() LIKE 'WITH found AS%%' THEN 'lost'
+                         WHEN current_query() LIKE 'WITH hot AS%%' THEN 'lost'
+                         WHEN current_query() LIKE 'WITH back AS%%' THEN 'given back'
+                         WHEN current_query() LIKE 'WITH gone AS%%' THEN 'gone'
                          WHEN current_query() LIKE 'WITH due AS%%' THEN 'schedule'
                          ELSE 'other' END,
                     pg_backend_pid(), current_setting('application_name'));
@@ -199,10 +207,10 @@ SCHEMA = [
         attempts INT, detail TEXT)""",
     # Each run's start with the row's state then, from the record of changes.
     """CREATE VIEW chaos_starts AS
-        SELECT s.run, s.n, s.pid, s.at, c.new AS status, c.attempts
+        SELECT s.run, s.n, s.pid, s.at, c.new AS status, c.attempts, c.old, c.kind
         FROM chaos_runs s JOIN axa_queue q ON q.args->>'n' = s.n::text
         LEFT JOIN LATERAL (
-            SELECT new, attempts FROM chaos_changes c WHERE c.id = q.id AND c.at <= s.at
+            SELECT new, attempts, old, kind FROM chaos_changes c WHERE c.id = q.id AND c.at <= s.at
             ORDER BY c.at DESC, c.seq DESC LIMIT 1) c ON true
         WHERE s.phase = 'start'""",
     """CREATE TABLE chaos_schedule (
@@ -441,6 +449,7 @@ CHECKS = {
     "overlap": "SELECT count(*) FROM chaos_runs WHERE phase = 'overlap'",
     "started late": """SELECT count(*) FROM (
             SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
+              AND NOT (status = 'needs_review' AND old = 'running' AND kind = 'lost')
             UNION ALL
             SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
         ) bad""",
@@ -523,6 +532,7 @@ def check(dsn: str, seed: int, counts: dict[str, int]) -> bool:
 
 SUSPECTS = """SELECT n FROM chaos_runs WHERE phase IN ('overlap', 'wrong results')
     UNION SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
+      AND NOT (status = 'needs_review' AND old = 'running' AND kind = 'lost')
     UNION SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
     ORDER BY n LIMIT 5"""
 
