@@ -33,7 +33,7 @@ from .connections import Connections
 from .run import CANCELLED, LOST, Run
 from .state import State
 
-__all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims"]
+__all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims", "heartbeat_every"]
 
 log = logging.getLogger("axa_queue.worker")
 
@@ -42,6 +42,13 @@ MIN_HEARTBEAT = 0.02
 
 RETRY_DATABASE = 0.5
 """Seconds between tries when the database does not answer a write that must land."""
+
+
+def heartbeat_every(options: QueueOptions) -> float:
+    """Seconds between a process's heartbeats: `heartbeat_interval`, at least
+    `MIN_HEARTBEAT`."""
+    return max(options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+
 
 GAVE_UP = "it could not report in"
 """How the reason of a run stopped by its own worker for want of contact begins."""
@@ -79,6 +86,9 @@ class Claims:
         self.registry = registry
         self.options = options
         self.stale = options.stale_after.total_seconds()
+        self.every = heartbeat_every(options)
+        """Seconds between heartbeats (`heartbeat_every`), read once: a run's start asks
+        whether its claim is doubtful (`doubtful`)."""
         self.spawn = spawn
         self.tasks: set[asyncio.Task[Any]] = set()
         """The fates of lost runs being written."""
@@ -120,7 +130,7 @@ class Claims:
             last_heard=last_heard,
             stale=self.stale,
             broken_at=self.connections.broken_at,
-            beat=max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT),
+            beat=self.every,
         )
 
     async def prove(self, one: Run) -> bool:
@@ -159,7 +169,7 @@ class Claims:
     async def heartbeat_loop(self) -> None:
         """Report in every `heartbeat_interval`, and at once when a notification says a
         job this process runs was cancelled (`State.check_soon`)."""
-        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+        every = self.every
         state = self.state
         while True:
             with contextlib.suppress(asyncio.TimeoutError):

@@ -33,7 +33,7 @@ from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
 from ..presence import GONE_AFTER_BEATS, unhandled_steps
 from . import decisions
-from .claims import MIN_HEARTBEAT
+from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
 from .tasks import Troubles, cancel_all, summary
@@ -91,7 +91,7 @@ class Housekeeping:
         """Every heartbeat interval, give back the runs gone processes claimed ahead and
         never started (`give_back_gone`); a failure is logged, counted in the health
         check, and tried again at the next interval."""
-        every = max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+        every = heartbeat_every(self.options)
         while True:
             await asyncio.sleep(every)
             failure: BaseException | None

@@ -100,14 +100,15 @@ class Invoke:
             except OverflowError:
                 deadline = None
         job_id = UUID(one.id)
+        traced = one.trace_context
         return JobContext(
             job_id,
             one.name,
             one.attempts,
             one.limit,
             deadline,
-            None if one.trace_context is None else carrier_of(one.trace_context),
-            links_of(one.trace_context),
+            None if traced is None else carrier_of(traced),
+            () if traced is None else links_of(traced),
             one,
             lender,
             RunLink(self.send, asyncio.get_running_loop(), job_id, one.attempts),

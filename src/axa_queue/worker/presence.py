@@ -20,7 +20,7 @@ from .. import sql
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
 from ..options import QueueOptions
-from .claims import MIN_HEARTBEAT
+from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
 
@@ -88,7 +88,7 @@ class Presence:
     def every(self) -> float:
         """Seconds between writes: the heartbeat interval, recorded with the row so
         readers know when this process has missed too many."""
-        return max(self.options.heartbeat_interval.total_seconds(), MIN_HEARTBEAT)
+        return heartbeat_every(self.options)
 
     async def loop(self) -> None:
         """Make the row at once, then refresh it every heartbeat interval."""

@@ -171,6 +171,8 @@ class State:
         """Places held: runs claimed, runs lost whose fate is not yet written, and
         endings kept apart (so a worker that cannot record its endings stops claiming
         once they fill its places)."""
+        if not self.losing:  # nearly always: no generator for it
+            return len(self.runs) + len(self.apart)
         extra = sum(1 for one in self.losing.values() if one.key not in self.runs)
         return len(self.runs) + extra + len(self.apart)
 
