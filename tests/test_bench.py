@@ -177,3 +177,18 @@ def test_the_workflows_benchmark_drains_a_chord_and_plain_jobs(
     workflows.main(["--dsn", database_url, "--jobs", "200", "--rounds", "1", *work])
     printed = capsys.readouterr().out
     assert "plain jobs:" in printed and "chord / plain:" in printed
+
+
+@pytest.mark.skipif(
+    not (BENCH.parent / ".git").exists(), reason="compares with a commit: needs a git checkout"
+)
+def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
+    database_url: str, capsys
+) -> None:
+    import against  # bench/against.py
+
+    tiny = ["--pairs", "1", "--jobs", "100", "--processes", "1", "--latency-samples", "5"]
+    summary = against.main(["--dsn", database_url, "--ref", "HEAD", *tiny])
+    assert set(summary) == {"drain 1 x 10 jobs/s", "latency p50 ms", "latency p99 ms"}
+    assert all(len(sides["ref"]) == len(sides["this"]) == 1 for sides in summary.values())
+    assert "drain 1 x 10" in capsys.readouterr().out
