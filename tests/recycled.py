@@ -20,8 +20,10 @@ those of a schema fresh from setup (`FINGERPRINT`) once the history's day partit
 test's worker made are dropped (setup makes none; housekeeping makes them at a worker's
 start), it records every version from 1 to this code's, and it has no session left (the
 test's are ended first, by `conftest.Schemas.drop`).
-Emptying it truncates its tables (restarting their sequences; the acts table's triggers
-that refuse a truncate are turned off for it, then set back as they were), deletes its
+Emptying it truncates the tables the test wrote to (`WRITTEN`; restarting their
+sequences; the acts table's triggers that refuse a truncate are turned off for it, then
+set back as they were: a truncate makes new files for each table and index, tens of
+milliseconds of server time for all of them), deletes its
 tables' planner statistics and resets their activity counters, as a new table has none.
 """
 
@@ -108,6 +110,21 @@ HISTORY_DAYS_MADE = """SELECT c.relname FROM pg_inherits i
     WHERE p.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
       AND p.relname = 'axa_queue_history'"""
 """The history's day partitions, which a test's worker makes (setup makes none)."""
+
+WRITTEN = """SELECT c.relname FROM pg_class c
+    WHERE c.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = %(name)s)
+      AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+      AND (c.relkind = 'p' OR pg_relation_size(c.oid) > 0
+           OR EXISTS (SELECT FROM pg_depend d JOIN pg_class q ON q.oid = d.objid
+                      WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass
+                        AND d.refobjid = c.oid
+                        AND CASE WHEN q.relkind = 'S' THEN pg_sequence_last_value(q.oid) END
+                            IS NOT NULL))"""
+"""The tables a test may have changed: those whose heap has a page (a row was written,
+even one rolled back or deleted since), or that own a sequence someone took a value
+of (an insert refused by a constraint takes one and writes nothing), and the
+partitioned ones (no storage of their own). Every other table is as setup made it,
+with its indexes: emptying it would only make new files for it."""
 
 TRUNCATE_TRIGGERS = """SELECT c.relname, t.tgname, t.tgenabled FROM pg_trigger t
     JOIN pg_class c ON c.oid = t.tgrelid
@@ -299,23 +316,29 @@ class Recycler:
         with conn.transaction():
             conn.execute("SET LOCAL lock_timeout = '2s'")
             schema = sql.Identifier(name)
-            emptied = [table for table in tables if table not in kind.keep]
-            triggers = list(
-                conn.cursor(row_factory=namedtuple_row).execute(TRUNCATE_TRIGGERS, {"name": name})
-            )
+            written = {row[0] for row in conn.execute(WRITTEN, {"name": name})}
+            emptied = [table for table in tables if table not in kind.keep and table in written]
+            triggers = [
+                trigger
+                for trigger in conn.cursor(row_factory=namedtuple_row).execute(
+                    TRUNCATE_TRIGGERS, {"name": name}
+                )
+                if trigger.relname in emptied
+            ]
             for trigger in triggers:
                 conn.execute(
                     sql.SQL("ALTER TABLE {}.{} DISABLE TRIGGER {}").format(
                         schema, sql.Identifier(trigger.relname), sql.Identifier(trigger.tgname)
                     )
                 )
-            conn.execute(
-                sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
-                    sql.SQL(", ").join(
-                        sql.SQL("{}.{}").format(schema, sql.Identifier(t)) for t in emptied
+            if emptied:
+                conn.execute(
+                    sql.SQL("TRUNCATE {} RESTART IDENTITY").format(
+                        sql.SQL(", ").join(
+                            sql.SQL("{}.{}").format(schema, sql.Identifier(t)) for t in emptied
+                        )
                     )
                 )
-            )
             for trigger in triggers:
                 how = {"O": "", "A": "ALWAYS ", "R": "REPLICA "}.get(trigger.tgenabled)
                 if how is None:  # it was disabled: it stays so

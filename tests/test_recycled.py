@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from axa_queue import Queue, QueueOptions, cancel
+from axa_queue import NewJob, Queue, QueueOptions, cancel, enqueue_on
 from axa_queue.schema import check
 from conftest import END_SESSIONS, schema_dsn
 from moves import move_all
@@ -116,3 +116,41 @@ def test_a_schema_that_is_not_empty_is_never_swapped(database_url: str, recycler
         ready = list(recycler.kinds[SETUP].ready)
         assert not recycler.swap(name)
         assert list(recycler.kinds[SETUP].ready) == ready
+
+
+FILES = """SELECT c.relname, c.relfilenode FROM pg_class c
+    WHERE c.relnamespace = %s::regnamespace AND c.relkind = 'r'"""
+
+
+def test_only_the_tables_a_test_wrote_to_are_emptied_and_a_sequence_taken_from_restarts(
+    database_url: str, recycler: Recycler
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        name = _new(conn, recycler, "t_recycled_written")
+        assert recycler.swap(name)
+        made = dict(conn.execute(FILES, (name,)).fetchall())
+        with psycopg.connect(schema_dsn(database_url, name), autocommit=True) as tables:
+            enqueue_on(tables, NewJob("recycled.job", {}))
+            with pytest.raises(psycopg.errors.CheckViolation):  # takes an id, writes no row
+                tables.execute(
+                    "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason) "
+                    "VALUES (gen_random_uuid(), 'recycled.job', 'cancelled', 0, '', 'why')"
+                )
+        conn.execute(END_SESSIONS, (name,))
+
+        assert recycler.recycle(conn, name)
+        ready = recycler.kinds[SETUP].ready[-1]
+        after = dict(conn.execute(FILES, (ready,)).fetchall())
+        assert after["axa_queue"] != made["axa_queue"]  # written: emptied
+        assert after["axa_job_acts"] != made["axa_job_acts"]  # its sequence was taken from
+        assert after["axa_schedule"] == made["axa_schedule"]  # never written: left as made
+        assert conn.execute(
+            sql.SQL("SELECT count(*) FROM {}.axa_queue").format(sql.Identifier(ready))
+        ).fetchone() == (0,)
+        sequence = conn.execute(
+            "SELECT pg_get_serial_sequence(%s, 'id')", (f'"{ready}".axa_job_acts',)
+        ).fetchone()
+        assert sequence is not None and sequence[0] is not None
+        assert conn.execute(
+            "SELECT pg_sequence_last_value(%s::regclass)", (sequence[0],)
+        ).fetchone() == (None,)  # the next act is number 1 again
