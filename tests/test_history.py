@@ -327,6 +327,26 @@ async def test_partitions_are_made_ahead_and_dropped_whole_past_retention(
     assert deleted_after == deleted_before  # dropped, never deleted row by row
 
 
+PARTITIONS_LOCK = """SELECT pg_advisory_xact_lock(hashtextextended(
+    'axa_queue_history'::regclass::oid::text || ' partitions', 1635213689))"""
+"""The lock `axa_queue_history_days` and `axa_queue_history_drop` take (migration 10)."""
+
+
+async def test_with_every_day_in_place_a_move_or_a_round_takes_no_lock_on_the_days(
+    make_queue, admin, dsn: str
+) -> None:
+    await make_queue()
+    async with await connect(dsn) as conn:
+        made, since = await history.make_days(conn, WEEK)
+        assert made == 1 + history.AHEAD_DAYS
+        with psycopg.connect(dsn) as other:  # another process, making or dropping days
+            other.execute(PARTITIONS_LOCK)  # held until its transaction ends
+            # Waiting for it would fail after DDL_LOCK_TIMEOUT: neither asks for it.
+            assert await history.make_days(conn, WEEK) == (0, since)
+            assert await history.drop_days(conn, WEEK) == 0
+            other.rollback()
+
+
 async def test_partitions_are_made_from_the_oldest_finished_jobs_day_not_for_every_day_of_retention(
     make_queue, admin, dsn: str
 ) -> None:

@@ -80,7 +80,8 @@ async def make_days(
     today, to `AHEAD_DAYS` after (`sql.HISTORY_FIRST_DAY`); returns how many were made
     and when the first day began (moves take jobs finished since). The partitions are
     made in a transaction of their own, waiting no longer than `DDL_LOCK_TIMEOUT` for a
-    lock; the first day is read before it."""
+    lock; the first day is read before it, with whether any partition is missing (when
+    none is, nothing more is sent)."""
     params: dict[str, Any] = {
         "now": now,
         "retention": retention_seconds,
@@ -91,6 +92,8 @@ async def make_days(
         await cursor.execute(sql.HISTORY_FIRST_DAY, params)
         first = await cursor.fetchone()
         assert first is not None
+        if not first.missing:  # nearly always: no lock, no transaction
+            return 0, first.since
         async with conn.transaction():
             await conn.execute(sql.HISTORY_LOCK_TIMEOUT, (f"{round(DDL_LOCK_TIMEOUT * 1000)}ms",))
             await cursor.execute(sql.HISTORY_DAYS, {**params, "first_day": first.first_day})
@@ -141,8 +144,14 @@ async def drop_days(
     (`sql.STEPS_DROP`), dependencies
     and workflow places (`sql.WORKFLOWS_DROP`) deleted first.
     Its own transaction, waiting no longer than `DDL_LOCK_TIMEOUT` for a lock; the
-    steps go before it, in bounded batches (`sql.STEPS_DROP_BATCH`)."""
+    steps go before it, in bounded batches (`sql.STEPS_DROP_BATCH`). Nothing of that is
+    sent when the catalog shows no day to drop (`sql.HISTORY_DAYS_PAST`)."""
     params = {"older_than": older_than_seconds, "now": now, "batch": STEPS_BATCH}
+    async with conn.cursor(row_factory=by_name) as looking:
+        await looking.execute(sql.HISTORY_DAYS_PAST, params)
+        past = await looking.fetchone()
+    if past is None or not past.past:  # nearly every round: no day to drop
+        return 0
     after = "00000000-0000-0000-0000-000000000000"
     while True:
         async with conn.cursor(row_factory=by_name) as batch:

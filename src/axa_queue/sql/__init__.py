@@ -85,6 +85,9 @@ from .history import (
     HISTORY_DAYS as HISTORY_DAYS,
 )
 from .history import (
+    HISTORY_DAYS_PAST as HISTORY_DAYS_PAST,
+)
+from .history import (
     HISTORY_DROP as HISTORY_DROP,
 )
 from .history import (

@@ -15,6 +15,7 @@ from .naming import statement
 __all__ = [
     "HISTORY_COLUMNS_MOVED",
     "HISTORY_DAYS",
+    "HISTORY_DAYS_PAST",
     "HISTORY_DROP",
     "HISTORY_FIRST_DAY",
     "HISTORY_LOCK_TIMEOUT",
@@ -38,16 +39,23 @@ HISTORY_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true) AS lock_time
 one waits for no reader of the history table, but dropping one does; it gives up after
 this long and housekeeping tries again at its next round."""
 
-HISTORY_FIRST_DAY = statement("""SELECT GREATEST(b.earliest, LEAST(b.today,
-        ((SELECT min(q.updated_at) FROM {axa_queue} q
-          WHERE q.status IN ('completed', 'failed', 'cancelled')
-            AND q.updated_at >= b.earliest::timestamp AT TIME ZONE 'UTC')
-         AT TIME ZONE 'UTC')::date)) AS first_day
-    FROM (SELECT GREATEST(
-                     ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s))
-                      AT TIME ZONE 'UTC')::date,
-                     (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date - %(most)s) AS earliest,
-                 (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date AS today) b""")
+HISTORY_FIRST_DAY = statement("""SELECT f.first_day, f.first_day::timestamp AT TIME ZONE 'UTC' AS since,
+        EXISTS (SELECT FROM generate_series(f.first_day::timestamp,
+                                            (f.today + %(ahead)s)::timestamp, interval '1 day') d
+                WHERE NOT EXISTS (
+                    SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                    WHERE i.inhparent = {'axa_queue_history'}::regclass
+                      AND c.relname = 'axa_queue_history_' || to_char(d, 'YYYYMMDD'))) AS missing
+    FROM (SELECT GREATEST(b.earliest, LEAST(b.today,
+            ((SELECT min(q.updated_at) FROM {axa_queue} q
+              WHERE q.status IN ('completed', 'failed', 'cancelled')
+                AND q.updated_at >= b.earliest::timestamp AT TIME ZONE 'UTC')
+             AT TIME ZONE 'UTC')::date)) AS first_day, b.today
+        FROM (SELECT GREATEST(
+                         ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s))
+                          AT TIME ZONE 'UTC')::date,
+                         (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date - %(most)s) AS earliest,
+                     (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date AS today) b) f""")
 """The first day (UTC) whose history partition a move needs: the day the oldest finished
 job still in `axa_queue` and inside the retention finished, or today when there is none;
 the retention's first day is the day `retention` before `now` (at most `most` days
@@ -59,7 +67,12 @@ gets the days they finished on, and none for jobs older than the retention, whic
 transaction holds no lock on `axa_queue` while it waits for its DDL's. Under a snapshot
 held back, the entries of jobs already moved are walked first, as `HISTORY_MOVE`'s
 batches walk them (20,000 such entries: about 19,900 buffers, against 101,000 for the
-move's first batch of 5,000; 4 buffers without them)."""
+move's first batch of 5,000; 4 buffers without them).
+
+Also when that day began (`since`, as `HISTORY_DAYS` says it) and whether a partition
+from that day to `ahead` days after today is `missing` (the catalog's list of the
+history's partitions): when none is, a move makes none, and takes neither the
+partitions' lock nor a transaction for it (every move of a long-running worker)."""
 
 HISTORY_DAYS = statement("""SELECT {axa_queue_history_days}({'axa_queue_history'}::regclass,
         %(first_day)s::date,
@@ -114,6 +127,19 @@ HISTORY_MOVABLE = statement("""SELECT count(*) AS movable FROM {axa_queue}
            OR updated_at + make_interval(secs => unique_for_ms / 1000.0)
               <= COALESCE(%(now)s::timestamptz, now()))""")
 """How many jobs `HISTORY_MOVE` would move now (for a dry run)."""
+
+HISTORY_DAYS_PAST = statement("""SELECT EXISTS (
+    SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+    WHERE i.inhparent = {'axa_queue_history'}::regclass
+      AND c.relname ~ '^axa_queue_history_[0-9]{{8}}$'
+      AND c.relname < 'axa_queue_history_' || to_char(
+          ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s))
+           AT TIME ZONE 'UTC')::date, 'YYYYMMDD')) AS past""")
+"""Whether the history has a day partition that `HISTORY_DROP` would drop now (named
+for a day before the one `older_than` before `now`, as `axa_queue_history_drop` reads
+the names), from the catalog alone: a round of housekeeping with none (nearly every
+one) drops nothing, and sends neither the drop's transaction nor its deletions of the
+days' attempts, steps and workflows."""
 
 HISTORY_DROP = statement("""SELECT {axa_queue_history_drop}({'axa_queue_history'}::regclass,
     ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(older_than)s))
