@@ -192,3 +192,16 @@ def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
     assert set(summary) == {"drain 1 x 10 jobs/s", "latency p50 ms", "latency p99 ms"}
     assert all(len(sides["ref"]) == len(sides["this"]) == 1 for sides in summary.values())
     assert "drain 1 x 10" in capsys.readouterr().out
+
+
+def test_the_exchange_benchmark_alternates_a_table_without_the_named_trigger(
+    database_url: str, capsys
+) -> None:
+    import exchange  # bench/exchange.py
+
+    tiny = ["--jobs", "300", "--claim", "10", "--rounds", "4"]
+    medians = exchange.main(
+        ["--dsn", database_url, *tiny, "--without", "axa_queue_blocked_rule,ix:axa_queue_blocked"]
+    )
+    assert set(medians) == {"as made", "without"}
+    assert "difference" in capsys.readouterr().out
