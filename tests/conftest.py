@@ -29,6 +29,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import axa_queue.schema
+import axa_queue.sql
 import pgbouncer
 from axa_queue import Queue, QueueOptions
 from processes import WorkerProcesses
@@ -566,6 +567,19 @@ class Running:
 def running(queue: Queue) -> Running:
     """`async with running(queue):` runs the queue for the block."""
     return Running(queue)
+
+
+EXCHANGE_BEGINS = tuple(
+    statement.split("(", 1)[0] for statement in (axa_queue.sql.EXCHANGE, axa_queue.sql.CLAIM)
+)
+"""How the exchange (and its variants) and the claim begin: `WITH RECURSIVE endings AS `,
+`WITH RECURSIVE wanted AS `; not housekeeping's count of unhandled names, which begins
+`WITH RECURSIVE` too, and waits on a table lock as the claim does."""
+
+
+def exchange_waits(admin: psycopg.Connection[Any]) -> int:
+    """How many of this test's sessions wait for a lock on an exchange or a claim."""
+    return sum(lock_waits(admin, begins) for begins in EXCHANGE_BEGINS)
 
 
 def lock_waits(admin: psycopg.Connection[Any], like: str) -> int:

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 
 from axa_queue import JobState, NewJob, QueueOptions, Recovered, sql
-from conftest import eventually, later, lock_waits, running, status_of
+from conftest import eventually, exchange_waits, later, running, status_of
 
 WORKER_SCRIPT = '''
 """A worker process for the tests: python worker.py DSN WORKERS PREFETCH STALE_AFTER."""
@@ -389,7 +389,7 @@ async def test_a_stop_waits_for_a_result_write_the_database_holds_up(
         locker.execute("SELECT 1 FROM axa_queue WHERE id = %s FOR UPDATE", (job_id,))
         stop.set()
         events["release"].set()
-        await eventually(lambda: lock_waits(admin, "WITH RECURSIVE ") > 0)
+        await eventually(lambda: exchange_waits(admin) > 0)
         assert status_of(admin, job_id)[0] == "running"
         locker.rollback()
     await asyncio.wait_for(task, 15)
@@ -417,7 +417,7 @@ async def test_a_job_claimed_as_the_stop_comes_is_run_to_its_end_too(
             "INSERT INTO axa_queue (id, name, args) VALUES (gen_random_uuid(), 'Second', '{}')"
         )
         # The claim now waits on the lock.
-        await eventually(lambda: lock_waits(admin, "WITH RECURSIVE ") > 0)
+        await eventually(lambda: exchange_waits(admin) > 0)
         stop.set()
         await eventually(
             lambda: any(

@@ -15,7 +15,7 @@ import pytest
 from axa_queue import JobState, QueueOptions, Recovered
 from axa_queue.db.connector import Connector
 from axa_queue.worker.connections import Connections
-from conftest import MovedClock, eventually, later, lock_waits, running, status_of
+from conftest import MovedClock, eventually, exchange_waits, later, running, status_of
 
 # A heartbeat that never comes during a test, for runs that must finish unobserved.
 SLOW_BEAT = dict(heartbeat_interval=30, stale_after=60)
@@ -420,7 +420,7 @@ async def test_a_claim_held_up_behind_a_lock_longer_than_stale_after_is_not_stal
         # An application's transaction holds a lock every claim needs.
         holder.execute("LOCK TABLE axa_queue IN SHARE MODE")
         async with running(queue):
-            await eventually(lambda: lock_waits(admin, "WITH RECURSIVE ") > 0)
+            await eventually(lambda: exchange_waits(admin) > 0)
             # The rescuer looks stale_after after this moment, which is after the
             # claim's statement began: to it, the claim waited longer than stale_after.
             waited = later(admin, SLOW_BEAT["stale_after"])
