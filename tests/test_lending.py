@@ -22,9 +22,18 @@ async def finished(admin: psycopg.Connection[Any], job_id: UUID, status: str = "
     await eventually(lambda: status_of(admin, job_id)[0] == status)
 
 
-def requests(queue: Any) -> int:
-    """Checkouts of the queue's pool so far."""
-    return int(queue.pool.get_stats().get("requests_num", 0))
+def checkouts(queue: Any) -> list[asyncio.Task[Any] | None]:
+    """The task of each checkout of the queue's pool from now on (`getconn`), so a test
+    counts its own run's and not those the worker's housekeeping makes meanwhile."""
+    tasks: list[asyncio.Task[Any] | None] = []
+    getconn = queue.pool.getconn
+
+    async def noted(*args: Any, **kwargs: Any) -> Any:
+        tasks.append(asyncio.current_task())
+        return await getconn(*args, **kwargs)
+
+    queue.pool.getconn = noted
+    return tasks
 
 
 @pytest.fixture
@@ -38,17 +47,18 @@ async def test_blocks_of_one_run_get_the_same_lent_connection_with_no_checkout(
 ) -> None:
     queue = await make_queue(workers=1)
     seen: list[Any] = []
+    taken = checkouts(queue)
 
     @queue.handler("twice")
     async def twice(args: dict[str, Any]) -> None:
         async with queue.pool.connection() as conn:
             await conn.execute("SELECT 1")
             seen.append(conn)
-        before = requests(queue)
+        before = len(taken)
         async with queue.pool.connection() as conn:
             await conn.execute("SELECT 1")
             seen.append(conn)
-        seen.append(requests(queue) - before)
+        seen.append(taken[before:].count(asyncio.current_task()))  # none by this run
 
     job = await queue.enqueue("twice", {})
     async with running(queue):

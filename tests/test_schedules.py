@@ -109,7 +109,10 @@ def test_each_due_time_is_queued_once_by_two_worker_processes(dsn, admin) -> Non
     # Never two jobs for one due time; a due time is skipped while the last job is
     # unfinished (no stacking), which how loaded the machine is decides: not counted.
     assert 2 <= len(jobs) <= due_times
-    assert {status for _, _, status in jobs} == {"completed"}
+    # Every job ran, but the newest may have been queued by the last process's tick as
+    # it stopped (its loops no longer claim; in a deployment another process runs it).
+    assert {status for _, _, status in jobs[:-1]} == {"completed"}
+    assert jobs[-1][2] in ("completed", "queued")
 
 
 async def test_the_next_due_time_counts_from_the_last_due_time_not_from_the_tick(
