@@ -141,3 +141,27 @@ def test_the_design_notes_map_of_the_code_names_every_module_and_only_those_that
     named, modules = _map_of_the_code(), _modules_to_map()
     assert sorted(modules - named) == [], "modules docs/design.md's map of the code leaves out"
     assert sorted(named - modules) == [], "paths docs/design.md's map names that do not exist"
+
+
+def test_no_statement_is_made_by_editing_the_text_of_another() -> None:
+    # Each variant is composed from named pieces (sql/naming.py, sql/exchange.py), so
+    # the statement sent can be read whole: never by `str.replace` on another's text.
+    edits = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted((PACKAGE / "sql").glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "replace"
+    ]
+    assert edits == []
+
+
+def test_modules_stay_small_and_few_at_the_top() -> None:
+    sizes = {
+        str(path.relative_to(PACKAGE)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in PACKAGE.rglob("*.py")
+    }
+    assert {name: n for name, n in sizes.items() if n > 500} == {}
+    assert {name: n for name, n in sizes.items() if name.startswith("worker/") and n > 350} == {}
+    assert len([name for name in sizes if "/" not in name]) <= 20

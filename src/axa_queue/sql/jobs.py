@@ -331,13 +331,14 @@ times as epoch seconds, as `JOB` reads them."""
 _NOW = "COALESCE(%(now)s::timestamptz, now())"
 
 _BOUNDED = (
-    ("ready", f"SELECT name FROM {{axa_queue}} WHERE status = 'queued' AND run_at <= {_NOW}"),  # noqa: S608
-    ("waiting", f"SELECT name FROM {{axa_queue}} WHERE status = 'queued' AND run_at > {_NOW}"),  # noqa: S608
-    ("running", "SELECT name FROM {axa_queue} WHERE status = 'running'"),
-    ("needs_review", "SELECT name FROM {axa_queue} WHERE status = 'needs_review'"),
-    ("blocked", "SELECT name FROM {axa_queue} WHERE status = 'blocked'"),
+    ("ready", f"FROM {{axa_queue}} WHERE status = 'queued' AND run_at <= {_NOW}"),
+    ("waiting", f"FROM {{axa_queue}} WHERE status = 'queued' AND run_at > {_NOW}"),
+    ("running", "FROM {axa_queue} WHERE status = 'running'"),
+    ("needs_review", "FROM {axa_queue} WHERE status = 'needs_review'"),
+    ("blocked", "FROM {axa_queue} WHERE status = 'blocked'"),
 )
-"""The live states' bounded reads: each through its partial index, at most `cap + 1` rows."""
+"""The live states' rows, each state's `FROM` and `WHERE` (read through its partial
+index, at most `cap + 1` rows); each count names the columns it reads."""
 
 _FINISHED = """count(*) FILTER (WHERE status = 'completed') AS {prefix}completed,
         count(*) FILTER (WHERE status = 'failed') AS {prefix}failed,
@@ -347,28 +348,25 @@ _FINISHED = """count(*) FILTER (WHERE status = 'completed') AS {prefix}completed
 def _bounded_counts(by_name: bool) -> str:
     """`COUNTS` (`by_name` false) or `COUNTS_BY_NAME`: every group read at most
     `cap + 1` rows deep, one statement."""
-    key = "name, " if by_name else ""
-    group = " GROUP BY name" if by_name else ""
-    parts = [
-        f"""(SELECT {key}'{state}' AS state, count(*) AS n FROM ({query} LIMIT %(cap)s + 1) x{group})"""  # noqa: S608
-        for state, query in _BOUNDED[1:]
-    ]
-    live = "\n        UNION ALL\n        ".join(parts)
     finished = _FINISHED.format(prefix="")
     moved = _FINISHED.format(prefix="moved_")
     if not by_name:
         return f"""SELECT
-    (SELECT count(*) FROM ({_BOUNDED[0][1]} LIMIT %(cap)s + 1) x) AS ready,
-    (SELECT count(*) FROM ({_BOUNDED[1][1]} LIMIT %(cap)s + 1) x) AS waiting,
-    (SELECT count(*) FROM ({_BOUNDED[2][1]} LIMIT %(cap)s + 1) x) AS running,
-    (SELECT count(*) FROM ({_BOUNDED[3][1]} LIMIT %(cap)s + 1) x) AS needs_review,
-    (SELECT count(*) FROM ({_BOUNDED[4][1]} LIMIT %(cap)s + 1) x) AS blocked,
+    (SELECT count(*) FROM (SELECT name {_BOUNDED[0][1]} LIMIT %(cap)s + 1) x) AS ready,
+    (SELECT count(*) FROM (SELECT name {_BOUNDED[1][1]} LIMIT %(cap)s + 1) x) AS waiting,
+    (SELECT count(*) FROM (SELECT name {_BOUNDED[2][1]} LIMIT %(cap)s + 1) x) AS running,
+    (SELECT count(*) FROM (SELECT name {_BOUNDED[3][1]} LIMIT %(cap)s + 1) x) AS needs_review,
+    (SELECT count(*) FROM (SELECT name {_BOUNDED[4][1]} LIMIT %(cap)s + 1) x) AS blocked,
     hot.*, moved.*,
     (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM (SELECT min(run_at) FROM {{axa_queue}}
         WHERE status = 'queued' AND run_at <= {_NOW})))::float8 AS oldest
     FROM (SELECT {finished} FROM (SELECT status FROM {{axa_queue}}
               WHERE status IN ('completed', 'failed', 'cancelled') LIMIT %(cap)s + 1) f) hot,
          (SELECT {moved} FROM (SELECT status FROM {{axa_queue_history}} LIMIT %(cap)s + 1) m) moved"""  # noqa: S608
+    live = "\n        UNION ALL\n        ".join(
+        f"""(SELECT name, '{state}' AS state, count(*) AS n, NULL::float8 AS oldest FROM (SELECT name {rows} LIMIT %(cap)s + 1) x GROUP BY name)"""  # noqa: S608
+        for state, rows in _BOUNDED[1:]
+    )
     return f"""SELECT name,
     COALESCE(sum(n) FILTER (WHERE state = 'ready'), 0)::bigint AS ready,
     COALESCE(sum(n) FILTER (WHERE state = 'waiting'), 0)::bigint AS waiting,
@@ -385,10 +383,10 @@ def _bounded_counts(by_name: bool) -> str:
     FROM (
         (SELECT name, 'ready' AS state, count(*) AS n,
                 (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM min(run_at)))::float8 AS oldest
-         FROM ({_BOUNDED[0][1].replace("SELECT name", "SELECT name, run_at")}
+         FROM (SELECT name, run_at {_BOUNDED[0][1]}
                ORDER BY axa_queue.run_at LIMIT %(cap)s + 1) x GROUP BY name)
         UNION ALL
-        {live.replace("count(*) AS n FROM", "count(*) AS n, NULL::float8 AS oldest FROM")}
+        {live}
         UNION ALL
         (SELECT name, status, count(*), NULL::float8 FROM (SELECT name, status FROM {{axa_queue}}
               WHERE status IN ('completed', 'failed', 'cancelled') LIMIT %(cap)s + 1) f GROUP BY name, status)
