@@ -351,12 +351,11 @@ def _bounded_counts(by_name: bool) -> str:
     finished = _FINISHED.format(prefix="")
     moved = _FINISHED.format(prefix="moved_")
     if not by_name:
-        return f"""SELECT
-    (SELECT count(*) FROM (SELECT name {_BOUNDED[0][1]} LIMIT %(cap)s + 1) x) AS ready,
-    (SELECT count(*) FROM (SELECT name {_BOUNDED[1][1]} LIMIT %(cap)s + 1) x) AS waiting,
-    (SELECT count(*) FROM (SELECT name {_BOUNDED[2][1]} LIMIT %(cap)s + 1) x) AS running,
-    (SELECT count(*) FROM (SELECT name {_BOUNDED[3][1]} LIMIT %(cap)s + 1) x) AS needs_review,
-    (SELECT count(*) FROM (SELECT name {_BOUNDED[4][1]} LIMIT %(cap)s + 1) x) AS blocked,
+        each = "".join(
+            f"\n    (SELECT count(*) FROM (SELECT name {rows} LIMIT %(cap)s + 1) x) AS {state},"  # noqa: S608
+            for state, rows in _BOUNDED
+        )
+        return f"""SELECT{each}
     hot.*, moved.*,
     (EXTRACT(EPOCH FROM {_NOW}) - EXTRACT(EPOCH FROM (SELECT min(run_at) FROM {{axa_queue}}
         WHERE status = 'queued' AND run_at <= {_NOW})))::float8 AS oldest
