@@ -39,14 +39,8 @@ HISTORY_LOCK_TIMEOUT = "SELECT set_config('lock_timeout', %s, true) AS lock_time
 one waits for no reader of the history table, but dropping one does; it gives up after
 this long and housekeeping tries again at its next round."""
 
-HISTORY_FIRST_DAY = statement("""SELECT f.first_day, f.first_day::timestamp AT TIME ZONE 'UTC' AS since,
-        EXISTS (SELECT FROM generate_series(f.first_day::timestamp,
-                                            (f.today + %(ahead)s)::timestamp, interval '1 day') d
-                WHERE NOT EXISTS (
-                    SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-                    WHERE i.inhparent = {'axa_queue_history'}::regclass
-                      AND c.relname = 'axa_queue_history_' || to_char(d, 'YYYYMMDD'))) AS missing
-    FROM (SELECT GREATEST(b.earliest, LEAST(b.today,
+HISTORY_FIRST_DAY = statement("""WITH f AS MATERIALIZED (
+        SELECT GREATEST(b.earliest, LEAST(b.today,
             ((SELECT min(q.updated_at) FROM {axa_queue} q
               WHERE q.status IN ('completed', 'failed', 'cancelled')
                 AND q.updated_at >= b.earliest::timestamp AT TIME ZONE 'UTC')
@@ -55,7 +49,16 @@ HISTORY_FIRST_DAY = statement("""SELECT f.first_day, f.first_day::timestamp AT T
                          ((COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(retention)s))
                           AT TIME ZONE 'UTC')::date,
                          (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date - %(most)s) AS earliest,
-                     (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date AS today) b) f""")
+                     (COALESCE(%(now)s::timestamptz, now()) AT TIME ZONE 'UTC')::date AS today) b
+    )
+    SELECT f.first_day, f.first_day::timestamp AT TIME ZONE 'UTC' AS since,
+        EXISTS (SELECT FROM generate_series(f.first_day::timestamp,
+                                            (f.today + %(ahead)s)::timestamp, interval '1 day') d
+                WHERE NOT EXISTS (
+                    SELECT FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+                    WHERE i.inhparent = {'axa_queue_history'}::regclass
+                      AND c.relname = 'axa_queue_history_' || to_char(d, 'YYYYMMDD'))) AS missing
+    FROM f""")
 """The first day (UTC) whose history partition a move needs: the day the oldest finished
 job still in `axa_queue` and inside the retention finished, or today when there is none;
 the retention's first day is the day `retention` before `now` (at most `most` days
@@ -72,7 +75,9 @@ move's first batch of 5,000; 4 buffers without them).
 Also when that day began (`since`, as `HISTORY_DAYS` says it) and whether a partition
 from that day to `ahead` days after today is `missing` (the catalog's list of the
 history's partitions): when none is, a move makes none, and takes neither the
-partitions' lock nor a transaction for it (every move of a long-running worker)."""
+partitions' lock nor a transaction for it (every move of a long-running worker). The
+first day is computed once (`MATERIALIZED`): inlined, its read of `axa_queue_finished`
+ran once for each of the three columns that use it."""
 
 HISTORY_DAYS = statement("""SELECT {axa_queue_history_days}({'axa_queue_history'}::regclass,
         %(first_day)s::date,
