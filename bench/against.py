@@ -13,17 +13,30 @@ afterwards; both trees use the packages installed here (psycopg and the rest). O
 shared, noisy machine (a VM whose rounds move by 10 to 30%), take many pairs and read
 the spread as well as the medians: a bound of a few percent is shown only by pairs that
 agree.
+
+With `--together`, each pair runs the two trees at the same time instead of one after
+the other: both processes set up first (schema, jobs queued, pool warm; for the
+latency, the worker idle and listening), say so, and are released together, so what
+the machine's drifting speed does to one it does to the other. The drain (one process
+of 10 loops each) is then the rate of endings over `--window` seconds, from `--settle`
+seconds after the release, while both still run (give `--jobs` enough for neither to
+finish first); the latency, the same samples enqueued side by side. Each side then has
+half the machine: the ratio says which tree does a job with less of it.
+
+    python bench/against.py --ref 5ce29cb --together --pairs 12 --jobs 40000
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +55,62 @@ else:
     print(json.dumps({"p50 ms": latency.p50_ms, "p99 ms": latency.p99_ms}))
 """
 """One case in a tree's own process: its `bench/run.py` and library (on `PYTHONPATH`)."""
+
+CASE_TOGETHER = """
+import asyncio, json, os, sys, time
+import run
+kind, dsn, size, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+settle, window = float(sys.argv[5]), float(sys.argv[6])
+
+async def released():
+    open(go + "." + str(os.getpid()), "w").close()
+    while not os.path.exists(go):
+        await asyncio.sleep(0.002)
+
+async def drain(sdsn):
+    queue = run.bench_queue(sdsn, 10)
+    await queue.open()
+    try:
+        await run.queue_jobs(queue, size)
+        run.prepare_for_timing(sdsn)
+        await run.warm_pool(queue)
+        ended = 0
+        def seen(_name, _outcome, _seconds):
+            nonlocal ended
+            ended += 1
+        queue.observe(seen)
+        await released()
+        stop = asyncio.Event()
+        running = asyncio.ensure_future(queue.run(stop))
+        await asyncio.sleep(settle)
+        first, t1 = ended, time.monotonic()
+        await asyncio.sleep(window)
+        last, t2 = ended, time.monotonic()
+        stop.set()
+        await running
+        if last >= size:
+            raise SystemExit(f"all {size} jobs ended inside the window: give more --jobs")
+        return {"jobs/s": (last - first) / (t2 - t1)}
+    finally:
+        await queue.close()
+
+if kind == "drain":
+    with run.scratch_schema(dsn) as sdsn:
+        run.setup_tables(sdsn)
+        print(json.dumps(asyncio.run(drain(sdsn))))
+else:
+    gated = run._Producer.run
+    async def run_released(self, timeout):
+        await released()
+        return await gated(self, timeout)
+    run._Producer.run = run_released
+    latency = run.latency_axa(dsn, size)
+    print(json.dumps({"p50 ms": latency.p50_ms, "p99 ms": latency.p99_ms}))
+"""
+"""One side of a case run with `--together`, in a tree's own process: set up, say it is
+ready (a file `<go>.<pid>`), wait for the file `go`, measure. The latency's gate is
+its producer's start (`run._Producer.run`, in both trees): the worker is idle and
+listening by then."""
 
 
 def checkout(ref: str, where: str) -> None:
@@ -63,11 +132,10 @@ def remove(where: str) -> None:
 
 def measure(tree: Path, kind: str, dsn: str, size: int, processes: int) -> dict[str, float]:
     """One case run by `tree`'s code: its figures by name."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / "src"), str(tree / "bench")]))
     done = subprocess.run(
         [sys.executable, "-c", CASE, kind, dsn, str(size), str(processes)],
         cwd=tree,
-        env=env,
+        env=_env(tree),
         capture_output=True,
         text=True,
         timeout=900,
@@ -78,18 +146,74 @@ def measure(tree: Path, kind: str, dsn: str, size: int, processes: int) -> dict[
     return figures
 
 
+def _env(tree: Path) -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree / "src"), str(tree / "bench")]))
+
+
+def measure_together(
+    trees: dict[str, Path], kind: str, dsn: str, size: int, settle: float, window: float
+) -> dict[str, dict[str, float]]:
+    """One case run by every tree at once (`CASE_TOGETHER`), released together once all
+    are set up: each tree's figures by name."""
+    with tempfile.TemporaryDirectory(prefix="axa-together-") as gates:
+        go = str(Path(gates) / "go")
+        args = [kind, dsn, str(size), go, str(settle), str(window)]
+        sides = {
+            name: subprocess.Popen(
+                [sys.executable, "-c", CASE_TOGETHER, *args],
+                cwd=tree,
+                env=_env(tree),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for name, tree in trees.items()
+        }
+        try:
+            deadline = time.monotonic() + 600
+            while len(list(Path(gates).glob("go.*"))) < len(sides):
+                failed = [name for name, side in sides.items() if side.poll() is not None]
+                if failed or time.monotonic() > deadline:
+                    raise RuntimeError(f"{kind}: {failed or 'a side'} did not get ready")
+                time.sleep(0.01)
+            Path(go).touch()
+            figures: dict[str, dict[str, float]] = {}
+            for name, side in sides.items():
+                out, err = side.communicate(timeout=900)
+                if side.returncode != 0:
+                    raise RuntimeError(f"{kind} in {trees[name]} failed:\n{err[-2000:]}")
+                figures[name] = json.loads(out.strip().splitlines()[-1])
+            return figures
+        finally:
+            for side in sides.values():
+                if side.poll() is None:
+                    side.kill()
+                    side.communicate()
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--dsn", default="postgresql://root@127.0.0.1:5432/postgres")
     parser.add_argument("--ref", required=True, help="the commit to compare with, e.g. 5ce29cb")
     parser.add_argument("--pairs", type=int, default=6, help="rounds of each tree (default 6)")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain")
-    parser.add_argument("--processes", default="1,2", help="worker processes of each drain")
+    parser.add_argument(
+        "--processes", help="worker processes of each drain (default 1,2; 1 with --together)"
+    )
     parser.add_argument("--latency-samples", type=int, default=400, help="0: no latency")
+    parser.add_argument(
+        "--together", action="store_true", help="run the two trees at once, released together"
+    )
+    parser.add_argument("--settle", type=float, default=1.0, help="--together: before the window")
+    parser.add_argument("--window", type=float, default=5.0, help="--together: drain's window (s)")
     given = parser.parse_args(argv)
+    default = "1" if given.together else "1,2"
+    chosen = default if given.processes is None else given.processes
+    processes = [int(one) for one in chosen.split(",") if one]
+    if given.together and processes not in ([], [1]):
+        parser.error("--together drains with one process of each tree: --processes 1 (or '')")
     cases: list[tuple[str, str, int, int]] = [
-        (f"drain {p} x 10", "drain", given.jobs, p)
-        for p in (int(one) for one in given.processes.split(",") if one)
+        (f"drain {p} x 10", "drain", given.jobs, p) for p in processes
     ]
     if given.latency_samples:
         cases.append(("latency", "latency", given.latency_samples, 1))
@@ -102,9 +226,18 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
             trees = {given.ref: other, "this tree": ROOT}
             for pair in range(given.pairs):
                 order = list(trees) if pair % 2 == 0 else list(reversed(trees))
-                for label, kind, size, processes in cases:
-                    for name in order:
-                        got = measure(trees[name], kind, given.dsn, size, processes)
+                for label, kind, size, count in cases:
+                    if given.together:
+                        both = {name: trees[name] for name in order}
+                        each = measure_together(
+                            both, kind, given.dsn, size, given.settle, given.window
+                        )
+                    else:
+                        each = {
+                            name: measure(trees[name], kind, given.dsn, size, count)
+                            for name in order
+                        }
+                    for name, got in each.items():
                         by_tree = figures.setdefault(label, {}).setdefault(name, {})
                         for figure, value in got.items():
                             by_tree.setdefault(figure, []).append(value)
@@ -117,8 +250,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
         for figure in by_tree[given.ref]:
             theirs = by_tree[given.ref][figure]
             ours = by_tree["this tree"][figure]
-            ratio = statistics.median(ours) / statistics.median(theirs)
-            per_pair = [o / t for o, t in zip(ours, theirs, strict=True)]
+            ratio = _ratio(statistics.median(ours), statistics.median(theirs))
+            per_pair = [_ratio(o, t) for o, t in zip(ours, theirs, strict=True)]
             summary[f"{label} {figure}"] = {"ref": theirs, "this": ours}
             print(
                 f"{label:<16} {figure:<8} {statistics.median(theirs):>12,.2f} "
@@ -126,6 +259,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
                 + ", ".join(f"{one:.2f}" for one in per_pair)
             )
     return summary
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    return ours / theirs if theirs else math.nan
 
 
 def _shown(got: dict[str, Any]) -> str:

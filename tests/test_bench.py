@@ -194,6 +194,24 @@ def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
     assert "drain 1 x 10" in capsys.readouterr().out
 
 
+@pytest.mark.skipif(
+    not (BENCH.parent / ".git").exists(), reason="compares with a commit: needs a git checkout"
+)
+def test_the_comparison_run_together_releases_both_trees_at_once_and_reads_a_window(
+    database_url: str, capsys
+) -> None:
+    import against  # bench/against.py
+
+    tiny = ["--pairs", "1", "--jobs", "3000", "--settle", "0.3", "--window", "0.2"]
+    summary = against.main(
+        ["--dsn", database_url, "--ref", "HEAD", "--together", *tiny, "--latency-samples", "5"]
+    )
+    assert set(summary) == {"drain 1 x 10 jobs/s", "latency p50 ms", "latency p99 ms"}
+    assert all(len(sides["ref"]) == len(sides["this"]) == 1 for sides in summary.values())
+    assert all(sides["ref"][0] > 0 and sides["this"][0] > 0 for sides in summary.values())
+    assert "drain 1 x 10" in capsys.readouterr().out
+
+
 def test_the_exchange_benchmark_alternates_a_table_without_the_named_trigger(
     database_url: str, capsys
 ) -> None:
