@@ -294,6 +294,8 @@ async def test_a_run_that_gave_up_its_claim_is_judged_by_the_limit_its_claim_gav
     job_id = stored_without_limit(admin, "Hang")
     async with running(queue):
         await asyncio.wait_for(started.wait(), 15)
+        # Queued again, the job must stay so to be read: no claim of it from here on.
+        await queue.pause("Hang", "ops:test", "read the job's fate")
         # Hold the job's row: the heartbeats wait for it and are given up, so the run
         # stops; what becomes of its job waits for the row too, until it is let go.
         with admin.transaction():
