@@ -154,41 +154,50 @@ def measure_together(
     trees: dict[str, Path], kind: str, dsn: str, size: int, settle: float, window: float
 ) -> dict[str, dict[str, float]]:
     """One case run by every tree at once (`CASE_TOGETHER`), released together once all
-    are set up: each tree's figures by name."""
+    are set up: each tree's figures by name. Each side writes to files of its own, so
+    none can stall on a full pipe while the other gets ready."""
     with tempfile.TemporaryDirectory(prefix="axa-together-") as gates:
-        go = str(Path(gates) / "go")
-        args = [kind, dsn, str(size), go, str(settle), str(window)]
-        sides = {
-            name: subprocess.Popen(
-                [sys.executable, "-c", CASE_TOGETHER, *args],
-                cwd=tree,
-                env=_env(tree),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for name, tree in trees.items()
-        }
+        go = Path(gates) / "go"
+        args = [kind, dsn, str(size), str(go), str(settle), str(window)]
+        sides: dict[str, subprocess.Popen[bytes]] = {}
         try:
+            for at, (name, tree) in enumerate(trees.items()):
+                with (
+                    open(Path(gates) / f"out{at}", "wb") as out,
+                    open(Path(gates) / f"err{at}", "wb") as err,
+                ):
+                    sides[name] = subprocess.Popen(
+                        [sys.executable, "-c", CASE_TOGETHER, *args],
+                        cwd=tree,
+                        env=_env(tree),
+                        stdout=out,
+                        stderr=err,
+                    )
+
+            def said(at: int, what: str) -> str:
+                return (Path(gates) / f"{what}{at}").read_text(errors="replace")
+
             deadline = time.monotonic() + 600
             while len(list(Path(gates).glob("go.*"))) < len(sides):
-                failed = [name for name, side in sides.items() if side.poll() is not None]
+                failed = [at for at, side in enumerate(sides.values()) if side.poll() is not None]
                 if failed or time.monotonic() > deadline:
-                    raise RuntimeError(f"{kind}: {failed or 'a side'} did not get ready")
+                    why = "\n".join(said(at, "err")[-2000:] for at in failed)
+                    raise RuntimeError(f"{kind}: a side did not get ready\n{why}")
                 time.sleep(0.01)
-            Path(go).touch()
+            go.touch()
             figures: dict[str, dict[str, float]] = {}
-            for name, side in sides.items():
-                out, err = side.communicate(timeout=900)
-                if side.returncode != 0:
-                    raise RuntimeError(f"{kind} in {trees[name]} failed:\n{err[-2000:]}")
-                figures[name] = json.loads(out.strip().splitlines()[-1])
+            for at, (name, side) in enumerate(sides.items()):
+                if side.wait(timeout=900) != 0:
+                    raise RuntimeError(
+                        f"{kind} in {trees[name]} failed:\n{said(at, 'err')[-2000:]}"
+                    )
+                figures[name] = json.loads(said(at, "out").strip().splitlines()[-1])
             return figures
         finally:
             for side in sides.values():
                 if side.poll() is None:
                     side.kill()
-                    side.communicate()
+                    side.wait()
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
