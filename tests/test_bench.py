@@ -179,9 +179,13 @@ def test_the_workflows_benchmark_drains_a_chord_and_plain_jobs(
     assert "plain jobs:" in printed and "chord / plain:" in printed
 
 
-@pytest.mark.skipif(
+NEEDS_CHECKOUT = pytest.mark.skipif(
     not (BENCH.parent / ".git").exists(), reason="compares with a commit: needs a git checkout"
 )
+"""`bench/against.py` checks a commit out of this repository (`git worktree`)."""
+
+
+@NEEDS_CHECKOUT
 def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
     database_url: str, capsys
 ) -> None:
@@ -194,9 +198,7 @@ def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
     assert "drain 1 x 10" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(
-    not (BENCH.parent / ".git").exists(), reason="compares with a commit: needs a git checkout"
-)
+@NEEDS_CHECKOUT
 def test_the_comparison_run_together_releases_both_trees_at_once_and_reads_a_window(
     database_url: str, capsys
 ) -> None:
