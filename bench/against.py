@@ -24,6 +24,14 @@ finish first); the latency, the same samples enqueued side by side. Each side th
 half the machine: the ratio says which tree does a job with less of it.
 
     python bench/against.py --ref 5ce29cb --together --pairs 12 --jobs 40000
+
+`--enqueue-jobs N` adds `bench/run.py`'s enqueue figures: `N` single `enqueue` calls one
+after the other (`enqueue_single`), then one `enqueue_all` of `N` jobs
+(`enqueue_bulk`). With `--together`, the single enqueues are counted over `--window`
+seconds from the release, then both sides queue their `enqueue_all` at once.
+
+    python bench/against.py --ref 5ce29cb --together --pairs 12 --processes '' \
+        --latency-samples 0 --enqueue-jobs 10000
 """
 
 from __future__ import annotations
@@ -50,6 +58,9 @@ kind, dsn, size, processes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys
 if kind == "drain":
     drained = run.drain_axa(dsn, size, 10, processes)
     print(json.dumps({"jobs/s": drained.jobs_per_s}))
+elif kind == "enqueue":
+    single = run.enqueue_single(dsn, size, "axa")
+    print(json.dumps({"single/s": single, "bulk/s": run.enqueue_bulk(dsn, size, "axa")}))
 else:
     latency = run.latency_axa(dsn, size)
     print(json.dumps({"p50 ms": latency.p50_ms, "p99 ms": latency.p99_ms}))
@@ -57,7 +68,7 @@ else:
 """One case in a tree's own process: its `bench/run.py` and library (on `PYTHONPATH`)."""
 
 CASE_TOGETHER = """
-import asyncio, json, os, sys, time
+import asyncio, json, os, sys, time, uuid
 import run
 kind, dsn, size, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 settle, window = float(sys.argv[5]), float(sys.argv[6])
@@ -94,10 +105,31 @@ async def drain(sdsn):
     finally:
         await queue.close()
 
+async def enqueue(sdsn):
+    from axa_queue import NewJob, Queue
+    async with Queue(sdsn) as queue:
+        for _ in range(20):
+            await queue.enqueue(run.JOB, {"k": str(uuid.uuid4())})
+        args = [{"k": str(uuid.uuid4())} for _ in range(size)]
+        await released()
+        done, t0 = 0, time.perf_counter()
+        while done < size and time.perf_counter() - t0 < window:
+            await queue.enqueue(run.JOB, args[done])
+            done += 1
+        single = done / (time.perf_counter() - t0)
+        t1 = time.perf_counter()
+        await queue.enqueue_all([NewJob(run.JOB, one) for one in args])
+        return {"single/s": single, "bulk/s": size / (time.perf_counter() - t1)}
+
 if kind == "drain":
     with run.scratch_schema(dsn) as sdsn:
         run.setup_tables(sdsn)
         print(json.dumps(asyncio.run(drain(sdsn))))
+elif kind == "enqueue":
+    with run.scratch_schema(dsn) as sdsn:
+        run.setup_tables(sdsn, done_table=False)
+        run.prepare_for_timing(sdsn)
+        print(json.dumps(asyncio.run(enqueue(sdsn))))
 else:
     gated = run._Producer.run
     async def run_released(self, timeout):
@@ -110,7 +142,9 @@ else:
 """One side of a case run with `--together`, in a tree's own process: set up, say it is
 ready (a file `<go>.<pid>`), wait for the file `go`, measure. The latency's gate is
 its producer's start (`run._Producer.run`, in both trees): the worker is idle and
-listening by then."""
+listening by then. The enqueue's: a queue open, its pool warm and 20 jobs queued;
+then single `enqueue` calls for `window` seconds (or `size` calls, if fewer), and one
+`enqueue_all` of `size` jobs, each side timing its own."""
 
 
 def checkout(ref: str, where: str) -> None:
@@ -211,6 +245,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     )
     parser.add_argument("--latency-samples", type=int, default=400, help="0: no latency")
     parser.add_argument(
+        "--enqueue-jobs",
+        type=int,
+        default=0,
+        help="jobs of the enqueue case: single enqueues and one enqueue_all (0: none)",
+    )
+    parser.add_argument(
         "--together", action="store_true", help="run the two trees at once, released together"
     )
     parser.add_argument("--settle", type=float, default=1.0, help="--together: before the window")
@@ -226,6 +266,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     ]
     if given.latency_samples:
         cases.append(("latency", "latency", given.latency_samples, 1))
+    if given.enqueue_jobs:
+        cases.append(("enqueue", "enqueue", given.enqueue_jobs, 1))
     # figures[case label][tree][figure name] = one value per pair
     figures: dict[str, dict[str, dict[str, list[float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="axa-against-") as scratch:

@@ -192,8 +192,14 @@ def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
     import against  # bench/against.py
 
     tiny = ["--pairs", "1", "--jobs", "100", "--processes", "1", "--latency-samples", "5"]
-    summary = against.main(["--dsn", database_url, "--ref", "HEAD", *tiny])
-    assert set(summary) == {"drain 1 x 10 jobs/s", "latency p50 ms", "latency p99 ms"}
+    summary = against.main(["--dsn", database_url, "--ref", "HEAD", *tiny, "--enqueue-jobs", "30"])
+    assert set(summary) == {
+        "drain 1 x 10 jobs/s",
+        "latency p50 ms",
+        "latency p99 ms",
+        "enqueue single/s",
+        "enqueue bulk/s",
+    }
     assert all(len(sides["ref"]) == len(sides["this"]) == 1 for sides in summary.values())
     assert "drain 1 x 10" in capsys.readouterr().out
 
@@ -205,10 +211,15 @@ def test_the_comparison_run_together_releases_both_trees_at_once_and_reads_a_win
     import against  # bench/against.py
 
     tiny = ["--pairs", "1", "--jobs", "3000", "--settle", "0.3", "--window", "0.2"]
-    summary = against.main(
-        ["--dsn", database_url, "--ref", "HEAD", "--together", *tiny, "--latency-samples", "5"]
-    )
-    assert set(summary) == {"drain 1 x 10 jobs/s", "latency p50 ms", "latency p99 ms"}
+    small = ["--latency-samples", "5", "--enqueue-jobs", "30"]
+    summary = against.main(["--dsn", database_url, "--ref", "HEAD", "--together", *tiny, *small])
+    assert set(summary) == {
+        "drain 1 x 10 jobs/s",
+        "latency p50 ms",
+        "latency p99 ms",
+        "enqueue single/s",
+        "enqueue bulk/s",
+    }
     assert all(len(sides["ref"]) == len(sides["this"]) == 1 for sides in summary.values())
     assert all(sides["ref"][0] > 0 and sides["this"][0] > 0 for sides in summary.values())
     assert "drain 1 x 10" in capsys.readouterr().out
