@@ -36,6 +36,7 @@ from axa_queue import NewJob, Queue, QueueOptions, chord, enqueue_on, group
 from axa_queue.web import create_app
 from conftest import FAST
 from tcp_cut import cut_proxy
+from test_web_outage import shorter_waits
 
 TOKEN = "browser-test-token-0123456789"
 SECRET = "S3CRET-in-the-args-b7e2"
@@ -648,31 +649,34 @@ def test_the_charts_axes_say_the_date_and_time_of_each_end(page, served, admin) 
 
 @in_browser
 def test_a_database_outage_shows_the_status_page_and_the_pages_come_back_by_themselves(
-    page, tables, admin
+    page, tables, admin, monkeypatch
 ) -> None:
     from playwright.sync_api import expect
 
     seed(admin, "Mail", "queued", 2)
+    monkeypatch.setattr("axa_queue.web.app.RETRY_EVERY", 1)  # the status page's reload (5 s)
     with cut_proxy(tables) as proxy, Served(create_app(proxy.dsn(tables), token=TOKEN)) as served:
         sign_in(page, served)
         expect(page.locator("#total-ready")).to_have_text("2")
         page.evaluate("window.sameDocument = true")
-        proxy.cut()  # the live part, polled every 2 s, shows the outage in its place
-        expect(page.locator("#outage")).to_contain_text(
-            "The database cannot be reached", timeout=20_000
-        )
-        assert page.locator("#total-ready").count() == 0  # no stale counts shown
+        with shorter_waits(monkeypatch):
+            proxy.cut()  # the live part, polled every 2 s, shows the outage in its place
+            expect(page.locator("#outage")).to_contain_text(
+                "The database cannot be reached", timeout=20_000
+            )
+            assert page.locator("#total-ready").count() == 0  # no stale counts shown
         proxy.restore()  # and the counts come back, on the same page
         expect(page.locator("#total-ready")).to_have_text("2", timeout=20_000)
         assert page.locator("#outage").count() == 0
         assert page.evaluate("window.sameDocument") is True
 
-        proxy.cut()  # a page opened during an outage: the status page, loading itself again
-        answer = page.goto(served.url + "/jobs?state=queued")
-        assert answer is not None and answer.status == 503
-        assert page.title().startswith("Database unavailable")
-        assert "tries again by itself" in page.inner_text("#outage")
-        assert SECRET not in page.content() and "Traceback" not in page.content()
+        with shorter_waits(monkeypatch):
+            proxy.cut()  # a page opened during an outage: the status page, loading itself again
+            answer = page.goto(served.url + "/jobs?state=queued")
+            assert answer is not None and answer.status == 503
+            assert page.title().startswith("Database unavailable")
+            assert "tries again by itself" in page.inner_text("#outage")
+            assert SECRET not in page.content() and "Traceback" not in page.content()
         proxy.restore()
         expect(page.locator("#jobs tbody tr")).to_have_count(2, timeout=20_000)
         assert page.url == served.url + "/jobs?state=queued"
