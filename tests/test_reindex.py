@@ -115,6 +115,8 @@ async def test_a_rebuild_that_waits_past_its_timeout_leaves_the_index_and_its_co
     # A snapshot that began after the check (as if a report started a moment later):
     # the rebuild waits for it for its lock_timeout, gives up, and leaves an invalid copy.
     monkeypatch.setattr(indexes, "HELD_SNAPSHOT", float("inf"))
+    # The timeout shortened (2 s as shipped): the rebuild and the copy's drop wait it out.
+    monkeypatch.setattr("axa_queue.sql.REINDEX_WAIT", "SET lock_timeout = '200ms'")
     with psycopg.connect(dsn) as report:
         report.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         report.execute("SELECT count(*) FROM axa_queue").fetchone()
