@@ -32,6 +32,15 @@ seconds from the release, then both sides queue their `enqueue_all` at once.
 
     python bench/against.py --ref 5ce29cb --together --pairs 12 --processes '' \
         --latency-samples 0 --enqueue-jobs 10000
+
+`--integration-jobs N` adds the integrations' figures: `N` jobs queued on each kind of
+connection `bench/integrations.py` measures (psycopg's, Django's, SQLAlchemy's,
+asyncpg's), one by one and 100 at a time, and compares the client's CPU time per job
+(the library, the integration, the driver), which the machine's drift barely moves.
+One tree after the other only.
+
+    python bench/against.py --ref 5ce29cb --pairs 6 --processes '' --latency-samples 0 \
+        --integration-jobs 2000
 """
 
 from __future__ import annotations
@@ -61,6 +70,13 @@ if kind == "drain":
 elif kind == "enqueue":
     single = run.enqueue_single(dsn, size, "axa")
     print(json.dumps({"single/s": single, "bulk/s": run.enqueue_bulk(dsn, size, "axa")}))
+elif kind == "integrations":
+    figures = {}
+    for through in run.integrations.KINDS:
+        for batch in (1, 100):
+            rate = run.enqueue_through(dsn, through, size, batch)
+            figures[f"{through} x{batch} cpu us"] = rate.cpu_us_per_job
+    print(json.dumps(figures))
 else:
     latency = run.latency_axa(dsn, size)
     print(json.dumps({"p50 ms": latency.p50_ms, "p99 ms": latency.p99_ms}))
@@ -245,6 +261,13 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     )
     parser.add_argument("--latency-samples", type=int, default=400, help="0: no latency")
     parser.add_argument(
+        "--integration-jobs",
+        type=int,
+        default=0,
+        help="jobs queued through each kind of connection, one by one and 100 at a time, "
+        "the client's CPU per job compared (0: none; not with --together)",
+    )
+    parser.add_argument(
         "--enqueue-jobs",
         type=int,
         default=0,
@@ -268,6 +291,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
         cases.append(("latency", "latency", given.latency_samples, 1))
     if given.enqueue_jobs:
         cases.append(("enqueue", "enqueue", given.enqueue_jobs, 1))
+    if given.integration_jobs:
+        if given.together:
+            parser.error("--integration-jobs runs one tree after the other: not with --together")
+        cases.append(("integrations", "integrations", given.integration_jobs, 1))
     # figures[case label][tree][figure name] = one value per pair
     figures: dict[str, dict[str, dict[str, list[float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="axa-against-") as scratch:

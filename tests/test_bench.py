@@ -205,6 +205,25 @@ def test_the_comparison_with_another_commit_runs_each_case_in_both_trees(
 
 
 @NEEDS_CHECKOUT
+def test_the_comparison_of_the_integrations_reads_the_clients_cpu_per_job_of_each_kind(
+    database_url: str,
+) -> None:
+    import against  # bench/against.py
+    import integrations  # bench/integrations.py
+
+    tiny = ["--pairs", "1", "--processes", "", "--latency-samples", "0"]
+    summary = against.main(
+        ["--dsn", database_url, "--ref", "HEAD", *tiny, "--integration-jobs", "5"]
+    )
+    assert set(summary) == {
+        f"integrations {kind} x{batch} cpu us" for kind in integrations.KINDS for batch in (1, 100)
+    }
+    assert all(sides["ref"][0] > 0 and sides["this"][0] > 0 for sides in summary.values())
+    with pytest.raises(SystemExit):  # one tree after the other only
+        against.main(["--ref", "HEAD", "--together", "--integration-jobs", "5"])
+
+
+@NEEDS_CHECKOUT
 def test_the_comparison_run_together_releases_both_trees_at_once_and_reads_a_window(
     database_url: str, capsys
 ) -> None:
