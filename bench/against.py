@@ -1,12 +1,13 @@
 """This tree against another commit, side by side in one run: `bench/run.py`'s drain
 (`drain_axa`: pre-queued jobs whose handler writes its row on the connection its run is
-lent, 10 loops a process, the library's defaults) and its latency (`latency_axa`:
-enqueue to start, one job every 5 ms), each tree running its own `bench/run.py` and its
-own library in a fresh Python process, the trees alternated (the other first in even
-pairs, this one first in odd ones), medians and ratios printed.
+lent, 10 loops a process or as `--loops` says, the library's defaults) and its latency
+(`latency_axa`: enqueue to start, one job every 5 ms), each tree running its own
+`bench/run.py` and its own library in a fresh Python process, the trees alternated (the
+other first in even pairs, this one first in odd ones), medians and ratios printed.
 
     python bench/against.py --ref 5ce29cb
     python bench/against.py --ref 5ce29cb --pairs 8 --processes 1,2 --latency-samples 400
+    python bench/against.py --ref 5ce29cb --together --loops 1,10,50 --latency-samples 0
 
 The other tree is checked out with `git worktree` into a temporary directory, removed
 afterwards; both trees use the packages installed here (psycopg and the rest). On a
@@ -64,8 +65,9 @@ CASE = """
 import json, sys
 import run
 kind, dsn, size, processes = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+loops = int(sys.argv[5])
 if kind == "drain":
-    drained = run.drain_axa(dsn, size, 10, processes)
+    drained = run.drain_axa(dsn, size, loops, processes)
     print(json.dumps({"jobs/s": drained.jobs_per_s}))
 elif kind == "enqueue":
     single = run.enqueue_single(dsn, size, "axa")
@@ -87,7 +89,7 @@ CASE_TOGETHER = """
 import asyncio, json, os, sys, time, uuid
 import run
 kind, dsn, size, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-settle, window = float(sys.argv[5]), float(sys.argv[6])
+settle, window, loops = float(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
 
 async def released():
     open(go + "." + str(os.getpid()), "w").close()
@@ -95,7 +97,7 @@ async def released():
         await asyncio.sleep(0.002)
 
 async def drain(sdsn):
-    queue = run.bench_queue(sdsn, 10)
+    queue = run.bench_queue(sdsn, loops)
     await queue.open()
     try:
         await run.queue_jobs(queue, size)
@@ -180,10 +182,12 @@ def remove(where: str) -> None:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "prune"], capture_output=True)
 
 
-def measure(tree: Path, kind: str, dsn: str, size: int, processes: int) -> dict[str, float]:
+def measure(
+    tree: Path, kind: str, dsn: str, size: int, processes: int, loops: int = 10
+) -> dict[str, float]:
     """One case run by `tree`'s code: its figures by name."""
     done = subprocess.run(
-        [sys.executable, "-c", CASE, kind, dsn, str(size), str(processes)],
+        [sys.executable, "-c", CASE, kind, dsn, str(size), str(processes), str(loops)],
         cwd=tree,
         env=_env(tree),
         capture_output=True,
@@ -201,14 +205,20 @@ def _env(tree: Path) -> dict[str, str]:
 
 
 def measure_together(
-    trees: dict[str, Path], kind: str, dsn: str, size: int, settle: float, window: float
+    trees: dict[str, Path],
+    kind: str,
+    dsn: str,
+    size: int,
+    settle: float,
+    window: float,
+    loops: int = 10,
 ) -> dict[str, dict[str, float]]:
     """One case run by every tree at once (`CASE_TOGETHER`), released together once all
     are set up: each tree's figures by name. Each side writes to files of its own, so
     none can stall on a full pipe while the other gets ready."""
     with tempfile.TemporaryDirectory(prefix="axa-together-") as gates:
         go = Path(gates) / "go"
-        args = [kind, dsn, str(size), str(go), str(settle), str(window)]
+        args = [kind, dsn, str(size), str(go), str(settle), str(window), str(loops)]
         sides: dict[str, subprocess.Popen[bytes]] = {}
         try:
             for at, (name, tree) in enumerate(trees.items()):
@@ -259,6 +269,9 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     parser.add_argument(
         "--processes", help="worker processes of each drain (default 1,2; 1 with --together)"
     )
+    parser.add_argument(
+        "--loops", default="10", help="loops of each drain's process, e.g. 1,10,50 (default 10)"
+    )
     parser.add_argument("--latency-samples", type=int, default=400, help="0: no latency")
     parser.add_argument(
         "--integration-jobs",
@@ -284,17 +297,19 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
     processes = [int(one) for one in chosen.split(",") if one]
     if given.together and processes not in ([], [1]):
         parser.error("--together drains with one process of each tree: --processes 1 (or '')")
-    cases: list[tuple[str, str, int, int]] = [
-        (f"drain {p} x 10", "drain", given.jobs, p) for p in processes
+    cases: list[tuple[str, str, int, int, int]] = [
+        (f"drain {p} x {n}", "drain", given.jobs, p, n)
+        for p in processes
+        for n in [int(one) for one in given.loops.split(",") if one]
     ]
     if given.latency_samples:
-        cases.append(("latency", "latency", given.latency_samples, 1))
+        cases.append(("latency", "latency", given.latency_samples, 1, 10))
     if given.enqueue_jobs:
-        cases.append(("enqueue", "enqueue", given.enqueue_jobs, 1))
+        cases.append(("enqueue", "enqueue", given.enqueue_jobs, 1, 10))
     if given.integration_jobs:
         if given.together:
             parser.error("--integration-jobs runs one tree after the other: not with --together")
-        cases.append(("integrations", "integrations", given.integration_jobs, 1))
+        cases.append(("integrations", "integrations", given.integration_jobs, 1, 10))
     # figures[case label][tree][figure name] = one value per pair
     figures: dict[str, dict[str, dict[str, list[float]]]] = {}
     with tempfile.TemporaryDirectory(prefix="axa-against-") as scratch:
@@ -304,15 +319,15 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
             trees = {given.ref: other, "this tree": ROOT}
             for pair in range(given.pairs):
                 order = list(trees) if pair % 2 == 0 else list(reversed(trees))
-                for label, kind, size, count in cases:
+                for label, kind, size, count, loops in cases:
                     if given.together:
                         both = {name: trees[name] for name in order}
                         each = measure_together(
-                            both, kind, given.dsn, size, given.settle, given.window
+                            both, kind, given.dsn, size, given.settle, given.window, loops
                         )
                     else:
                         each = {
-                            name: measure(trees[name], kind, given.dsn, size, count)
+                            name: measure(trees[name], kind, given.dsn, size, count, loops)
                             for name in order
                         }
                     for name, got in each.items():

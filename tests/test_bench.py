@@ -230,9 +230,10 @@ def test_the_comparison_run_together_releases_both_trees_at_once_and_reads_a_win
     import against  # bench/against.py
 
     tiny = ["--pairs", "1", "--jobs", "3000", "--settle", "0.3", "--window", "0.2"]
-    small = ["--latency-samples", "5", "--enqueue-jobs", "30"]
+    small = ["--latency-samples", "5", "--enqueue-jobs", "30", "--loops", "2,10"]
     summary = against.main(["--dsn", database_url, "--ref", "HEAD", "--together", *tiny, *small])
     assert set(summary) == {
+        "drain 1 x 2 jobs/s",
         "drain 1 x 10 jobs/s",
         "latency p50 ms",
         "latency p99 ms",
