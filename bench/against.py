@@ -7,7 +7,7 @@ other first in even pairs, this one first in odd ones), medians and ratios print
 
     python bench/against.py --ref 5ce29cb
     python bench/against.py --ref 5ce29cb --pairs 8 --processes 1,2 --latency-samples 400
-    python bench/against.py --ref 5ce29cb --together --loops 1,10,50 --latency-samples 0
+    python bench/against.py --ref 5ce29cb --together --loops 1,10 --latency-samples 0
 
 The other tree is checked out with `git worktree` into a temporary directory, removed
 afterwards; both trees use the packages installed here (psycopg and the rest). On a
@@ -22,7 +22,9 @@ the machine's drifting speed does to one it does to the other. The drain (one pr
 of 10 loops each) is then the rate of endings over `--window` seconds, from `--settle`
 seconds after the release, while both still run (give `--jobs` enough for neither to
 finish first); the latency, the same samples enqueued side by side. Each side then has
-half the machine: the ratio says which tree does a job with less of it.
+half the machine: the ratio says which tree does a job with less of it. Both sides' pools
+are open at once: with `--loops 50`, 54 connections a side, more than a server of 100
+`max_connections` takes (run 50 loops one tree after the other there).
 
     python bench/against.py --ref 5ce29cb --together --pairs 12 --jobs 40000
 
@@ -160,9 +162,9 @@ else:
 """One side of a case run with `--together`, in a tree's own process: set up, say it is
 ready (a file `<go>.<pid>`), wait for the file `go`, measure. The latency's gate is
 its producer's start (`run._Producer.run`, in both trees): the worker is idle and
-listening by then. The enqueue's: a queue open, its pool warm and 20 jobs queued;
-then single `enqueue` calls for `window` seconds (or `size` calls, if fewer), and one
-`enqueue_all` of `size` jobs, each side timing its own."""
+listening by then. The enqueue's: a queue open and 20 jobs queued (its connection
+made); then single `enqueue` calls for `window` seconds (or `size` calls, if fewer),
+and one `enqueue_all` of `size` jobs, each side timing its own."""
 
 
 def checkout(ref: str, where: str) -> None:
