@@ -145,7 +145,11 @@ class Runner:
                 extra={**one.fields(), "worker": self.identity},
             )
 
-    def _release(self, one: Run) -> None:
+    def _release(self, one: Run, *, ending: bool = False) -> None:
+        """Free `one`'s place. With `ending`, the caller adds its ending next
+        (`State.end`), which brings an exchange: a look it asks for needs no wake of
+        the exchange loop of its own (a wake a run, which at full speed woke the loop
+        once for each ending only for it to wait again)."""
         state = self.state
         if one.timer is not None:
             one.timer.cancel()
@@ -155,7 +159,10 @@ class Runner:
         if state.held_back or self.registry.limits.holds_places(one.name):
             # A place under its limit, or a loop a held-back name may now fill, came
             # free: their jobs may be waiting.
-            state.wake()
+            if ending:
+                state.look_next()
+            else:
+                state.wake()
 
     async def _execute(self, one: Run, lender: Lender | None = None) -> None:
         """Run the handler to its end, its time limit, or the loss of its claim
@@ -215,7 +222,7 @@ class Runner:
             finally:
                 self._release(one)
             return
-        self._release(one)
+        self._release(one, ending=outcome.kind != "cancelled")
         if outcome.kind == "cancelled":
             # The row says cancelled under this attempt (the heartbeat read it), a state
             # no one moves a job out of: nothing to write.

@@ -198,9 +198,15 @@ class State:
 
     def wake(self) -> None:
         """Look for work at the next exchange, now."""
+        self.look_next()
+        self.nudge.set()
+
+    def look_next(self) -> None:
+        """Look for work at the next exchange, without waking the exchange loop: for a
+        caller about to add an ending (`end`), which brings that exchange (at once when
+        a loop is free: the loop's `poke`; else within `HOLD_ENDINGS`)."""
         self.wakes += 1
         self.look = True
-        self.nudge.set()
 
     def wake_in(self, delay: timedelta | float) -> None:
         """Look for work again after `delay`, keeping only the earliest such timer."""
