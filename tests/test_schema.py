@@ -16,10 +16,12 @@ import pytest
 from click.testing import CliRunner, Result
 from psycopg.types.json import Jsonb
 
+import axa_queue.schema
 import seed_crate as crate
 from axa_queue import SETUP_STATEMENTS, Queue, QueueOptions, SchemaError, sql
 from axa_queue.cli import main
 from axa_queue.schema import (
+    ACTS_TRIGGERS,
     CHECK_ACTS,
     CHECK_ATTEMPTS,
     CHECK_DEPS,
@@ -229,6 +231,31 @@ def test_the_checked_columns_are_the_declared_ones() -> None:
             continue
         declared.setdefault(table, []).append(column)
     assert checked == declared
+
+
+def test_setups_catalog_read_requires_the_acts_triggers_the_check_requires() -> None:
+    # Why `Queue.open` with setup checks nothing more: what `check` reads is all in
+    # what setup's read (`missing`) requires: the tables and columns (the test above),
+    # and the acts' triggers, each firing always.
+    declared = expected()
+    assert set(ACTS_TRIGGERS) <= {g for t, g, always in declared.triggers if always}
+
+
+async def test_opening_with_setup_checks_nothing_more_and_without_it_checks(
+    dsn: str, monkeypatch
+) -> None:
+    checked: list[str] = []
+
+    async def check(conn: Any) -> None:
+        checked.append(conn.info.dbname)
+
+    monkeypatch.setattr(axa_queue.schema, "check", check)
+    async with Queue(dsn) as queue:
+        assert queue.is_open
+    assert checked == []
+    queue = await Queue(dsn).open(setup=False)
+    await queue.close()
+    assert len(checked) == 1
 
 
 def test_every_migration_ends_by_recording_its_own_version() -> None:

@@ -186,12 +186,16 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         self.dsn = dsn or self.dsn
         async with await self.connector.first_connection() as conn:
             if setup:
+                # Setup leaves every table, column and trigger `check` looks for (its
+                # catalog read covers them all: `schema.missing`) as this code needs
+                # them, or raises: a check after it would only read them again.
                 await schema.allowed_setup(
                     conn,
                     self.options.setup_lock_timeout.total_seconds(),
                     self.options.resolved_schema(),
                 )
-            await schema.check(conn)
+            else:
+                await schema.check(conn)
             current, self.notifies = await run_async(conn, schema.where())
             self.schema = self.options.resolved_schema() or current
         if self.options.listen and not self.notifies:
