@@ -147,9 +147,9 @@ class Runner:
 
     def _release(self, one: Run, *, ending: bool = False) -> None:
         """Free `one`'s place. With `ending`, the caller adds its ending next
-        (`State.end`), which brings an exchange: a look it asks for needs no wake of
-        the exchange loop of its own (a wake a run, which at full speed woke the loop
-        once for each ending only for it to wait again)."""
+        (`State.end`), which brings an exchange: the look for work it asks for needs
+        no wake of the exchange loop (at full speed, a wake for each run that ended only
+        had the loop wait again)."""
         state = self.state
         if one.timer is not None:
             one.timer.cancel()
