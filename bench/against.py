@@ -13,7 +13,10 @@ The other tree is checked out with `git worktree` into a temporary directory, re
 afterwards; both trees use the packages installed here (psycopg and the rest). On a
 shared, noisy machine (a VM whose rounds move by 10 to 30%), take many pairs and read
 the spread as well as the medians: a bound of a few percent is shown only by pairs that
-agree.
+agree. With five pairs or more, each row also prints the median of its pairs' ratios
+and a 90% interval for it (`interval`: the pairs resampled with replacement), how far
+that median could move by the pairs' chance alone; run `--ref HEAD` (this tree against
+itself) to see what the method reads for no difference at all.
 
 With `--together`, each pair runs the two trees at the same time instead of one after
 the other: both processes set up first (schema, jobs queued, pool warm; for the
@@ -52,6 +55,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -339,7 +343,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
                         print(f"pair {pair + 1} {label} {name}: {_shown(got)}", file=sys.stderr)
         finally:
             remove(str(other))
-    print(f"{'case':<16} {'figure':<8} {given.ref:>12} {'this tree':>12} {'ratio':>7}  pairs")
+    print(
+        f"{'case':<16} {'figure':<8} {given.ref:>12} {'this tree':>12} {'ratio':>7}  "
+        f"{'pairs: median [90%]':<22}  pairs"
+    )
     summary: dict[str, dict[str, list[float]]] = {}
     for label, by_tree in figures.items():
         for figure in by_tree[given.ref]:
@@ -348,12 +355,31 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, list[float]]]:
             ratio = _ratio(statistics.median(ours), statistics.median(theirs))
             per_pair = [_ratio(o, t) for o, t in zip(ours, theirs, strict=True)]
             summary[f"{label} {figure}"] = {"ref": theirs, "this": ours}
+            spread = interval(per_pair)
+            middle = (
+                ""
+                if spread is None
+                else f"{statistics.median(per_pair):.3f} [{spread[0]:.3f}, {spread[1]:.3f}]"
+            )
             print(
                 f"{label:<16} {figure:<8} {statistics.median(theirs):>12,.2f} "
-                f"{statistics.median(ours):>12,.2f} {ratio:>7.3f}  "
+                f"{statistics.median(ours):>12,.2f} {ratio:>7.3f}  {middle:<22}  "
                 + ", ".join(f"{one:.2f}" for one in per_pair)
             )
     return summary
+
+
+def interval(ratios: list[float], rounds: int = 2000) -> tuple[float, float] | None:
+    """A 90% interval for the median of the pairs' `ratios`: the 5th and 95th
+    percentiles of the medians of `rounds` resamples of them, drawn with replacement
+    with a fixed seed (the same pairs print the same interval). None under five
+    pairs, too few to say anything by."""
+    usable = [one for one in ratios if not math.isnan(one)]
+    if len(usable) < 5:
+        return None
+    draw = random.Random(0)
+    medians = sorted(statistics.median(draw.choices(usable, k=len(usable))) for _ in range(rounds))
+    return medians[rounds * 5 // 100], medians[rounds * 95 // 100 - 1]
 
 
 def _ratio(ours: float, theirs: float) -> float:

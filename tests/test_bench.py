@@ -255,3 +255,15 @@ def test_the_exchange_benchmark_alternates_a_table_without_the_named_trigger(
     )
     assert set(medians) == {"as made", "without"}
     assert "difference" in capsys.readouterr().out
+
+
+def test_the_comparisons_interval_holds_the_pairs_median_and_needs_five_pairs() -> None:
+    import against  # bench/against.py
+
+    assert against.interval([1.0, 0.9, 1.1, 1.0]) is None
+    assert against.interval([1.0] * 8) == (1.0, 1.0)
+    spread = [0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2]
+    low, high = against.interval(spread) or (0.0, 0.0)
+    assert 0.8 <= low < 1.0 < high <= 1.2
+    assert against.interval(spread) == (low, high)  # the same pairs, the same interval
+    assert against.interval([float("nan"), 1.0, 1.0, 1.0, 1.0]) is None
