@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from axa_queue import NewJob, OptionsError, Queue, sql
+from axa_queue import NewJob, OptionsError, Queue, chain, sql
 from conftest import eventually, running
 
 
@@ -46,6 +46,18 @@ async def test_keyed_jobs_are_stored_with_their_key_one_many_and_by_copy(make_qu
     keys = dict(admin.execute("SELECT id, key FROM axa_queue").fetchall())
     assert keys[one] == "a" and keys[many[0]] == "b" and keys[many[1]] is None
     assert sorted({keys[i] for i in copied}) == ["c0", "c1"] and keys[unique] == "d"
+
+
+async def test_jobs_with_dependencies_and_workflow_members_keep_their_key(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    parent = await queue.enqueue("Report", {}, key="t1")
+    after = await queue.enqueue(NewJob("Report", key="t2", after=[parent]))
+    flow = await queue.enqueue(chain(NewJob("Report", key="t3"), NewJob("Report")))
+    keys = dict(admin.execute("SELECT id, key FROM axa_queue").fetchall())
+    assert keys[after] == "t2"
+    assert [keys[i] for i in flow.jobs] == ["t3", None]
 
 
 async def test_a_keyed_name_runs_its_keys_jobs_in_turn(make_queue, admin) -> None:

@@ -26,6 +26,7 @@ from axa_queue import (
     current_job,
     enqueue_on,
     group,
+    jobs_on,
     retry,
     sql,
     workflow_on,
@@ -75,6 +76,18 @@ def test_a_chain_queues_its_first_job_and_blocks_the_rest_in_one_statement(admin
     claim(admin, a)
     exchange(admin, completed=[a])
     assert state(admin, b)[0] == "queued" and state(admin, c)[0] == "blocked"
+
+
+def test_blocked_jobs_are_listed_with_the_others_and_alone(admin) -> None:
+    flow = enqueue_on(admin, chain(NewJob("A"), NewJob("B"), NewJob("C")))
+    a, b, c = flow.jobs
+    listed = jobs_on(admin)
+    assert {job.id for job in listed} == {a, b, c}
+    blocked = jobs_on(admin, state="blocked")
+    assert {job.id for job in blocked} == {b, c}
+    assert all(job.state is JobState.BLOCKED for job in blocked)
+    assert [job.id for job in jobs_on(admin, state=JobState.BLOCKED, name="B")] == [b]
+    assert jobs_on(admin, state="blocked", name="A") == []
 
 
 def test_a_chord_waits_for_every_member_of_its_group(admin) -> None:

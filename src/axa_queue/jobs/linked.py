@@ -102,6 +102,7 @@ def _arrays(
         "id": ids,
         **columns_of(jobs),
         "dependents": dependents,
+        "key": [job.key for job in jobs],
         "child": child,
         "parent": parent,
         "position": position,

@@ -234,6 +234,7 @@ _ANY_NAME = "(%(name)s::text IS NULL OR name = %(name)s)"
 _JOBS_TESTS = (
     ("axa_queue", f"status = 'running' AND {_asked('running')} AND {_ANY_NAME}"),
     ("axa_queue", f"status = 'needs_review' AND {_asked('needs_review')} AND {_ANY_NAME}"),
+    ("axa_queue", f"status = 'blocked' AND {_asked('blocked')} AND {_ANY_NAME}"),
     (
         "axa_queue",
         "status IN ('completed', 'failed', 'cancelled') "
@@ -246,7 +247,8 @@ _JOBS_TESTS = (
     ),
 )
 """`JOBS`' branches but the queued jobs': each state of `axa_queue` through
-its partial index, and each finished state of the history without a name (through
+its partial index (a blocked job's, `axa_queue_blocked`, holds every blocked job: their
+newest `limit` are picked from all of them, a sort of the blocked jobs only), and each finished state of the history without a name (through
 `axa_queue_history_status_created`) and with one (`axa_queue_history_name_created`)."""
 
 _QUEUED = (
@@ -303,7 +305,7 @@ its process is gone (`worker_gone`, two primary-key probes for each running job 
 Each branch names its status as a literal and tests the name as an equality or not at
 all, so even a generic plan (the queue's connections force them) reads the index made
 for it (migration 12), and its `%(state)s` and `%(name)s` tests are one-time filters
-that skip it unread when it is not asked for: the running, in review and finished jobs still in
+that skip it unread when it is not asked for: the running, in review, blocked and finished jobs still in
 `axa_queue` (few: they move after `keep_recent`) sorted as read; each finished state
 of the history through `axa_queue_history_status_created`, or, of one name,
 `axa_queue_history_name_created` (each day partition's newest, merged). Queued jobs

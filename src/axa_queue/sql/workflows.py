@@ -56,20 +56,20 @@ ENQUEUE_LINKED = statement("""WITH named AS (
         WHERE %(workflow)s::uuid IS NOT NULL AND (SELECT count(*) FROM refused) = 0
     )
     INSERT INTO {axa_queue} (id, name, args, max_attempts, priority, run_at, timeout_ms,
-                           trace_context, status, dependents)
+                           trace_context, status, dependents, key)
     SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
            COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
            j.timeout_ms, %(trace_context)s::jsonb,
            CASE WHEN j.id IN (SELECT child FROM edges WHERE NOT done) THEN 'blocked' ELSE 'queued' END,
-           j.dependents
+           j.dependents, j.key
     FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[], %(max_attempts)s::int[],
                 %(priority)s::smallint[], %(at)s::timestamptz[], %(delay)s::float8[],
-                %(timeout_ms)s::bigint[], %(dependents)s::bool[])
-         AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms, dependents)
+                %(timeout_ms)s::bigint[], %(dependents)s::bool[], %(key)s::text[])
+         AS j(id, name, args, max_attempts, priority, at, delay, timeout_ms, dependents, key)
     WHERE (SELECT count(*) FROM refused) = 0""")
 """Queue jobs with their dependencies in one statement, whatever their number (a
 workflow of `chain`, `group` and `chord`, or jobs given `after`): the jobs as
-`ENQUEUE_MANY` puts them, each `blocked` while a dependency of it is not done, else
+`ENQUEUE_MANY_KEYED` puts them (with their `key`), each `blocked` while a dependency of it is not done, else
 `queued`; their dependencies (`edges`: child, parent, position, policy, one array
 each); their places in the workflow, if any (`workflow`).
 
