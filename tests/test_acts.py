@@ -3,6 +3,7 @@ caller's transaction, as codes, in a table that is only ever added to."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -22,7 +23,7 @@ from axa_queue import (
     retry,
 )
 from axa_queue.acts import check_code
-from conftest import acting_role, eventually, running, status_of
+from conftest import acting_role, eventually, lock_waits, running, status_of
 
 
 def set_state(admin: psycopg.Connection[Any], job_id: UUID, state: str, attempts: int) -> None:
@@ -47,6 +48,23 @@ def job_row(admin: psycopg.Connection[Any], job_id: UUID) -> tuple[Any, ...] | N
 
 
 # --- cancel ----------------------------------------------------------------------------
+
+
+async def test_a_cancel_that_waited_for_a_runs_ending_says_how_the_job_ended(
+    make_queue, admin, dsn
+) -> None:
+    queue = await make_queue()
+    job_id = await queue.enqueue("Report", {"id": 7})
+    set_state(admin, job_id, "running", 1)
+    with psycopg.connect(dsn) as ending:  # a run's ending, holding the row until it commits
+        ending.execute("UPDATE axa_queue SET status = 'completed' WHERE id = %s", (job_id,))
+        async with queue.connection() as conn:
+            waiting = asyncio.ensure_future(cancel(conn, job_id, "ops:alice", "INC-3"))
+            await eventually(lambda: lock_waits(admin, "WITH target AS") == 1)
+            ending.commit()
+            result = await waiting
+    assert result == ActResult(applied=False, kind=None, found=JobState.COMPLETED)
+    assert act_rows(admin) == []
 
 
 async def test_cancelling_a_queued_job_cancels_it_and_keeps_the_act(make_queue, admin) -> None:

@@ -160,6 +160,31 @@ async def test_retry_all_brings_back_failed_jobs_moved_to_the_history(
     assert acts(admin, "retried") == 4
 
 
+async def test_cancel_all_counts_the_jobs_moved_to_the_history_as_left_alone_as_before(
+    make_queue, dsn, admin
+) -> None:
+    queue = await make_queue(keep_recent=1)
+    seed(admin, "Mix", "failed", 6)
+    admin.execute("UPDATE axa_queue SET updated_at = now() - interval '1 minute'")
+    assert (await queue.move_history()).moved == 6
+    seed(admin, "Mix", "queued", 10)
+    seed(admin, "Mix", "failed", 3)
+    with psycopg.connect(dsn) as conn:
+        dry = cancel_all(conn, by="ops:alice", reason="INC-9", name="Mix", dry_run=True)
+        assert (dry.changed, dry.left_alone) == (10, {"failed": 9})
+        only = cancel_all(
+            conn, by="ops:alice", reason="INC-9", name="Mix", state="failed", dry_run=True
+        )
+        assert (only.changed, only.left_alone) == (0, {"failed": 9})
+        capped = cancel_all(
+            conn, by="ops:alice", reason="INC-9", name="Mix", limit=15, dry_run=True
+        )
+        assert capped.matched == 15  # the jobs table's 13 first, then 2 of the history's
+        done = cancel_all(conn, by="ops:alice", reason="INC-9", name="Mix")
+    assert (done.changed, done.left_alone) == (10, {"failed": 9})
+    assert states(admin, "Mix") == {"cancelled": 10, "failed": 3}
+
+
 async def test_a_bulk_act_refuses_no_filter_a_bad_filter_and_a_reason_that_is_not_a_code(
     make_queue, dsn
 ) -> None:

@@ -16,10 +16,10 @@ from psycopg.rows import namedtuple_row
 from psycopg.types.json import Jsonb
 
 import seed_crate as crate
-from axa_queue import JobState, Queue, cancel, history, retry, sql
+from axa_queue import ActKind, JobState, Queue, cancel, history, retry, sql
 from axa_queue.cli import main
 from axa_queue.web import create_app
-from conftest import acting_role, later, running
+from conftest import acting_role, eventually, later, lock_waits, running, status_of
 from moves import WEEK, make_days, move_all
 from test_compat import crate_claim, crate_enqueue
 from test_web import ORIGIN, SECRET, TOKEN, csrf_of, seed, signed_in
@@ -265,6 +265,26 @@ async def test_a_moved_failed_job_retried_comes_back_queued_with_its_act(
     assert row == ("queued", 1, 2, {"n": 1}, None)
     [act] = await queue.acts(job)
     assert (act.by, act.reason) == ("ops:alice", "fixed_upstream")
+
+
+async def test_a_retry_that_waited_for_a_move_of_its_job_retries_it_from_the_history(
+    make_queue, admin, dsn: str
+) -> None:
+    queue = await make_queue()
+    job = await queue.enqueue("Flaky", {"n": 1})
+    finish(admin, job, "failed", "10 minutes")
+    since = make_days(admin)
+    params = {"keep": 60, "since": since, "batch": history.MOVE_BATCH, "now": None}
+    with psycopg.connect(dsn) as mover:  # the move holds the row until it commits
+        assert mover.execute(sql.HISTORY_MOVE, params).rowcount == 1
+        async with await connect(dsn) as conn:
+            retried = asyncio.ensure_future(retry(conn, job, "ops:alice", "INC-7"))
+            await eventually(lambda: lock_waits(admin, "WITH target AS") == 1)
+            mover.commit()
+            result = await retried
+    assert result.applied and result.kind is ActKind.RETRIED and result.found == JobState.FAILED
+    assert where(admin, job) == (1, 0)
+    assert status_of(admin, job)[0] == "queued"
 
 
 async def test_a_moved_job_cannot_be_cancelled_and_says_how_it_finished(

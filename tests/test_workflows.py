@@ -18,12 +18,14 @@ from axa_queue import (
     SETUP_STATEMENTS,
     JobState,
     NewJob,
+    Queue,
     Workflow,
     cancel,
     cancel_workflow,
     chain,
     chord,
     current_job,
+    enqueue_all_on,
     enqueue_on,
     group,
     jobs_on,
@@ -155,6 +157,20 @@ def test_a_dependency_is_checked_before_anything_is_sent() -> None:
         NewJob("B", after=[one], unique_key="k")
     with pytest.raises(OptionsError):
         group([])
+
+
+def test_a_batch_mixing_unique_jobs_with_dependent_ones_or_given_a_workflow_is_refused(
+    admin, dsn
+) -> None:
+    parent = enqueue_on(admin, NewJob("A"))
+    mixed = [NewJob("A", unique_key="u1"), NewJob("B", after=[parent])]
+    with pytest.raises(OptionsError, match="enqueue_all of their own"):
+        enqueue_all_on(admin, mixed)
+    with pytest.raises(OptionsError, match="with enqueue"):
+        enqueue_all_on(admin, [NewJob("A"), chain(NewJob("B"))])  # type: ignore[list-item]
+    with Queue(dsn).sync() as queue, pytest.raises(OptionsError, match="place 0 is a workflow"):
+        queue.enqueue_all([group([NewJob("B")])])  # type: ignore[list-item]
+    assert admin.execute("SELECT count(*) FROM axa_queue").fetchone() == (1,)
 
 
 def test_the_state_machine_refuses_entering_blocked_or_leaving_it_for_running(admin) -> None:

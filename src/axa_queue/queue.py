@@ -38,7 +38,7 @@ from .errors import DrainError, NotOpenError, OptionsError
 from .handlers.registry import Registrations, Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
-from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.enqueue import batch_of, enqueue_all_work, enqueue_work
 from .jobs.keys import BUSIEST, KeyCounts, key_counts_call
 from .jobs.linked import Composition, Workflow, workflow_refused
 from .jobs.model import (
@@ -317,7 +317,7 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         In the `inline` mode each job runs in turn, in the caller, and the first to
         raise stops the rest; in the `background` mode each starts as a task (see
         `enqueue`)."""
-        batch = [self.registry.filled(job, self.options.unknown_names) for job in jobs]
+        batch = [self.registry.filled(job, self.options.unknown_names) for job in batch_of(jobs)]
         mode = self.options.resolved_mode()
         if mode == "queue":
             return await self._run(enqueue_all_work(batch))

@@ -43,7 +43,7 @@ from .errors import OptionsError
 from .handlers.registry import Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
-from .jobs.enqueue import enqueue_all_work, enqueue_work
+from .jobs.enqueue import batch_of, enqueue_all_work, enqueue_work
 from .jobs.keys import BUSIEST, KeyCounts, key_counts_call
 from .jobs.linked import Composition, Workflow, workflow_refused
 from .jobs.model import (
@@ -177,7 +177,7 @@ class SyncQueue(Connected):
     def enqueue_all(self, jobs: Iterable[NewJob]) -> list[UUID]:
         """Queue every job in one statement: all or none. Ids in order. The `inline` and
         `background` modes run each in turn, as `Queue.enqueue_all` says."""
-        batch = [self.registry.filled(job, self.options.unknown_names) for job in jobs]
+        batch = [self.registry.filled(job, self.options.unknown_names) for job in batch_of(jobs)]
         mode = self.options.resolved_mode()
         if mode == "queue":
             return self._run(enqueue_all_work(batch))

@@ -163,9 +163,18 @@ def _both(first: BulkResult, then: BulkResult) -> BulkResult:
 
 def _cancel_steps(given: _Filter, dry_run: bool) -> Steps[BulkResult]:
     params = {**given.params, "applies": ["queued", "running", "blocked"]}
-    if dry_run:
-        return (yield from _matching(sql.MATCHING, params, given.limit))
-    return (yield from _batches(sql.CANCEL_BATCH, params, given.limit))
+    hot = yield from (
+        _matching(sql.MATCHING, params, given.limit)
+        if dry_run
+        else _batches(sql.CANCEL_BATCH, params, given.limit)
+    )
+    # The jobs moved to the history are finished: none is cancelled, each the filter
+    # matches is counted as left alone, as it was before it moved.
+    rest = None if given.limit is None else given.limit - hot.matched
+    if rest is not None and rest <= 0:
+        return hot
+    moved = yield from _matching(sql.MATCHING_MOVED, {**params, "applies": []}, rest)
+    return _both(hot, BulkResult(0, moved.left_alone))
 
 
 def _retry_steps(given: _Filter, applies: str, dry_run: bool) -> Steps[BulkResult]:
@@ -234,10 +243,11 @@ def cancel_all(
 def cancel_all(
     conn: AnyConnection, *, by: str, reason: str, **filters: Unpack[JobFilter]
 ) -> BulkResult | Awaitable[BulkResult]:
-    """Cancel every queued or running job the filter matches, as `cancel` cancels one
-    (a running one's process is told at once), each with its act, in the caller's
-    transaction; the jobs the filter matches in any other state are left alone and
-    counted. Jobs moved to the history are finished: never matched. Raises
+    """Cancel every queued, running or blocked job the filter matches, as `cancel`
+    cancels one (a running one's process is told at once), each with its act, in the
+    caller's transaction; the jobs the filter matches in any other state are left alone
+    and counted, those moved to the history too (finished: counted after the others, in
+    id order, within `limit`, never changed). Raises
     `OptionsError` (or `NotACodeError`) before anything is sent when the filter, `by`
     or `reason` is not valid."""
     given = _given(by, reason, filters)

@@ -27,7 +27,7 @@ from uuid import UUID
 
 from .. import sql
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
-from ..db.calls import Call, Row
+from ..db.calls import Call, Row, Steps, ask
 from ..errors import NotACodeError
 from ..jobs.model import JobState, job_id_of, moment
 
@@ -155,6 +155,33 @@ def _act_call(
     return Call(statement, params, _read_result)
 
 
+RESENDS = 3
+"""How many times an act is sent at most (`_act`)."""
+
+CANCELS = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.BLOCKED, JobState.NEEDS_REVIEW})
+"""The states `cancel` applies to (`sql.CANCEL`'s `target`)."""
+
+RETRIES = frozenset({JobState.FAILED, JobState.NEEDS_REVIEW})
+"""The states `retry` applies to (`sql.RETRY`'s `target`)."""
+
+
+def _act(call: Call[ActResult], applies: frozenset[JobState]) -> Steps[ActResult]:
+    """Send an act's `call`, and send it again while it changed nothing yet found the job
+    in a state it applies to: the job's row changed while the statement waited for its
+    lock (its run ended, another person acted, or housekeeping moved it to the history,
+    whose new row the statement's snapshot cannot see), and the statement's snapshot
+    still shows the state before. Sent again (READ COMMITTED: a new snapshot), it reads
+    the row as it is now and acts on it, or says the state that kept it from acting. In
+    a REPEATABLE READ or SERIALIZABLE transaction such a row is a serialization failure
+    instead, raised by the first statement."""
+    result = yield from ask(call)
+    for _ in range(RESENDS - 1):
+        if result.applied or result.found not in applies:
+            break
+        result = yield from ask(call)
+    return result
+
+
 @overload
 def cancel(
     conn: SomeAsyncConnection, job_id: UUID, by: str, reason: str
@@ -182,7 +209,7 @@ def cancel(
     visible code (the rule is `check_code`'s: 1 to 200 printable characters, no
     control, zero-width or bidi characters, no space first or last).
     """
-    return run(conn, _act_call(sql.CANCEL, job_id, by, reason))
+    return run(conn, _act(_act_call(sql.CANCEL, job_id, by, reason), CANCELS))
 
 
 @overload
@@ -203,7 +230,7 @@ def retry(
     visible code (the rule is `check_code`'s: 1 to 200 printable characters, no
     control, zero-width or bidi characters, no space first or last).
     """
-    return run(conn, _act_call(sql.RETRY, job_id, by, reason))
+    return run(conn, _act(_act_call(sql.RETRY, job_id, by, reason), RETRIES))
 
 
 def act_of(row: Row) -> Act:

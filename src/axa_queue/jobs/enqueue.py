@@ -24,6 +24,7 @@ from uuid import UUID, uuid4
 from .. import sql, tracing
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from ..db.calls import Call, Row, Steps, Work, ask
+from ..errors import OptionsError
 from .linked import Composition, Workflow, linked_call, workflow_call
 from .model import Duplicate, NewJob, columns_of
 
@@ -31,6 +32,7 @@ __all__ = [
     "COPY_FROM",
     "Answers",
     "UniqueEnqueue",
+    "batch_of",
     "copies",
     "enqueue_all_on",
     "enqueue_all_work",
@@ -428,11 +430,35 @@ def enqueue_work(job: NewJob | Composition, now: datetime | None = None) -> Work
     return enqueue_call(job, now)
 
 
+def batch_of(jobs: Iterable[NewJob]) -> list[NewJob]:
+    """`jobs` as a list, each a `NewJob`, else an `OptionsError` that says what to do
+    (a workflow given to `enqueue_all` is queued by `enqueue`)."""
+    batch = list(jobs)
+    for place, job in enumerate(batch):
+        if not isinstance(job, NewJob):
+            kind = "a workflow" if isinstance(job, Composition) else "not a NewJob"
+            raise OptionsError(
+                f"enqueue_all takes NewJob items; place {place} is {kind} "
+                f"({type(job).__name__}): queue a workflow (chain, group, chord) with "
+                "enqueue, which returns its Workflow"
+            )
+    return batch
+
+
 def enqueue_all_work(jobs: Sequence[NewJob]) -> Work[list[UUID]]:
     """Queuing `jobs` together: one statement (an INSERT of arrays, or a binary COPY
     where it can go: `enqueue_many_call`), or, when some have a unique key, the steps
-    of `enqueue_unique`."""
+    of `enqueue_unique`; when some have dependencies, the one statement that queues
+    them (`linked_call`), which takes no unique key."""
     if any(job.after for job in jobs):
+        for job in jobs:
+            if job.unique_key is not None and not job.after:
+                raise OptionsError(
+                    f"job {job.name!r} has a unique_key and other jobs of the same "
+                    "enqueue_all have dependencies (after=): jobs with dependencies are "
+                    "queued by one statement that takes no unique key; queue the jobs "
+                    "with a unique key in an enqueue_all of their own"
+                )
         return linked_call(jobs)
     if has_unique(jobs):
         return enqueue_unique(jobs)
@@ -474,4 +500,4 @@ def enqueue_all_on(
     (Django's and SQLAlchemy's `postgresql+psycopg` included), and by the INSERT of
     arrays on asyncpg's or in pipeline mode (`Call.instead`).
     """
-    return run(conn, enqueue_all_work(list(jobs)))
+    return run(conn, enqueue_all_work(batch_of(jobs)))
