@@ -117,8 +117,8 @@ def jobs_call(
 EXACT_UP_TO = 10_000
 """The most jobs of one state `counts` and `counts_by_name` count (reading at most one
 more): past it, the state's number is the planner's estimate, named in
-`Counts.estimated`. The history counts as one: past this many moved jobs in all, its
-three states are estimated."""
+`Counts.estimated`. The finished jobs still in `axa_queue` count as one: past this many
+in all, their three states are estimated (the history's are read each to its own)."""
 
 _STATES = (
     "ready", "waiting", "running", "needs_review", "blocked", "completed", "failed", "cancelled",
@@ -154,15 +154,15 @@ def _estimate(key: str) -> Call[int]:
 
 
 def _over(counted: dict[str, int], cap: int) -> list[str]:
-    """The groups read to their cap: live states by name, and `hot` (the finished jobs
-    still in `axa_queue`) and `moved` (the history) as a whole."""
+    """The groups read to their cap: live states and the history's finished states
+    (`moved_completed`...) each by its key, and `hot` (the finished jobs still in
+    `axa_queue`) as a whole."""
     over = [
         s for s in ("ready", "waiting", "running", "needs_review", "blocked") if counted[s] > cap
     ]
     if sum(counted[s] for s in _FINISHED) > cap:
         over.append("hot")
-    if sum(counted[f"moved_{s}"] for s in _FINISHED) > cap:
-        over.append("moved")
+    over.extend(f"moved_{s}" for s in _FINISHED if counted[f"moved_{s}"] > cap)
     return over
 
 
@@ -172,7 +172,7 @@ _KEYS = (*_STATES, *(f"moved_{s}" for s in _FINISHED))
 
 def _group(key: str) -> str:
     """The group a count is read in (see `_over`)."""
-    return "moved" if key.startswith("moved_") else "hot" if key in _FINISHED else key
+    return "hot" if key in _FINISHED else key
 
 
 def _estimates(over: list[str], counted: dict[str, int]) -> Steps[dict[str, int]]:
@@ -186,7 +186,9 @@ def _estimates(over: list[str], counted: dict[str, int]) -> Steps[dict[str, int]
 
 
 def _estimated_states(over: list[str]) -> tuple[str, ...]:
-    named = set(over) | (set(_FINISHED) if {"hot", "moved"} & set(over) else set())
+    named = {key.removeprefix("moved_") for key in over}
+    if "hot" in over:
+        named.update(_FINISHED)
     return tuple(s for s in _STATES if s in named)
 
 
@@ -226,17 +228,23 @@ def _counts_by_name(cap: int) -> Steps[dict[str, Counts]]:
         name: {key: float(one[key]) * totals[key] / max(counted[key], 1) for key in _KEYS}
         for name, one in by_name.items()
     }
-    if "moved" in over:
+    sampling = [s for s in _FINISHED if f"moved_{s}" in over]
+    if sampling:
+        # A state of the history read to its cap: its names' shares from a sample of
+        # its pages (the first rows read are of a few days only); the states under the
+        # cap keep their exact counts.
         pages = yield from ask(_estimate("moved"))
         percent = min(100.0, 100.0 * SAMPLE_ROWS / max(pages, 1))
         sample = yield from ask(
             Call(sql.COUNTS_SAMPLE_MOVED, {"percent": percent}, lambda rows, _n: rows)
         )
-        sampled = {s: sum(int(r.n) for r in sample if r.status == s) for s in _FINISHED}
+        sampled = {s: sum(int(r.n) for r in sample if r.status == s) for s in sampling}
         for one in share.values():
-            for state in _FINISHED:
+            for state in sampling:
                 one[f"moved_{state}"] = 0.0
         for r in sample:
+            if r.status not in sampled:
+                continue
             one = share.setdefault(r.name, dict.fromkeys(_KEYS, 0.0))
             key = f"moved_{r.status}"
             one[key] += totals[key] * int(r.n) / max(sampled[r.status], 1)

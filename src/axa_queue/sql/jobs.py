@@ -342,6 +342,16 @@ _BOUNDED = (
 """The live states' rows, each state's `FROM` and `WHERE` (read through its partial
 index, at most `cap + 1` rows); each count names the columns it reads."""
 
+_MOVED = tuple(
+    (state, f"FROM {{axa_queue_history}} WHERE status = '{state}' ORDER BY created_at DESC")
+    for state in ("completed", "failed", "cancelled")
+)
+"""Each finished state's rows in the history, read through `axa_queue_history_status_created`
+(each day's, merged), at most `cap + 1` a state, as `_BOUNDED`'s live states are. In that
+index's order, so the plan is its ordered scan whatever the statistics say of the
+state: a scan of the days' rows filtering them (what the planner takes for a state it
+believes common) would read every row of a rare one."""
+
 _FINISHED = """count(*) FILTER (WHERE status = 'completed') AS {prefix}completed,
         count(*) FILTER (WHERE status = 'failed') AS {prefix}failed,
         count(*) FILTER (WHERE status = 'cancelled') AS {prefix}cancelled"""
@@ -351,7 +361,14 @@ def _bounded_counts(by_name: bool) -> str:
     """`COUNTS` (`by_name` false) or `COUNTS_BY_NAME`: every group read at most
     `cap + 1` rows deep, one statement."""
     finished = _FINISHED.format(prefix="")
-    moved = _FINISHED.format(prefix="moved_")
+    moved = ",\n        ".join(
+        f"(SELECT count(*) FROM (SELECT 1 {rows} LIMIT %(cap)s + 1) m) AS moved_{state}"  # noqa: S608
+        for state, rows in _MOVED
+    )
+    moved_by_name = "\n        UNION ALL\n        ".join(
+        f"""(SELECT name, 'moved_{state}', count(*), NULL::float8 FROM (SELECT name {rows} LIMIT %(cap)s + 1) m GROUP BY name)"""  # noqa: S608
+        for state, rows in _MOVED
+    )
     if not by_name:
         each = "".join(
             f"\n    (SELECT count(*) FROM (SELECT name {rows} LIMIT %(cap)s + 1) x) AS {state},"  # noqa: S608
@@ -363,7 +380,7 @@ def _bounded_counts(by_name: bool) -> str:
         WHERE status = 'queued' AND run_at <= {_NOW})))::float8 AS oldest
     FROM (SELECT {finished} FROM (SELECT status FROM {{axa_queue}}
               WHERE status IN ('completed', 'failed', 'cancelled') LIMIT %(cap)s + 1) f) hot,
-         (SELECT {moved} FROM (SELECT status FROM {{axa_queue_history}} LIMIT %(cap)s + 1) m) moved"""  # noqa: S608
+         (SELECT {moved}) moved"""  # noqa: S608
     live = "\n        UNION ALL\n        ".join(
         f"""(SELECT name, '{state}' AS state, count(*) AS n, NULL::float8 AS oldest FROM (SELECT name {rows} LIMIT %(cap)s + 1) x GROUP BY name)"""  # noqa: S608
         for state, rows in _BOUNDED[1:]
@@ -392,8 +409,7 @@ def _bounded_counts(by_name: bool) -> str:
         (SELECT name, status, count(*), NULL::float8 FROM (SELECT name, status FROM {{axa_queue}}
               WHERE status IN ('completed', 'failed', 'cancelled') LIMIT %(cap)s + 1) f GROUP BY name, status)
         UNION ALL
-        (SELECT name, 'moved_' || status, count(*), NULL::float8
-         FROM (SELECT name, status FROM {{axa_queue_history}} LIMIT %(cap)s + 1) m GROUP BY name, status)
+        {moved_by_name}
     ) counted GROUP BY name ORDER BY name"""  # noqa: S608
 
 
@@ -401,10 +417,11 @@ COUNTS = statement(_bounded_counts(by_name=False))
 """How many jobs are in each state, moved ones included, each read at most `cap + 1`
 rows deep (so it costs the same on 10 million rows as on 10,000): each live state
 (ready, waiting, running, in review, blocked) through its partial index, the finished jobs still
-in `axa_queue` through `axa_queue_finished`, and the history's first `cap + 1` rows,
-whichever they are. A count of `cap` or less is exact; past it, `jobs.reads` takes the
+in `axa_queue` through `axa_queue_finished`, and the history's each finished state to its own
+`cap + 1` rows (`_MOVED`). A count of `cap` or less is exact; past it, `jobs.reads` takes the
 planner's estimate instead (`COUNT_ESTIMATES`) and says so (`Counts.estimated`); the
-history, past `cap` rows in all, makes its three states estimates. And how long the
+finished jobs still in `axa_queue` (few: they move after `keep_recent`), past `cap` in
+all, make their three states estimates. And how long the
 oldest ready job has waited: the first entry of `axa_queue_ready` (the difference of
 epoch seconds, which `-infinity`, written by another client, cannot fail before
 PostgreSQL 17; it reads as infinity)."""
