@@ -4,7 +4,7 @@ hot table holds live work (queued, running, in review) and the recently finished
 Housekeeping makes the history's day partitions ahead (`make_days`), moves jobs
 finished more than `QueueOptions.keep_recent` ago in bounded batches (`move`), and,
 past retention, drops whole days (`drop_days`, through `maintenance.purge`). A worker
-moves every `move_interval(options)`; `axa-queue history move` moves now, which is also
+moves every `move_interval(options)`; `axa-queue move-history` moves now, which is also
 how a database upgraded with millions of finished rows is moved: batch by batch, each
 its own short transaction, so it can be stopped and taken up again at any time.
 """
