@@ -576,6 +576,35 @@ async def test_history_reads_each_past_minute_once_and_then_only_the_last_two() 
     assert history.series("backlog", 60, 1, now=now).values[-1] == 7
 
 
+async def test_history_reads_every_minute_since_its_last_refresh_and_again_after_a_failure() -> (
+    None
+):
+    asked: list[tuple[int, int | None]] = []
+    now = 1_800_000_000.0  # a whole minute
+    minute = int(now)
+    failing = False
+
+    async def read(since: int, until: int | None) -> list[Finished]:
+        asked.append((since, until))
+        if failing:
+            raise OSError("the database is out of reach")
+        return [Finished(minute + 120, "Mail", 4, 0, 0)] if until is None else []
+
+    history = History()
+    await history.refresh(read, ready=5, now=now)
+    # Nobody looks for five minutes; the jobs finished meanwhile are read all the same.
+    history.refreshed = float("-inf")
+    failing = True
+    with pytest.raises(OSError):
+        await history.refresh(read, ready=5, now=now + 300)
+    assert asked[2:] == [(minute, None)]
+    failing = False
+    history.refreshed = float("-inf")
+    await history.refresh(read, ready=5, now=now + 300)
+    assert asked[3:] == [(minute, None), (minute - 1260, minute - 660)]
+    assert history.recent_by_name(now=now + 300) == {"Mail": Tally(completed=4)}
+
+
 def test_a_chart_is_svg_with_escaped_text() -> None:
     drawn = bars(Series([0, 60], [1, 4]), "<b>", "completed")
     assert drawn.startswith("<svg") and "&lt;b&gt;" in drawn and "<b>" not in drawn

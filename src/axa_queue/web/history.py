@@ -2,11 +2,15 @@
 name) over the last day, and the ready backlog, kept in the app's memory.
 
 Finished jobs are read by whole-minute windows (`sql.WEB_FINISHED_PER_MINUTE`): at each
-refresh the last two minutes (the current one, and the one just closed, which rows
-committed late may still join), and one more `BACKFILL` minutes further back, until
-the day is there (the hour's chart fills in five refreshes, the day's in a few
-minutes). So a refresh reads at most a dozen minutes of finished rows, however many
-millions retention keeps: at 60,000 jobs an hour, about 10 ms.
+refresh every minute since the last refresh's (the one then current, which rows
+committed later may still have joined; two minutes when pages keep it refreshed),
+and one more `BACKFILL` minutes further back, until the day is there (the hour's chart
+fills in five refreshes, the day's in a few minutes). A refresh after a pause (no page
+open for a while, or the database out of reach) reads every minute it missed, up to a
+day, once. So a refresh of a dashboard in use reads at most a dozen minutes of
+finished rows, however many millions retention keeps: at 60,000 jobs an hour, about
+10 ms. The marks of what was read move only once the reads succeeded: a refresh that
+failed is read again whole by the next.
 
 The ready backlog has no history in the database (a queued job's row says nothing of
 how many were queued with it), so it is sampled at each refresh: its chart starts when
@@ -70,6 +74,9 @@ class History:
     """Minute start -> ready jobs at the last sample in that minute."""
     back_to: int | None = None
     """The earliest minute read so far (None: nothing read yet)."""
+    read_from: int | None = None
+    """The first minute the last refresh read to the end (None: nothing read yet): the
+    next refresh reads from there, so no minute between two refreshes is missed."""
     refreshed: float = float("-inf")
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -91,12 +98,13 @@ class History:
             current = int(wall // MINUTE * MINUTE)
             self.backlog[current] = ready
             recent = current - MINUTE
-            windows: list[tuple[int, int | None]] = [(recent, None)]
-            if self.back_to is None:
-                self.back_to = recent
-            if self.back_to > current - DAY * MINUTE:
-                windows.append((self.back_to - BACKFILL * MINUTE, self.back_to))
-                self.back_to -= BACKFILL * MINUTE
+            oldest = current - DAY * MINUTE
+            start = recent if self.read_from is None else max(min(self.read_from, recent), oldest)
+            windows: list[tuple[int, int | None]] = [(start, None)]
+            back_to = start if self.back_to is None else min(self.back_to, start)
+            if back_to > oldest:
+                windows.append((back_to - BACKFILL * MINUTE, back_to))
+                back_to -= BACKFILL * MINUTE
             for since, until in windows:
                 rows = await read(since, until)
                 end = current + MINUTE if until is None else until
@@ -108,7 +116,7 @@ class History:
                     self.finished.setdefault(row.minute, {})[row.name] = Tally(
                         row.completed, row.failed, row.cancelled
                     )
-            oldest = current - DAY * MINUTE
+            self.read_from, self.back_to = current, back_to
             for kept in (self.finished, self.backlog):
                 for minute in [m for m in kept if m < oldest]:
                     del kept[minute]
