@@ -5,6 +5,7 @@ caller's transaction, one statement per bounded batch; a rollback leaves nothing
 from __future__ import annotations
 
 import asyncio
+import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -183,6 +184,33 @@ async def test_cancel_all_counts_the_jobs_moved_to_the_history_as_left_alone_as_
         done = cancel_all(conn, by="ops:alice", reason="INC-9", name="Mix")
     assert (done.changed, done.left_alone) == (10, {"failed": 9})
     assert states(admin, "Mix") == {"cancelled": 10, "failed": 3}
+
+
+async def test_cancel_all_cancels_jobs_in_review_as_cancel_does_and_counts_ids_no_job_has(
+    make_queue, dsn, admin
+) -> None:
+    queue = await make_queue(keep_recent=1)
+    seed(admin, "Rev", "completed", 2)
+    admin.execute("UPDATE axa_queue SET updated_at = now() - interval '1 minute'")
+    assert (await queue.move_history()).moved == 2
+    seed(admin, "Rev", "needs_review", 3)
+    rows = admin.execute("SELECT id FROM axa_queue_history UNION ALL SELECT id FROM axa_queue")
+    ids = [row[0] for row in rows.fetchall()]
+    nobody = uuid.uuid4()
+    with psycopg.connect(dsn) as conn:
+        released = release_all(
+            conn, by="ops:alice", reason="INC-4", ids=[*ids, nobody], dry_run=True
+        )
+        assert (released.changed, released.left_alone, released.missing) == (3, {"completed": 2}, 1)
+        done = cancel_all(conn, by="ops:alice", reason="INC-4", ids=[*ids, nobody, nobody])
+    assert (done.changed, done.left_alone, done.missing, done.matched) == (
+        3,
+        {"completed": 2},
+        1,
+        5,
+    )
+    assert states(admin, "Rev") == {"cancelled": 3}
+    assert acts(admin, "cancelled") == 3
 
 
 async def test_a_bulk_act_refuses_no_filter_a_bad_filter_and_a_reason_that_is_not_a_code(

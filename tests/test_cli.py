@@ -625,6 +625,11 @@ def test_retry_all_says_the_count_asks_and_acts_only_when_confirmed(ready: str, 
     assert dry.exit_code == 0 and "would retry 4 job(s); left alone: 1 queued" in dry.stdout
     refused = runner_with_input(ready, "n\n", *args)
     assert refused.exit_code == 1 and "Retry these 4 job(s)?" in refused.output
+    assert "nothing done (answer y to act, or give --yes)" in refused.output
+    unanswered = runner_with_input(ready, "", *args)  # no terminal, nothing on standard input
+    assert unanswered.exit_code == 2 and "give --yes" in unanswered.output
+    wrong = cli(*args[:4], "--state", "queued", *args[4:], "--dry-run", dsn=ready)
+    assert wrong.exit_code == 2 and "acts on failed, needs_review jobs" in wrong.output
     assert admin.execute("SELECT count(*) FROM axa_job_acts").fetchone() == (0,)
     done = cli(*args, "--yes", dsn=ready)
     assert done.exit_code == 0 and "queued again 4 job(s)" in done.stdout

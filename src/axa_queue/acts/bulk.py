@@ -19,6 +19,7 @@ six is needed: an act on every job of the table is never what a missing filter m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 from collections.abc import Awaitable, Sequence
@@ -65,6 +66,9 @@ class BulkResult:
     changed: int
     left_alone: dict[str, int] = field(default_factory=dict)
     dry_run: bool = False
+    missing: int = 0
+    """Of the `ids` given, how many no job has (in `axa_queue` or the history): nothing
+    to act on, and not among those matched."""
 
     @property
     def matched(self) -> int:
@@ -161,20 +165,42 @@ def _both(first: BulkResult, then: BulkResult) -> BulkResult:
     return BulkResult(first.changed + then.changed, dict(left), first.dry_run)
 
 
+def _read_missing(rows: list[Row], _count: int) -> int:
+    return int(rows[0].missing)
+
+
+def _with_moved(
+    given: _Filter, params: dict[str, Any], hot: BulkResult, moved: Steps[BulkResult] | None
+) -> Steps[BulkResult]:
+    """`hot` (what the act did in `axa_queue`) with the jobs moved to the history the
+    filter matches, within what is left of its `limit`: `moved`, the act's own steps
+    there (`retry_all` brings back the failed ones), else counted as left alone (they
+    are finished: no other act changes one, and each is counted as it was before it
+    moved); and, with `ids`, how many of them no job has."""
+    result = hot
+    rest = None if given.limit is None else given.limit - hot.matched
+    if rest is None or rest > 0:
+        then = yield from (
+            moved
+            if moved is not None
+            else _matching(sql.MATCHING_MOVED, {**params, "applies": []}, rest)
+        )
+        result = _both(hot, BulkResult(then.changed, then.left_alone))
+    ids = given.params["ids"]
+    if ids is None:
+        return result
+    missing = yield from ask(Call(sql.MISSING, {"ids": ids}, _read_missing))
+    return dataclasses.replace(result, missing=missing)
+
+
 def _cancel_steps(given: _Filter, dry_run: bool) -> Steps[BulkResult]:
-    params = {**given.params, "applies": ["queued", "running", "blocked"]}
+    params = {**given.params, "applies": ["queued", "running", "blocked", "needs_review"]}
     hot = yield from (
         _matching(sql.MATCHING, params, given.limit)
         if dry_run
         else _batches(sql.CANCEL_BATCH, params, given.limit)
     )
-    # The jobs moved to the history are finished: none is cancelled, each the filter
-    # matches is counted as left alone, as it was before it moved.
-    rest = None if given.limit is None else given.limit - hot.matched
-    if rest is not None and rest <= 0:
-        return hot
-    moved = yield from _matching(sql.MATCHING_MOVED, {**params, "applies": []}, rest)
-    return _both(hot, BulkResult(0, moved.left_alone))
+    return (yield from _with_moved(given, params, hot, None))
 
 
 def _retry_steps(given: _Filter, applies: str, dry_run: bool) -> Steps[BulkResult]:
@@ -184,17 +210,15 @@ def _retry_steps(given: _Filter, applies: str, dry_run: bool) -> Steps[BulkResul
         if dry_run
         else _batches(sql.RETRY_BATCH, params, given.limit)
     )
-    if applies != "failed":  # a job in review is never moved to the history
-        return hot
     rest = None if given.limit is None else given.limit - hot.matched
-    if rest is not None and rest <= 0:
-        return hot
-    moved = yield from (
-        _matching(sql.MATCHING_MOVED, params, rest)
-        if dry_run
-        else _batches(sql.RETRY_MOVED_BATCH, params, rest)
-    )
-    return _both(hot, moved)
+    moved = None
+    if applies == "failed":  # a job in review is never moved to the history
+        moved = (
+            _matching(sql.MATCHING_MOVED, params, rest)
+            if dry_run
+            else _batches(sql.RETRY_MOVED_BATCH, params, rest)
+        )
+    return (yield from _with_moved(given, params, hot, moved))
 
 
 class JobFilter(TypedDict, total=False):
@@ -243,8 +267,8 @@ def cancel_all(
 def cancel_all(
     conn: AnyConnection, *, by: str, reason: str, **filters: Unpack[JobFilter]
 ) -> BulkResult | Awaitable[BulkResult]:
-    """Cancel every queued, running or blocked job the filter matches, as `cancel`
-    cancels one (a running one's process is told at once), each with its act, in the
+    """Cancel every queued, running, blocked or in-review job the filter matches, as
+    `cancel` cancels one (a running one's process is told at once), each with its act, in the
     caller's transaction; the jobs the filter matches in any other state are left alone
     and counted, those moved to the history too (finished: counted after the others, in
     id order, within `limit`, never changed). Raises

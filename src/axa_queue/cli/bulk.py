@@ -64,7 +64,18 @@ def filter_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 def _said(result: BulkResult, done: str) -> str:
     left = ", ".join(f"{n} {state}" for state, n in sorted(result.left_alone.items()))
-    return f"{done} {result.changed} job(s)" + (f"; left alone: {left}" if left else "")
+    return (
+        f"{done} {result.changed} job(s)"
+        + (f"; left alone: {left}" if left else "")
+        + (f"; not found: {result.missing} id(s)" if result.missing else "")
+    )
+
+
+ACTS_ON = {
+    "cancel": ("queued", "running", "blocked", "needs_review"),
+    "retry": ("failed", "needs_review"),
+}
+"""The states each verb acts on (`retry` releases the jobs in review)."""
 
 
 def bulk_act(
@@ -85,6 +96,11 @@ def bulk_act(
             "--finished-before"
         )
     state = chosen.get("state")
+    if state is not None and state not in ACTS_ON[verb]:
+        raise click.UsageError(
+            f"{verb} --all acts on {', '.join(ACTS_ON[verb])} jobs: --state {state} matches "
+            f"none it would {verb}; choose one of those states, or leave --state out"
+        )
     if verb == "cancel":
         acts = [cancel_all]
     elif state == "failed":
@@ -106,7 +122,7 @@ def bulk_act(
                 # what the first left alone (or queued again itself).
                 then = await acts[1](conn, by=by, reason=reason, **options)
                 left = {s: n for s, n in first.left_alone.items() if s != "needs_review"}
-                return BulkResult(first.changed + then.changed, left, dry)
+                return BulkResult(first.changed + then.changed, left, dry, first.missing)
 
         return work
 
@@ -115,6 +131,15 @@ def bulk_act(
     if dry_run or not would.changed:
         return
     if not yes:
-        click.confirm(f"{verb.capitalize()} these {would.changed} job(s)?", abort=True)
+        try:
+            confirmed = click.confirm(f"{verb.capitalize()} these {would.changed} job(s)?")
+        except click.Abort:  # no answer: standard input closed, or no terminal
+            raise click.UsageError(
+                f"{verb} --all asks before it acts, and no answer came: nothing done; "
+                "give --yes to act without asking"
+            ) from None
+        if not confirmed:
+            click.echo("nothing done (answer y to act, or give --yes)", err=True)
+            raise SystemExit(1)
     done = with_queue(dsn, run(False), setup=False, options=None)
     click.echo(_said(done, "cancelled" if verb == "cancel" else "queued again"))

@@ -58,6 +58,9 @@ from .acts import (
     MATCHING_MOVED as MATCHING_MOVED,
 )
 from .acts import (
+    MISSING as MISSING,
+)
+from .acts import (
     RETRY as RETRY,
 )
 from .acts import (

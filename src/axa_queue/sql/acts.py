@@ -12,6 +12,7 @@ __all__ = [
     "CANCEL_BATCH",
     "MATCHING",
     "MATCHING_MOVED",
+    "MISSING",
     "RETRY",
     "RETRY_BATCH",
     "RETRY_MOVED_BATCH",
@@ -223,7 +224,8 @@ CANCEL_BATCH = statement(
         _MATCHED,
         """, target AS (
         SELECT id, status FROM {axa_queue}
-        WHERE id = ANY(ARRAY(SELECT id FROM seen)) AND status IN ('queued', 'running', 'blocked')
+        WHERE id = ANY(ARRAY(SELECT id FROM seen))
+          AND status IN ('queued', 'running', 'blocked', 'needs_review')
         FOR UPDATE
 """,
         _CANCELLED,
@@ -239,7 +241,7 @@ CANCEL_BATCH = statement(
         (SELECT count(*) FROM told) AS told""",
     )
 )
-"""`cancel` of every queued, running or blocked job of the next batch a filter matches, each
+"""`cancel` of every queued, running, blocked or in-review job of the next batch a filter matches, each
 with its act, in one statement (`cancel_all` sends one per batch, in the caller's
 transaction): each job changed exactly as `CANCEL` changes one, each running one's
 process told at once (`CANCEL_CHANNEL`), and the waiters told once for the batch
@@ -332,3 +334,9 @@ completed or cancelled job) are left where they are and counted by their state."
 
 MATCHING_MOVED = statement(_matching("{axa_queue_history}"))
 """`MATCHING` over the jobs moved to the history, for `retry_all`'s dry run."""
+
+MISSING = statement("""SELECT count(*) AS missing FROM (SELECT DISTINCT id FROM unnest(%(ids)s::uuid[]) AS i(id)) i
+    WHERE NOT EXISTS (SELECT FROM {axa_queue} q WHERE q.id = i.id)
+      AND NOT EXISTS (SELECT FROM {axa_queue_history} h WHERE h.id = i.id)""")
+"""How many of the ids a bulk act was given no job has, in `axa_queue` or the history
+(each looked up by its primary key, and per day partition by `axa_queue_history_id`)."""
