@@ -781,6 +781,18 @@ def test_an_unreachable_database_is_named_without_its_password() -> None:
     assert "s3cret-pw" not in result.output
 
 
+def test_a_database_address_without_a_port_is_named_with_the_one_libpq_takes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from axa_queue.cli.conventions import where
+
+    monkeypatch.delenv("PGPORT", raising=False)
+    assert where("postgresql://ops:pw@db/app") == "db:5432/app"
+    monkeypatch.setenv("PGPORT", "6432")
+    assert where("host=db dbname=app") == "db:6432/app"
+    assert where("postgresql://db:7000/app") == "db:7000/app"
+
+
 def test_a_malformed_dsn_is_refused_without_echoing_it() -> None:
     result = cli("counts", "--dsn", "postgresql://ops:pass word@host/db")
     assert result.exit_code == 2

@@ -151,6 +151,10 @@ def test_the_workers_command_lists_processes_as_a_table_and_as_json(dsn, admin) 
     found = runner.invoke(main, ["workers", "--json"])
     [row] = json.loads(found.output)
     assert row["host"] == "web-1" and row["names"] == ["Report", "Mail"] and row["running"] == 2
+    assert row["state"] == "live"
+    admin.execute("UPDATE axa_workers SET seen_at = now() - interval '2 hours'")
+    [row] = json.loads(runner.invoke(main, ["workers", "--json"]).output)
+    assert row["state"] == "gone" and "gone" in runner.invoke(main, ["workers"]).output
     admin.execute("DELETE FROM axa_workers")
     assert "no worker processes" in runner.invoke(main, ["workers"]).output
 

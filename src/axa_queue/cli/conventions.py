@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import typing
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -104,13 +105,14 @@ def checked_dsn(given: str | None) -> str:
 
 
 def where(dsn: str) -> str:
-    """Where `dsn` points, without user or password: `host:port/dbname`."""
+    """Where `dsn` points, without user or password: `host:port/dbname` (the port libpq
+    takes when the DSN gives none: `PGPORT`, else 5432)."""
     try:
         params = conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "the given address"
     host = str(params.get("host") or params.get("hostaddr") or "the local socket")
-    port = params.get("port")
+    port = params.get("port") or os.environ.get("PGPORT") or "5432"
     dbname = params.get("dbname")
     return f"{host}{f':{port}' if port else ''}{f'/{dbname}' if dbname else ''}"
 

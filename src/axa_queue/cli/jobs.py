@@ -20,11 +20,20 @@ from ..jobs.reads import EXACT_UP_TO
 from ..presence import Unhandled, WorkerInfo, handled_names, unhandled_steps, workers_on
 from ..queue import Queue
 from ..schedules.schedule import ScheduleInfo
-from .conventions import MOMENT, BadInput, Printed, answer, dsn_option, json_option, reported
+from .conventions import (
+    MOMENT,
+    BadInput,
+    Printed,
+    answer,
+    dsn_option,
+    json_option,
+    reported,
+    with_queue,
+)
 from .job_tables import job_json, job_table, runs_table, state_of, steps_table
 from .keys import DEFAULT_MOST
 from .keys import by_key as show_keys
-from .text import short, shown, tries, when
+from .text import print_json, short, shown, tries, when
 
 __all__ = ["counts", "enqueue", "jobs", "schedules", "show", "workers"]
 
@@ -363,7 +372,7 @@ def _counts_table(found: _Looked) -> Printed | list[Printed]:
         table.add_row(
             shown(name) + (" (paused)" if name in paused else ""),
             *(number(one, state) for state in states),
-            readable.seconds(one.oldest_ready_seconds),
+            readable.seconds(one.oldest_ready_seconds) if one.ready else "-",
             "yes" if name in found.handled else "no",
         )
     return [table, *said]
@@ -443,4 +452,10 @@ def workers(as_json: bool, dsn: str | None) -> None:
             )
         return table
 
-    answer(dsn, work, table, as_json=as_json)
+    if as_json:  # each with its state, as the table shows it
+        found = with_queue(dsn, work, setup=False, options=None)
+        print_json(
+            [{**dataclasses.asdict(one), "state": one.state(stale["seconds"])} for one in found]
+        )
+        return
+    answer(dsn, work, table)
