@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from psycopg.rows import namedtuple_row
 
 import seed_crate as crate
-from axa_queue import Attempt, JobState, NewJob, attempts_on, cancel, sql
+from axa_queue import Attempt, JobState, NewJob, attempts_on, cancel, retry, sql
 from axa_queue.cli import main
 from conftest import eventually, later, running
 
@@ -326,6 +326,18 @@ async def test_a_run_the_rust_crate_made_appears_with_what_the_crate_writes(
     assert run.duration is not None and run.duration >= timedelta(0)
     assert isinstance(run, Attempt)
     assert rows_of(admin, job_id) == []  # the crate writes none
+    # A person retries it, then cancels it before it runs again: the crate's run
+    # failed, it was not cancelled.
+    async with queue.connection() as conn:
+        assert (await retry(conn, job_id, "ops:alice", "INC-1")).applied
+        assert (await cancel(conn, job_id, "ops:alice", "INC-2")).applied
+    [run] = await queue.attempts(job_id)
+    assert (run.attempt, run.outcome, run.error_class, run.ended_at) == (
+        2,
+        "retried",
+        "KeyError",
+        None,
+    )
 
 
 async def test_attempts_leave_with_their_job_when_it_is_purged_or_its_day_dropped(

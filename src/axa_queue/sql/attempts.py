@@ -78,12 +78,17 @@ RUNS = """SELECT a.attempt, a.worker::text AS worker, a.host, a.pid,
             COALESCE(CASE WHEN j.run_attempt = j.attempts THEN j.run_host END, s.host),
             COALESCE(CASE WHEN j.run_attempt = j.attempts THEN j.run_pid END, s.pid),
             COALESCE(j.started_at, EXTRACT(EPOCH FROM s.started_at)),
-            CASE WHEN j.status IN ('completed', 'failed', 'cancelled', 'needs_review') THEN j.updated_at END,
-            CASE j.status WHEN 'queued' THEN 'retried' WHEN 'needs_review' THEN 'lost'
-                          WHEN 'running' THEN NULL ELSE j.status END,
+            CASE WHEN j.status IN ('completed', 'failed', 'needs_review')
+                   OR (j.status = 'cancelled' AND j.started_at IS NOT NULL) THEN j.updated_at END,
+            CASE WHEN j.status = 'queued' OR (j.status = 'cancelled' AND j.started_at IS NULL)
+                      THEN 'retried'
+                 WHEN j.status = 'needs_review' THEN 'lost'
+                 WHEN j.status = 'running' THEN NULL ELSE j.status END,
             CASE WHEN j.status IN ('queued', 'failed', 'needs_review')
+                   OR (j.status = 'cancelled' AND j.started_at IS NULL)
                  THEN substring(j.error FROM '^([A-Za-z_][A-Za-z0-9_.]*)(?::|$)') END,
-            CASE WHEN j.status IN ('queued', 'failed', 'needs_review') THEN left(j.error, 2000) END,
+            CASE WHEN j.status IN ('queued', 'failed', 'needs_review')
+                   OR (j.status = 'cancelled' AND j.started_at IS NULL) THEN left(j.error, 2000) END,
             j.run_attempt IS DISTINCT FROM j.attempts AND s.attempt IS NULL
         FROM (SELECT) one
         LEFT JOIN {axa_queue_attempts} s ON s.job_id = j.id AND s.attempt = j.attempts
@@ -98,7 +103,9 @@ belongs to that attempt (`run_attempt`: the crate's claim raises `attempts` and 
 the stamp, which then speaks of an earlier run); a row a claim wrote under migration
 13 (no outcome yet) fills what the job's row does not. `derived` says the run's
 process is unknown: what is shown is all its job's row says (no worker, no earlier
-runs)."""
+runs). A job cancelled while it waited to run again (no start: a retry or a backoff
+cleared it) was not cancelled in that run: the run's outcome is `retried`, its error
+the one the row kept, its end unknown."""
 
 ATTEMPTS = statement(
     Template("""SELECT r.* FROM (
