@@ -152,9 +152,17 @@ def test_the_workers_command_lists_processes_as_a_table_and_as_json(dsn, admin) 
     [row] = json.loads(found.output)
     assert row["host"] == "web-1" and row["names"] == ["Report", "Mail"] and row["running"] == 2
     assert row["state"] == "live"
+    # Gone: its last report (2) is stale; the table says which jobs it left running.
     admin.execute("UPDATE axa_workers SET seen_at = now() - interval '2 hours'")
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, status, attempts, started_at, run_worker, "
+        "run_attempt) SELECT gen_random_uuid(), 'Report', '{}', 'running', 1, now(), id, 1 "
+        "FROM axa_workers"
+    )
     [row] = json.loads(runner.invoke(main, ["workers", "--json"]).output)
-    assert row["state"] == "gone" and "gone" in runner.invoke(main, ["workers"]).output
+    assert (row["state"], row["running"], row["holding"]) == ("gone", 2, 1)
+    [line] = [one for one in runner.invoke(main, ["workers"]).output.splitlines() if "web-1" in one]
+    assert line.split()[4:6] == ["8", "1"] and "gone" in line, line  # LOOPS, RUNNING
     admin.execute("DELETE FROM axa_workers")
     assert "no worker processes" in runner.invoke(main, ["workers"]).output
 

@@ -80,6 +80,9 @@ class WorkerInfo:
     beat: float | None = None
     """Its heartbeat interval in seconds, or `None` in a row written by a version that
     did not record it."""
+    holding: int = 0
+    """Jobs the table says it runs now (`running` under a claim it made): for a gone
+    process, the runs it left, until stale recovery (or a person) decides them."""
 
     def gone_after(self, stale_after: float) -> float:
         """Seconds of silence after which it is gone: `GONE_AFTER_BEATS` heartbeat
@@ -93,6 +96,11 @@ class WorkerInfo:
     def state(self, stale_after: float) -> str:
         """`"live"`, or `"gone"` once silent for `gone_after(stale_after)` seconds."""
         return "live" if self.live(stale_after) else "gone"
+
+    def in_progress(self, stale_after: float) -> int:
+        """Its jobs in progress: as it said at its last heartbeat while it is live (its
+        runs claimed ahead too), else the runs the table says it left (`holding`)."""
+        return self.running if self.live(stale_after) else self.holding
 
 
 def _read(rows: list[Row], _count: int) -> list[WorkerInfo]:
@@ -109,6 +117,7 @@ def _read(rows: list[Row], _count: int) -> list[WorkerInfo]:
             seen_at=moment(r.seen_at),
             silent=max(0.0, float(r.silent)),
             beat=None if r.beat_ms is None else r.beat_ms / 1000,
+            holding=r.holding,
         )
         for r in rows
     ]

@@ -445,7 +445,7 @@ def workers(as_json: bool, dsn: str | None) -> None:
                 str(one.pid),
                 shown(", ".join(one.names)) or "-",
                 str(one.loops),
-                str(one.running),
+                str(one.in_progress(stale["seconds"])),
                 f"{when(one.seen_at)} ({readable.seconds(one.silent)} ago)",
                 one.state(stale["seconds"]),
                 shown(one.version),

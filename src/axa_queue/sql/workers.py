@@ -121,11 +121,15 @@ WORKERS_FORGET = statement("""DELETE FROM {axa_workers}
 """Remove the rows of processes not heard from for long (killed, or their host lost):
 housekeeping, through the `axa_workers_seen` index."""
 
-WORKERS = statement("""SELECT id, host, pid, names, loops, running, version, beat_ms,
-    EXTRACT(EPOCH FROM started_at) AS started_at, EXTRACT(EPOCH FROM seen_at) AS seen_at,
-    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM seen_at))::float8 AS silent
-    FROM {axa_workers} ORDER BY host, pid, started_at""")
-"""Every worker process with a row, and how many seconds since it was last heard from
+WORKERS = statement("""SELECT w.id, w.host, w.pid, w.names, w.loops, w.running, w.version, w.beat_ms,
+    EXTRACT(EPOCH FROM w.started_at) AS started_at, EXTRACT(EPOCH FROM w.seen_at) AS seen_at,
+    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM w.seen_at))::float8 AS silent,
+    (SELECT count(*) FROM {axa_queue} q
+     WHERE q.status = 'running' AND q.run_worker = w.id AND q.run_attempt = q.attempts) AS holding
+    FROM {axa_workers} w ORDER BY w.host, w.pid, w.started_at""")
+"""Every worker process with a row, how many jobs the table says it runs (`holding`:
+running under a claim it stamped, through `axa_queue_running`: the running jobs, few),
+and how many seconds since it was last heard from
 (readers call it gone after `presence.GONE_AFTER_BEATS` of its heartbeat intervals,
 `beat_ms`, or, in a row without one, after `stale_after`); a small table, one row per
 process. The seconds are a difference of epoch seconds, which a `seen_at` of `infinity`
