@@ -495,6 +495,9 @@ def test_show_and_counts_tell_what_the_queue_knows(ready: str, admin) -> None:
     by_name = json.loads(cli("counts", "--by-name", "--json", dsn=ready).stdout)
     assert by_name["Report"]["ready"] == 1
     assert "waiting" in cli("counts", dsn=ready).stdout
+    assert "oldest ready job has waited" in cli("counts", dsn=ready).stdout
+    set_status(admin, job_id, "failed")  # none ready now: no wait to tell
+    assert "no job is ready" in cli("counts", dsn=ready).stdout
 
 
 def test_show_prints_a_jobs_steps_but_never_their_results(ready: str, admin) -> None:

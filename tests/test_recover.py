@@ -56,6 +56,8 @@ def test_recover_with_max_attempts_agrees_with_the_workers_own_recovery(admin, d
     dry = cli("recover", "--max-attempts", "3", "--dry-run", "--json", dsn=dsn)
     assert dry.exit_code == 0, dry.output
     assert {uuid.UUID(r["id"]): r["state"] for r in json.loads(dry.stdout)} == workers
+    said = " ".join(cli("recover", "--max-attempts", "3", "--dry-run", dsn=dsn).stdout.split())
+    assert "jobs queued without their own max_attempts would be given 3" in said
 
     done = cli("recover", "--max-attempts", "3", dsn=dsn)
     assert done.exit_code == 0, done.output

@@ -87,7 +87,10 @@ def recover(
             if dry_run
             else f"recovered {jobs_text}"
         )
-        printed.append(f"jobs queued without their own max_attempts were given {given}")
+        printed.append(
+            f"jobs queued without their own max_attempts {'would be' if dry_run else 'were'} "
+            f"given {given}"
+        )
         return printed
 
     answer(dsn, work, show, as_json=as_json, options=options)

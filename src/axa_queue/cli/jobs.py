@@ -357,7 +357,9 @@ def _counts_table(found: _Looked) -> Printed | list[Printed]:
             table.add_row(state, number(found.counts, state))
         return [
             table,
-            f"oldest ready job has waited {readable.seconds(found.counts.oldest_ready_seconds)}",
+            f"oldest ready job has waited {readable.seconds(found.counts.oldest_ready_seconds)}"
+            if found.counts.ready
+            else "no job is ready",
             *said,
         ]
     if not found.counts:

@@ -182,10 +182,9 @@ class Connector:
         """The DSN: given, else from the environment; remembered once found."""
         dsn = self.dsn or dsn_from_environment()
         if not dsn:
+            where = f"{who}(...) or open(...)" if who == "Queue" else f"{who}(...)"
             raise OptionsError(
-                f"no database given: pass a DSN to {who}(...) or open(...), or set AXA_QUEUE_DSN"
-                if who == "Queue"
-                else f"no database given: pass a DSN to {who}(...) or set AXA_QUEUE_DSN"
+                f"no database given: pass a DSN to {where}, or set AXA_QUEUE_DSN (or DATABASE_URL)"
             )
         self.dsn = dsn
         return dsn

@@ -24,9 +24,9 @@ def ended(one: Run, outcome: Outcome, trace: BaseException | None) -> None:
     if outcome.kind == "completed":
         if log.isEnabledFor(logging.DEBUG):
             log.debug(
-                "job completed: %s %s (attempt %d) in %g s",
+                "job completed: %s %s (attempt %d) in %.3f s",
                 *one.named(),
-                round(one.seconds, 6),
+                one.seconds,
                 extra={**one.fields(), "duration": round(one.seconds, 6)},
             )
     elif outcome.kind == "snoozed":
