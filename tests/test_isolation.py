@@ -670,3 +670,79 @@ async def test_an_exception_whose_message_cannot_be_made_fails_its_run_and_nothi
     result = await queue.drain()
     assert result.failed == 1
     assert status_of(admin, job) == ("failed", "Unprintable: (its message could not be read)", 1)
+
+
+async def test_a_row_another_transaction_holds_delays_its_own_ending_and_no_other_run(
+    make_queue, dsn, admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = await make_queue(workers=4)
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    @queue.handler("Held")
+    async def held(args: dict[str, Any]) -> str:
+        started.set()
+        await finish.wait()
+        return "done"
+
+    @queue.handler("Quick")
+    async def quick(args: dict[str, Any]) -> None:
+        return None
+
+    held_id = await queue.enqueue("Held", {"secret": SECRET})
+    holder = psycopg.connect(dsn)  # a person's open transaction, holding the job's row
+    try:
+        async with running(queue):
+            await started.wait()
+            holder.execute("SELECT 1 FROM axa_queue WHERE id = %s FOR UPDATE", (held_id,))
+            finish.set()  # its ending now waits for the row
+            quick_ids = [await queue.enqueue("Quick", {}) for _ in range(5)]
+
+            async def quick_ones_done() -> bool:
+                return (
+                    all(status_of(admin, one)[0] == "completed" for one in quick_ids)
+                    and "held by another transaction" in caplog.text
+                )
+
+            with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
+                await eventually(quick_ones_done)
+                assert status_of(admin, held_id)[0] == "running"
+                holder.commit()  # the row is free: the ending goes through
+                await eventually(lambda: status_of(admin, held_id)[0] == "completed")
+    finally:
+        holder.close()
+    assert await queue.result(held_id) == "done"
+    said = [r.getMessage() for r in caplog.records if str(held_id) in r.getMessage()]
+    assert any("held by another transaction" in line for line in said), said
+    assert any("free again" in line for line in said), said
+    assert SECRET not in caplog.text
+
+
+async def test_a_run_whose_job_a_person_cancels_while_holding_its_row_records_nothing(
+    make_queue, dsn, admin
+) -> None:
+    from axa_queue import cancel
+
+    queue = await make_queue(workers=2)
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    @queue.handler("Held")
+    async def held(args: dict[str, Any]) -> str:
+        started.set()
+        await finish.wait()
+        return "done"
+
+    held_id = await queue.enqueue("Held", {})
+    holder = psycopg.connect(dsn)
+    try:
+        async with running(queue):
+            await started.wait()
+            result = cancel(holder, held_id, "ops:alice", "INC-5")  # not yet committed
+            assert result.applied
+            finish.set()  # its ending waits for the row, then the fence refuses it
+            holder.commit()
+            await eventually(lambda: status_of(admin, held_id)[0] == "cancelled")
+    finally:
+        holder.close()
+    # The worker stopped once its endings were written or refused.
+    row = admin.execute("SELECT status, result FROM axa_queue WHERE id = %s", (held_id,)).fetchone()
+    assert row == ("cancelled", None)

@@ -38,9 +38,9 @@ from .errors import DrainError, NotOpenError, OptionsError
 from .handlers.registry import Registrations, Registry
 from .jobs import modes
 from .jobs.attempts import attempts_call
-from .jobs.enqueue import batch_of, enqueue_all_work, enqueue_work
+from .jobs.enqueue import enqueue_all_work, enqueue_work
 from .jobs.keys import BUSIEST, KeyCounts, key_counts_call
-from .jobs.linked import Composition, Workflow, workflow_refused
+from .jobs.linked import Composition, Workflow, batch_of, workflow_refused
 from .jobs.model import (
     Attempt,
     Counts,

@@ -25,14 +25,13 @@ from .. import sql, tracing
 from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection, run
 from ..db.calls import Call, Row, Steps, Work, ask
 from ..errors import OptionsError
-from .linked import Composition, Workflow, linked_call, workflow_call
+from .linked import Composition, Workflow, batch_of, linked_call, workflow_call
 from .model import Duplicate, NewJob, columns_of
 
 __all__ = [
     "COPY_FROM",
     "Answers",
     "UniqueEnqueue",
-    "batch_of",
     "copies",
     "enqueue_all_on",
     "enqueue_all_work",
@@ -428,21 +427,6 @@ def enqueue_work(job: NewJob | Composition, now: datetime | None = None) -> Work
     if job.unique_key is not None:
         return enqueue_unique_one(job, now)
     return enqueue_call(job, now)
-
-
-def batch_of(jobs: Iterable[NewJob]) -> list[NewJob]:
-    """`jobs` as a list, each a `NewJob`, else an `OptionsError` that says what to do
-    (a workflow given to `enqueue_all` is queued by `enqueue`)."""
-    batch = list(jobs)
-    for place, job in enumerate(batch):
-        if not isinstance(job, NewJob):
-            kind = "a workflow" if isinstance(job, Composition) else "not a NewJob"
-            raise OptionsError(
-                f"enqueue_all takes NewJob items; place {place} is {kind} "
-                f"({type(job).__name__}): queue a workflow (chain, group, chord) with "
-                "enqueue, which returns its Workflow"
-            )
-    return batch
 
 
 def enqueue_all_work(jobs: Sequence[NewJob]) -> Work[list[UUID]]:

@@ -11,7 +11,7 @@ its place in the workflow gives it.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -26,6 +26,7 @@ __all__ = [
     "Composition",
     "Flat",
     "Workflow",
+    "batch_of",
     "linked_call",
     "workflow_call",
     "workflow_refused",
@@ -109,6 +110,21 @@ def _arrays(
         "policy": policy,
         "outside": list(outside),
     }
+
+
+def batch_of(jobs: Iterable[NewJob]) -> list[NewJob]:
+    """`jobs` as a list, each a `NewJob`, else an `OptionsError` that says what to do
+    (a workflow given to `enqueue_all` is queued by `enqueue`)."""
+    batch = list(jobs)
+    for place, job in enumerate(batch):
+        if not isinstance(job, NewJob):
+            kind = "a workflow" if isinstance(job, Composition) else "not a NewJob"
+            raise OptionsError(
+                f"enqueue_all takes NewJob items; place {place} is {kind} "
+                f"({type(job).__name__}): queue a workflow (chain, group, chord) with "
+                "enqueue, which returns its Workflow"
+            )
+    return batch
 
 
 def linked_call(

@@ -75,6 +75,24 @@ from .attempts import (
 from .attempts import (
     ATTEMPTS_DROP as ATTEMPTS_DROP,
 )
+from .counts import (
+    COUNT_ESTIMATES as COUNT_ESTIMATES,
+)
+from .counts import (
+    COUNTS as COUNTS,
+)
+from .counts import (
+    COUNTS_BY_NAME as COUNTS_BY_NAME,
+)
+from .counts import (
+    COUNTS_SAMPLE_MOVED as COUNTS_SAMPLE_MOVED,
+)
+from .counts import (
+    FINISHED_COUNTS_BY_NAME as FINISHED_COUNTS_BY_NAME,
+)
+from .counts import (
+    LIVE_COUNTS_BY_NAME as LIVE_COUNTS_BY_NAME,
+)
 from .exchange import (
     CLAIM as CLAIM,
 )
@@ -109,18 +127,6 @@ from .history import (
     HISTORY_PURGEABLE as HISTORY_PURGEABLE,
 )
 from .jobs import (
-    COUNT_ESTIMATES as COUNT_ESTIMATES,
-)
-from .jobs import (
-    COUNTS as COUNTS,
-)
-from .jobs import (
-    COUNTS_BY_NAME as COUNTS_BY_NAME,
-)
-from .jobs import (
-    COUNTS_SAMPLE_MOVED as COUNTS_SAMPLE_MOVED,
-)
-from .jobs import (
     ENQUEUE as ENQUEUE,
 )
 from .jobs import (
@@ -136,16 +142,10 @@ from .jobs import (
     ENQUEUE_UNIQUE_ONE as ENQUEUE_UNIQUE_ONE,
 )
 from .jobs import (
-    FINISHED_COUNTS_BY_NAME as FINISHED_COUNTS_BY_NAME,
-)
-from .jobs import (
     JOB as JOB,
 )
 from .jobs import (
     JOBS as JOBS,
-)
-from .jobs import (
-    LIVE_COUNTS_BY_NAME as LIVE_COUNTS_BY_NAME,
 )
 from .jobs import (
     RESULT as RESULT,
@@ -259,6 +259,9 @@ from .runs import (
 from .runs import (
     MARK_LOST as MARK_LOST,
 )
+from .runs import (
+    ROWS_FREE as ROWS_FREE,
+)
 from .schedules import (
     CRON_TICK as CRON_TICK,
 )
@@ -282,6 +285,9 @@ from .session import (
 )
 from .session import (
     CURRENT_SCHEMA as CURRENT_SCHEMA,
+)
+from .session import (
+    EXCHANGE_ROW_WAIT as EXCHANGE_ROW_WAIT,
 )
 from .session import (
     LOCAL_SEARCH_PATH as LOCAL_SEARCH_PATH,

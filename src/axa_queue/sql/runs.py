@@ -7,7 +7,7 @@ from __future__ import annotations
 from .history import HISTORY_COLUMNS_MOVED
 from .naming import statement
 
-__all__ = ["FAIL_UNCLAIMABLE", "GIVE_BACK", "HEARTBEAT", "MARK_LOST"]
+__all__ = ["FAIL_UNCLAIMABLE", "GIVE_BACK", "HEARTBEAT", "MARK_LOST", "ROWS_FREE"]
 
 GIVE_BACK = statement("""WITH back AS (
         UPDATE {axa_queue} q
@@ -221,3 +221,11 @@ statement is rare, so it does not ask whether anyone waits.
 It locks one row (`found`, waiting for it if another statement holds it) and no other:
 while it waits it holds nothing another statement waits for, and once it holds the row
 it waits for no other, so no cycle of waits passes through it."""
+
+ROWS_FREE = statement("""SELECT id::text AS id FROM {axa_queue}
+    WHERE id = ANY(%(ids)s::uuid[])
+    FOR NO KEY UPDATE SKIP LOCKED""")
+"""Which of these jobs' rows no other transaction holds now: each locked, as the
+exchange's ending would lock it, or skipped (never waited for). Sent on the exchange's
+connection, outside a transaction, so the locks go with the statement; only after an
+exchange waited too long for a row (`worker.held`), never on the way of every run."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 __all__ = [
     "CLAIM_SETTINGS",
     "CURRENT_SCHEMA",
+    "EXCHANGE_ROW_WAIT",
     "LOCAL_SEARCH_PATH",
     "PING",
     "SEARCH_PATH",
@@ -56,3 +57,15 @@ join: each costs a random page a row, against one page, or none, for a table pla
 as empty); this setting does, whatever the statistics, and the claim's tables all have
 the indexes its reads need. Set after `SESSION_SETTINGS`, on that connection only, and
 like them never behind a transaction pooler."""
+
+EXCHANGE_ROW_WAIT = "SET lock_timeout = '2s'"
+"""How long the exchange loop's connection waits for a lock: its statement records
+every loop's endings and claims, and an ending waits for its job's row, which a
+person's open transaction may hold (an act not yet committed, a dependent being
+queued in a request's transaction, a `SELECT ... FOR UPDATE` by hand) for as long as
+it stays open. Past this, the statement fails (`lock_not_available`), the rows held
+are found (`ROWS_FREE`) and their endings kept aside until free, and the rest is
+sent again (`worker.held`): one held row delays its own run's ending, not every
+loop's. Set with `CLAIM_SETTINGS`, on that connection only, never behind a
+transaction pooler (which would keep it on a server connection others use: there the
+exchange waits as long as the row is held)."""

@@ -178,7 +178,7 @@ class Claims:
             runs = [r for r in state.runs.values() if not r.done]
             # Endings not yet written keep their claims too: the run is still this
             # process's until its ending lands.
-            ended = [*state.sending, *state.endings, *state.apart]
+            ended = [*state.sending, *state.endings, *state.apart, *state.row_held]
             if not runs and not ended:
                 state.heard = self.connections.monotonic()  # nothing held: nothing to prove
                 continue

@@ -73,12 +73,12 @@ class Connections:
 
     async def for_exchange(self) -> psycopg.AsyncConnection[Any]:
         """The exchange loop's connection, made on first use and after it broke, which
-        plans its claims without sorts (`sql.CLAIM_SETTINGS`) where it may keep a
-        session setting."""
+        plans its claims without sorts (`sql.CLAIM_SETTINGS`) and waits at most
+        `sql.EXCHANGE_ROW_WAIT` for a lock, where it may keep a session setting."""
         if self.exchange is None or self.exchange.closed:
             conn = await self.connector.connect()
             if self.connector.keeps_session_state():
-                await conn.execute(sql.CLAIM_SETTINGS)
+                await conn.execute(f"{sql.CLAIM_SETTINGS}; {sql.EXCHANGE_ROW_WAIT}")
             self.exchange = conn
         return self.exchange
 

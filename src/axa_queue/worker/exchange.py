@@ -34,6 +34,7 @@ from ..options import QueueOptions, to_seconds
 from . import decisions
 from .claims import RETRY_DATABASE, Claims
 from .connections import Connections
+from .held import HeldRows
 from .isolation import Isolation
 from .run import Run, order_of
 from .runs import Runner
@@ -90,6 +91,8 @@ class Exchange:
             state, connections, self, runner.take, self._recorded, self.skips
         )
         """Sends a statement's parts apart when a value fails it; keeps what it found."""
+        self.held = HeldRows(state, connections)
+        """The endings kept aside while another transaction holds their job's row."""
 
     def statement(self, recording: bool) -> str:
         """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
@@ -132,6 +135,8 @@ class Exchange:
         while True:
             if self.isolation.apart_due():
                 await self.isolation.retry_apart()
+            if self.held.due():
+                await self.held.release()
             free = state.free()
             claim = free > 0 and state.look
             if not state.endings and not state.starts and not claim:
@@ -198,7 +203,11 @@ class Exchange:
                         batch, free if wanted else 0, wanted, starts, idle
                     )
                 except psycopg.Error as error:
-                    if not decisions.blames_values(error.sqlstate):
+                    if await self.held.put_aside(error, batch, starts):  # the rest, now
+                        claimed, kept = await self.send(
+                            batch, free if wanted else 0, wanted, starts, idle
+                        )
+                    elif not decisions.blames_values(error.sqlstate):
                         raise
                     # One run's or one name's value, maybe: send the parts apart. What
                     # they record and claim comes out of `batch` and `starts` as it

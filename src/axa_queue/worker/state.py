@@ -10,7 +10,8 @@ once it lost its claim (docs/design.md draws it)::
 
 `State.runs` holds every run from its claim until its loop lets it go (its ending is
 then in `endings`, or `sending` while a statement carries it, or `apart` while it
-cannot be recorded); `State.losing` holds
+cannot be recorded, or `row_held` while another transaction holds its job's row);
+`State.losing` holds
 every run that lost its claim until its fate is written, and keeps its place
 meanwhile, so this process never claims that job again before.
 """
@@ -77,6 +78,10 @@ class State:
         """Endings that could be recorded neither as they were nor as failures (their
         statement failed even alone), kept claimed and tried again on their own
         (`Exchange.isolate`)."""
+        self.row_held: list[Run] = []
+        """Endings whose job row another transaction holds (an open transaction that
+        locked it), kept aside so the others go on, and sent once it is free
+        (`held.HeldRows`)."""
         self.starts: list[Run] = []
         """Runs claimed ahead whose handler started, to be marked started (their row's
         `ahead` cleared) by the next exchange, which the loop does not wait for."""
@@ -172,9 +177,9 @@ class State:
         endings kept apart (so a worker that cannot record its endings stops claiming
         once they fill its places)."""
         if not self.losing:  # nearly always: no generator for it
-            return len(self.runs) + len(self.apart)
+            return len(self.runs) + len(self.apart) + len(self.row_held)
         extra = sum(1 for one in self.losing.values() if one.key not in self.runs)
-        return len(self.runs) + extra + len(self.apart)
+        return len(self.runs) + extra + len(self.apart) + len(self.row_held)
 
     def free(self) -> int:
         return decisions.free_places(self.stopping, self.room, self.held())
@@ -252,6 +257,7 @@ class State:
             *self.sending,
             *self.endings,
             *self.apart,
+            *self.row_held,
             *self.losing.values(),
         ]
         held = list({one.key: one for one in every}.values())
