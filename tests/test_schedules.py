@@ -757,3 +757,21 @@ def test_a_wall_clock_cron_runs_once_per_matching_local_day_even_across_a_change
         days.append(found.astimezone(ZoneInfo(zone)).date())
         moment = found
     assert len(days) == len(set(days)), "two runs on one local day"
+
+
+async def test_a_due_time_python_cannot_hold_written_by_hand_stops_no_schedule(
+    make_queue, admin
+) -> None:
+    queue = await make_queue()
+    queue.schedule(Schedule.every("healthy", timedelta(minutes=5), NewJob("Healthy")))
+    queue.schedule(Schedule.every("broken", timedelta(minutes=5), NewJob("Broken")))
+    queue.schedule(Schedule.cron("nightly", "0 3 * * *", NewJob("Nightly")))
+    await queue.tick_schedules(now=at("2030-01-01T00:00:00"))
+    finish_all(admin)
+    admin.execute("UPDATE axa_schedule SET due_at = '-infinity' WHERE name = 'broken'")
+    admin.execute("UPDATE axa_schedule SET due_at = '0044-03-15 BC' WHERE name = 'nightly'")
+    assert await queue.tick_schedules(now=at("2030-01-01T00:05:00")) == 3
+    assert [len(jobs_of(admin, n)) for n in ("Healthy", "Broken", "Nightly")] == [2, 2, 1]
+    # Each taken as due long ago: queued once, and its next due time one after now.
+    assert schedule_row(admin, "broken")[0] == at("2030-01-01T00:10:00")
+    assert schedule_row(admin, "nightly")[0] == at("2030-01-01T03:00:00")

@@ -286,7 +286,9 @@ async def mark_seen(
 class Due:
     """A schedule found due: its due time, and the database's clock when it was read."""
 
-    due_at: datetime
+    due_at: datetime | None
+    """`None`: a due time Python cannot hold (`-infinity`, a date BC, written by another
+    client), taken as due long ago."""
     now: datetime
 
 

@@ -34,11 +34,23 @@ which the crate reads as no interval). A cron schedule's first due time is worke
 in Python (`first_at`); a changed interval, expression or zone applies from the next
 due time on. `seen_at` moves at most once a minute, so a tick rarely writes."""
 
-SCHEDULES_DUE = statement("""SELECT name, due_at, COALESCE(%(now)s::timestamptz, now()) AS now FROM {axa_schedule}
-    WHERE name = ANY(%(names)s::text[]) AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())""")
+_EARLIEST = "'0002-01-01 00:00:00+00'::timestamptz"
+"""The earliest due time read as it is: Python's `datetime` holds none before year 1 (in
+any time zone the session shows it in), and another client may write `-infinity` or a
+date BC."""
+
+SCHEDULES_DUE = statement(
+    """SELECT name, CASE WHEN due_at >= {earliest} THEN due_at END AS due_at,
+    COALESCE(%(now)s::timestamptz, now()) AS now FROM {{axa_schedule}}
+    WHERE name = ANY(%(names)s::text[]) AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())""".format(
+        earliest=_EARLIEST
+    )
+)
 """Which schedules are due, without locking: most ticks stop here. With each, the due
 time read and the clock it was read at, from which a cron schedule's next time is
-worked out (`CRON_TICK`). (A due time is at most now, so Python can hold it.)"""
+worked out (`CRON_TICK`). A due time is at most now; one earlier than `_EARLIEST`
+(`-infinity`, a date BC, which another client wrote) reads as NULL, so one schedule's
+row never fails the read of every schedule due: the ticks take it as due long ago."""
 
 SCHEDULE_TICK = statement("""WITH due AS (
         SELECT name, last_job FROM {axa_schedule}
@@ -55,8 +67,10 @@ SCHEDULE_TICK = statement("""WITH due AS (
         RETURNING id
     ), advanced AS (
         UPDATE {axa_schedule} s
-        SET due_at = s.due_at + make_interval(secs => %(interval)s)
-                * (floor(EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - s.due_at) / %(interval)s::numeric) + 1),
+        SET due_at = CASE WHEN s.due_at < '0002-01-01 00:00:00+00'::timestamptz
+                THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(interval)s)
+                ELSE s.due_at + make_interval(secs => %(interval)s)
+                * (floor(EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - s.due_at) / %(interval)s::numeric) + 1) END,
             last_job = COALESCE((SELECT id FROM queued), s.last_job), updated_at = COALESCE(%(now)s::timestamptz, now())
         FROM due WHERE s.name = due.name
         RETURNING s.name
@@ -78,7 +92,8 @@ queued (NULL when skipped) and the last job before it."""
 
 CRON_TICK = statement("""WITH due AS (
         SELECT name, last_job FROM {axa_schedule}
-        WHERE name = %(name)s AND archived_at IS NULL AND due_at = %(due_at)s
+        WHERE name = %(name)s AND archived_at IS NULL
+          AND (due_at = %(due_at)s OR (%(due_at)s::timestamptz IS NULL AND due_at < '0002-01-01 00:00:00+00'::timestamptz))
           AND due_at <= COALESCE(%(now)s::timestamptz, now())
         FOR UPDATE SKIP LOCKED
     ), busy AS (
