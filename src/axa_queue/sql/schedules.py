@@ -41,10 +41,9 @@ date BC."""
 
 SCHEDULES_DUE = statement(
     """SELECT name, CASE WHEN due_at >= {earliest} THEN due_at END AS due_at,
-    COALESCE(%(now)s::timestamptz, now()) AS now FROM {{axa_schedule}}
-    WHERE name = ANY(%(names)s::text[]) AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())""".format(
-        earliest=_EARLIEST
-    )
+    COALESCE(%(now)s::timestamptz, now()) AS now FROM {axa_schedule}
+    WHERE name = ANY(%(names)s::text[]) AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())""",
+    earliest=_EARLIEST,
 )
 """Which schedules are due, without locking: most ticks stop here. With each, the due
 time read and the clock it was read at, from which a cron schedule's next time is
