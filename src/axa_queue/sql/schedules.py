@@ -51,7 +51,8 @@ worked out (`CRON_TICK`). A due time is at most now; one earlier than `_EARLIEST
 (`-infinity`, a date BC, which another client wrote) reads as NULL, so one schedule's
 row never fails the read of every schedule due: the ticks take it as due long ago."""
 
-SCHEDULE_TICK = statement("""WITH due AS (
+SCHEDULE_TICK = statement(
+    """WITH due AS (
         SELECT name, last_job FROM {axa_schedule}
         WHERE name = %(name)s AND archived_at IS NULL AND due_at <= COALESCE(%(now)s::timestamptz, now())
         FOR UPDATE SKIP LOCKED
@@ -66,7 +67,7 @@ SCHEDULE_TICK = statement("""WITH due AS (
         RETURNING id
     ), advanced AS (
         UPDATE {axa_schedule} s
-        SET due_at = CASE WHEN s.due_at < '0002-01-01 00:00:00+00'::timestamptz
+        SET due_at = CASE WHEN s.due_at < {earliest}
                 THEN COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => %(interval)s)
                 ELSE s.due_at + make_interval(secs => %(interval)s)
                 * (floor(EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now()) - s.due_at) / %(interval)s::numeric) + 1) END,
@@ -76,7 +77,9 @@ SCHEDULE_TICK = statement("""WITH due AS (
     )
     SELECT (SELECT id FROM queued) AS queued, due.last_job,
         (SELECT count(*) FROM advanced) AS advanced
-    FROM due""")
+    FROM due""",
+    earliest=_EARLIEST,
+)
 """Queue a due schedule's job and move its due time on, in one statement (autocommit: no
 transaction stays open while the event loop may be blocked). The row is taken with
 `FOR UPDATE SKIP LOCKED`: a process finding it held skips it, the holder is queuing this
@@ -89,10 +92,11 @@ can leave `due_at` at now when a tick lands exactly on a due time).
 Returns no row when the schedule was not due or another process held it; else the job
 queued (NULL when skipped) and the last job before it."""
 
-CRON_TICK = statement("""WITH due AS (
+CRON_TICK = statement(
+    """WITH due AS (
         SELECT name, last_job FROM {axa_schedule}
         WHERE name = %(name)s AND archived_at IS NULL
-          AND (due_at = %(due_at)s OR (%(due_at)s::timestamptz IS NULL AND due_at < '0002-01-01 00:00:00+00'::timestamptz))
+          AND (due_at = %(due_at)s OR (%(due_at)s::timestamptz IS NULL AND due_at < {earliest}))
           AND due_at <= COALESCE(%(now)s::timestamptz, now())
         FOR UPDATE SKIP LOCKED
     ), busy AS (
@@ -113,7 +117,9 @@ CRON_TICK = statement("""WITH due AS (
     )
     SELECT (SELECT id FROM queued) AS queued, due.last_job,
         (SELECT count(*) FROM advanced) AS advanced
-    FROM due""")
+    FROM due""",
+    earliest=_EARLIEST,
+)
 """`SCHEDULE_TICK` for a cron schedule, whose next time SQL cannot work out: the process
 read the due time (`SCHEDULES_DUE`) and passes it with the next time it worked out
 after the clock it read (`next_at`, later than both). The row is taken only while its
