@@ -247,3 +247,32 @@ async def test_a_retried_attempt_that_completes_stores_its_result(make_queue, ad
     async with running(queue):
         await eventually(lambda: status_of(admin, job_id)[0] == "completed")
     assert await queue.result(job_id) == {"attempt": 2}
+
+
+async def test_a_result_too_long_to_send_fails_its_attempt_and_holds_up_no_other_run(
+    make_queue, admin, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from axa_queue.jobs import arguments
+
+    monkeypatch.setattr(arguments, "MAX_RESULT_CHARS", 1000)  # 16 Mi, as a test's size
+    text, why = result_json({"x": "y" * 2000}, "Big")
+    assert text is None and why is not None
+    assert why.startswith("job 'Big' returned a result of") and "yyy" not in why
+    assert "store big outputs elsewhere" in why
+    queue = await make_queue()
+
+    @queue.handler("Big")
+    async def big(args: dict[str, Any]) -> dict[str, str]:
+        return {"x": "y" * 2000}
+
+    @queue.handler("Small")
+    async def small(args: dict[str, Any]) -> str:
+        return "ok"
+
+    big_id = await queue.enqueue(NewJob("Big", max_attempts=1))
+    small_id = await queue.enqueue("Small")
+    async with running(queue):
+        await eventually(lambda: status_of(admin, big_id)[0] == "failed")
+        await eventually(lambda: status_of(admin, small_id)[0] == "completed")
+    assert "returned a result of" in (status_of(admin, big_id)[1] or "")
+    assert await queue.result(small_id) == "ok"

@@ -48,6 +48,7 @@ from ..errors import ArgumentsError
 
 __all__ = [
     "MAX_ARGS_DEPTH",
+    "MAX_RESULT_CHARS",
     "encode",
     "is_model",
     "is_typed",
@@ -56,6 +57,13 @@ __all__ = [
     "storable_problem",
     "to_json",
 ]
+
+MAX_RESULT_CHARS = 16 * 1024 * 1024
+"""The longest a result may be, in characters of its JSON text (16 Mi): a result is a
+job's answer, stored in its row and sent by the statement that records every loop's
+endings, which a result of hundreds of megabytes would hold up for seconds (and past
+PostgreSQL's 256 MB a `jsonb` value cannot be stored at all). Store big outputs
+elsewhere and return a reference to them."""
 
 MAX_ARGS_DEPTH = 100
 """The deepest a job's arguments may nest (objects and arrays within each other).
@@ -190,7 +198,14 @@ def result_json(value: Any, job: str) -> tuple[str | None, str | None]:
     lone surrogate, nested at most `MAX_ARGS_DEPTH` deep): `(text, None)`, or `(None,
     why not)`, a sentence naming the job and the type, never a value."""
     try:
-        return encode(_plain(value, 0, typed=False)), None
+        text = encode(_plain(value, 0, typed=False))
+        if len(text) <= MAX_RESULT_CHARS:
+            return text, None
+        return None, (
+            f"job {job!r} returned a result of {len(text) / 2**20:,.0f} Mi characters as JSON, "
+            f"more than the {MAX_RESULT_CHARS // 2**20} Mi a result may be: store big "
+            "outputs elsewhere (a table of yours, object storage) and return a reference"
+        )
     except _Refused as refused:
         problem = str(refused)
     except (ValueError, TypeError, RecursionError):  # a number too long to print, ...
