@@ -330,6 +330,24 @@ async def test_a_time_limit_of_thousands_of_years_written_by_hand_runs_with_no_d
     assert errors(caplog) == []
 
 
+async def test_a_time_limit_of_zero_or_less_written_by_hand_is_no_time_limit(
+    make_queue, admin, caplog
+) -> None:
+    queue = await make_queue()
+    deadlines: list[Any] = []
+
+    @queue.handler("Ok")
+    async def ok(args: Any) -> None:
+        await asyncio.sleep(0.01)
+        deadlines.append(current_job().deadline)
+
+    jobs = [insert(admin, "Ok", timeout_ms=ms) for ms in (0, -1, -(2**63))]
+    async with running(queue):
+        await eventually(completed(admin, *jobs))
+    assert deadlines == [None, None, None]
+    assert errors(caplog) == []
+
+
 async def test_a_rate_slot_stamped_at_infinity_by_hand_keeps_that_slot_busy_and_fails_no_claim(
     make_queue, admin, caplog
 ) -> None:

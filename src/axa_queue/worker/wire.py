@@ -92,8 +92,8 @@ def exchange_rows(
     by its name once, then reads each row's values by those places: as cheap as reading
     tuples by index (`namedtuple_row` added about 1 µs per job), and a column added to
     the statement cannot shift the others. A job stored without `max_attempts` or a
-    timeout gets its handler's (`attempts.of`, `timeouts`), else the worker's limit and
-    none."""
+    timeout (or with a timeout of zero or less, which only another client writes) gets
+    its handler's (`attempts.of`, `timeouts`), else the worker's limit and none."""
 
     limit_of = attempts.of
 
@@ -119,7 +119,7 @@ def exchange_rows(
                 job,
                 values[attempts],
                 limit_of(job, values[limit]),
-                timeouts.get(job) if ms is None else ms / 1000,
+                timeouts.get(job) if ms is None or ms <= 0 else ms / 1000,
                 values[args],
                 sent,
                 order=(-values[priority], values[run_at]),
