@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import html
 import re
 import time
 import uuid
@@ -357,6 +358,44 @@ def test_acting_on_every_job_a_filter_matches_shows_the_count_first_then_acts_on
     assert no_reason.status_code == 400 and states_of(admin, "Mail") == {"failed": 2}
 
 
+def test_acting_on_every_matching_job_takes_no_job_queued_after_the_count_confirmed(
+    board: TestClient, admin
+) -> None:
+    counted = seed(admin, "Late", "queued", 5)
+    confirm = board.get("/act/all?state=queued&name=Late")
+    assert re.search(r'id="would">5<', confirm.text)
+    later = seed(admin, "Late", "queued", 2)  # queued while the person reads the count
+    match = re.search(r'name="counted_at" value="([^"]+)"', confirm.text)
+    assert match is not None
+    done = board.post(
+        "/act/all",
+        data={
+            "state": "queued",
+            "name": "Late",
+            "counted_at": html.unescape(match[1]),
+            "reason": "INC-12",
+            "csrf": csrf_of(confirm.text),
+            "act": "cancel",
+        },
+        headers=ORIGIN,
+    )
+    assert done.status_code == 200 and re.search(r'id="changed">5<', done.text)
+    assert all(status_of(admin, one)[0] == "cancelled" for one in counted)
+    assert all(status_of(admin, one)[0] == "queued" for one in later)
+
+
+def test_a_time_at_the_edge_of_what_a_date_holds_is_a_bad_parameter_not_an_error(
+    board: TestClient,
+) -> None:
+    for path in (
+        "/jobs?state=completed&until=0001-01-01T00:00:00%2B14:00",
+        "/jobs?state=completed&until=9999-12-31T23:59:59-14:00",
+        "/failed?since=0001-01-01T00:00:00%2B01:00",
+    ):
+        answer = board.get(path)
+        assert answer.status_code == 400 and "between years 1 and 9999" in answer.text, path
+
+
 def test_read_only_offers_no_act_and_refuses_one(tables: str, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     with signed_in(create_app(tables, token=TOKEN, read_only=True)) as web:
@@ -453,6 +492,11 @@ def test_searching_by_id_opens_the_job(board: TestClient, admin) -> None:
     assert answer.headers["location"] == f"/jobs/{job}"
     assert board.get("/jobs?id=not-an-id").status_code == 400
     assert board.get(f"/jobs/{uuid.uuid4()}").status_code == 404
+    admin.execute(
+        "INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason) "
+        "VALUES ('00000000-0000-0000-0000-000000000000', 'Mail', 'paused', 0, 'ops', 'X')"
+    )  # an act on a name: the nil id is no job's
+    assert board.get("/jobs/00000000-0000-0000-0000-000000000000").status_code == 404
 
 
 def test_a_trusted_header_signs_in_only_from_a_trusted_proxy(tables: str, admin) -> None:
@@ -676,6 +720,26 @@ def test_axa_queue_web_refuses_a_short_or_missing_token_file(tables: str, tmp_pa
     assert missing.exit_code == 1 and "cannot read the token file" in missing.output
     header = runner.invoke(main, ["web", "--trust-header", "X-User"])
     assert header.exit_code == 2 and "--trusted-proxy" in header.output
+
+
+def test_axa_queue_web_on_an_address_in_use_says_so_in_one_line_before_anything_else(
+    tables: str,
+) -> None:
+    import socket
+
+    from click.testing import CliRunner
+
+    from axa_queue.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        runner = CliRunner(env={"AXA_QUEUE_DSN": tables, "AXA_QUEUE_WEB_TOKEN": "t" * 24})
+        answer = runner.invoke(main, ["web", "--port", str(port)])
+    assert answer.exit_code == 1, answer.output
+    assert answer.output.startswith(f"Error: cannot listen on 127.0.0.1:{port}: ")
+    assert "the dashboard is at" not in answer.output
 
 
 def _worker(admin: psycopg.Connection[Any], names: list[str], ago: str, beat_ms: int) -> None:

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import secrets
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -56,17 +57,35 @@ def _mounted(app: Any, base_path: str) -> Any:
     return Starlette(routes=[Mount("/" + base_path.strip("/"), app)])
 
 
-async def serve(app: Any, host: str, port: int) -> None:
-    """Serve `app` with uvicorn until interrupted (Ctrl-C, SIGTERM)."""
+def listen(host: str, port: int) -> socket.socket:
+    """The socket the dashboard will answer on, bound now: an address in use (or not
+    this host's) is one line and exit status 1, before anything says where it is."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise Failed(
+            f"cannot listen on {host}:{port}: {error.strerror or error} (give another "
+            "--port, or stop what listens there)"
+        ) from None
+    return sock
+
+
+async def serve(app: Any, sock: socket.socket) -> None:
+    """Serve `app` with uvicorn on `sock` until interrupted (Ctrl-C, SIGTERM)."""
     try:
         import uvicorn
     except ImportError:
+        sock.close()
         raise Failed(
             "the dashboard needs the web extra (uvicorn is not installed): "
             "pip install 'axa-queue[web]'"
         ) from None
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
-    await uvicorn.Server(config).serve()
+    config = uvicorn.Config(app, log_level="warning", access_log=False)
+    await uvicorn.Server(config).serve(sockets=[sock])
 
 
 def _say_where(host: str, port: int, base_path: str, token: str | None, made: bool) -> None:
@@ -148,8 +167,9 @@ def web(
             # answers every page with an error.
             await queue.open(setup=False)
             try:
+                sock = listen(host, port)
                 _say_where(host, port, base_path, token, made)
-                await serve(_mounted(app, base_path), host, port)
+                await serve(_mounted(app, base_path), sock)
             finally:
                 await queue.close()
 
@@ -172,8 +192,9 @@ def serve_demo(dsn: str, host: str, port: int) -> None:
         busy = asyncio.ensure_future(demo.keep_busy(queue, stop))
         try:
             app = web_module.create_app(queue, token=token)
+            sock = listen(host, port)
             _say_where(host, port, "", token, True)
-            await serve(app, host, port)
+            await serve(app, sock)
         finally:
             stop.set()
             await busy

@@ -284,6 +284,9 @@ from .session import (
     CLAIM_SETTINGS as CLAIM_SETTINGS,
 )
 from .session import (
+    CLOCK as CLOCK,
+)
+from .session import (
     CURRENT_SCHEMA as CURRENT_SCHEMA,
 )
 from .session import (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 __all__ = [
     "CLAIM_SETTINGS",
+    "CLOCK",
     "CURRENT_SCHEMA",
     "EXCHANGE_ROW_WAIT",
     "LOCAL_SEARCH_PATH",
@@ -27,6 +28,10 @@ text of its literals."""
 SEARCH_PATH = "SELECT current_setting('search_path') AS search_path"
 """The transaction's `search_path`, to set it back (`LOCAL_SEARCH_PATH`) after statements
 run in the queue's schema in a transaction that goes on (a Django migration's)."""
+
+CLOCK = "SELECT now() AS now"
+"""The database's clock (its transaction's start): when the dashboard counted a bulk
+act's jobs, so the act confirmed takes no job that changed after (`web.act`)."""
 
 PING = "SELECT 1"
 """Whether the database answers."""

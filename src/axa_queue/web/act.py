@@ -18,11 +18,13 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
 from ..acts import ActKind, ActResult, cancel, cancel_all, release_all, retry, retry_all
+from ..db.adapters import run
 from ..jobs.model import JobState
 from . import params
 from .access import Person
 from .board import Dashboard
 from .params import BadParameter
+from .reads import clock_call
 
 __all__ = [
     "ALREADY",
@@ -142,13 +144,20 @@ async def act(board: Dashboard, request: Request) -> Response:
     do = cancel if change.act == "cancel" else retry
     queue = await board.opened()
     outcomes = []
+    found = set()
     async with queue.connection() as conn:  # one transaction: every act or none
         for one in change.what:
             result = await do(conn, UUID(one), change.person.name, change.reason)
             outcomes.append({"id": one, "applied": result.applied, "said": outcome(result)})
-    return board.page(
-        request, "outcome.html", outcomes=outcomes, act=change.act, reason=change.reason
+            found.add(result.found)
+    word = (
+        "Cancel"
+        if change.act == "cancel"
+        else "Release"
+        if found == {JobState.NEEDS_REVIEW}  # a retry of a job in review releases it
+        else "Retry"
     )
+    return board.page(request, "outcome.html", outcomes=outcomes, word=word, reason=change.reason)
 
 
 BULK_ACTS = {
@@ -182,6 +191,7 @@ async def act_all_page(board: Dashboard, request: Request) -> Response:
     value, word, bulk = BULK_ACTS[state]
     queue = await board.opened()
     async with queue.connection() as conn:
+        counted_at = await run(conn, clock_call())
         would = await bulk(
             conn,
             by="dashboard",
@@ -189,7 +199,7 @@ async def act_all_page(board: Dashboard, request: Request) -> Response:
             state=state,
             name=name,
             finished_after=since,
-            finished_before=until,
+            finished_before=_before(until, counted_at),
             dry_run=True,
         )
     return board.page(
@@ -202,7 +212,17 @@ async def act_all_page(board: Dashboard, request: Request) -> Response:
         act=value,
         since=request.query_params.get("since"),
         until=request.query_params.get("until"),
+        counted_at=counted_at.isoformat(),
     )
+
+
+def _before(until: datetime | None, counted_at: datetime | None) -> datetime | None:
+    """The end of a bulk act's window: the list's, and no later than when its jobs were
+    counted, so the act confirmed takes no job queued or changed since (its count is
+    what the person saw)."""
+    if counted_at is None:
+        return until
+    return counted_at if until is None else min(until, counted_at)
 
 
 async def act_all(board: Dashboard, request: Request) -> Response:
@@ -213,6 +233,7 @@ async def act_all(board: Dashboard, request: Request) -> Response:
     person: Person = request.state.person
     form = await request.form()
     state, name, since, until = _bulk_filter(form)
+    counted_at = params.moment(form, "counted_at")
     reason = params.code(form, "reason")
     if reason is None:
         return nothing_done(board, request, REASON_WANTED)
@@ -226,7 +247,7 @@ async def act_all(board: Dashboard, request: Request) -> Response:
             state=state,
             name=name,
             finished_after=since,
-            finished_before=until,
+            finished_before=_before(until, counted_at),
         )
     return board.page(
         request,

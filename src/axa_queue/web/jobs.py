@@ -11,7 +11,7 @@ from uuid import UUID
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..acts import acts_call, paused_call
+from ..acts import NIL_JOB, acts_call, paused_call
 from ..jobs.keys import key_counts_call
 from ..jobs.model import JobInfo, JobState
 from ..jobs.reads import job_call
@@ -137,7 +137,7 @@ async def job(board: Dashboard, request: Request) -> Response:
     its workflow if it belongs to one; a 404 page
     when there is neither job nor act."""
     job_id = params.as_job_id(request.path_params["job_id"])
-    if job_id is None:
+    if job_id is None or UUID(job_id) == NIL_JOB:  # the nil id: acts on names, not a job's
         return board.page(
             request, "message.html", status=404, title="No such job", message="Not a job id."
         )

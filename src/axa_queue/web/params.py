@@ -220,8 +220,16 @@ def moment(params: Params, parameter: str) -> datetime | None:
         if _MOMENT.fullmatch(value) is None:
             raise ValueError(value)
         found = datetime.fromisoformat(value)
-    except ValueError:
+        # In UTC here: a time at the edge of what a datetime holds whose offset takes it
+        # past year 1 or 9999 is refused as such, not found later.
+        return (
+            found.replace(tzinfo=timezone.utc)
+            if found.tzinfo is None
+            else found.astimezone(timezone.utc)
+        )
+    except (ValueError, OverflowError):
         raise BadParameter(
-            parameter, "a date and time such as 2026-12-06T04:15 (UTC unless it gives its offset)"
+            parameter,
+            "a date and time such as 2026-12-06T04:15 (UTC unless it gives its offset), "
+            "between years 1 and 9999 in UTC",
         ) from None
-    return found.replace(tzinfo=timezone.utc) if found.tzinfo is None else found

@@ -5,6 +5,7 @@ arguments or result: no statement here selects them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from .. import sql
 from ..acts import Act, ActKind, act_of
@@ -19,6 +20,7 @@ __all__ = [
     "LiveCounts",
     "Page",
     "acts_log_call",
+    "clock_call",
     "estimate_call",
     "finished_call",
     "jobs_page_call",
@@ -148,3 +150,8 @@ def acts_log_call(
         {"by": by, "act": None if act is None else act.value, "before": before, "limit": limit},
         lambda rows, _n: [act_of(r) for r in rows],
     )
+
+
+def clock_call() -> Call[datetime]:
+    """The call that reads the database's clock (`sql.CLOCK`)."""
+    return Call(sql.CLOCK, (), lambda rows, _n: rows[0].now)
