@@ -790,3 +790,10 @@ def test_the_overview_warns_of_names_no_live_worker_handles_and_the_workers_page
     assert workers.count('class="state-gone"') == 1 and workers.count('class="state-live"') == 1
     admin.execute("DELETE FROM axa_queue")
     assert 'id="unhandled"' not in board.get("/").text
+    # Many such names: the warning lists the first ones and counts the others.
+    admin.execute(
+        "INSERT INTO axa_queue (id, name, args, run_at) SELECT gen_random_uuid(), "
+        "'Typo' || g, '{}', now() - interval '20 minutes' FROM generate_series(1, 45) g"
+    )
+    live = board.get("/live").text
+    assert live.count("<li data-name=") == 20 and "and 25 more names" in live

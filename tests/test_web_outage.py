@@ -116,6 +116,29 @@ def test_an_outage_gets_a_503_status_page_and_the_pages_come_back_when_the_datab
     assert all(PASSWORD not in r.getMessage() + str(r.__dict__) for r in caplog.records)
 
 
+def test_the_first_page_after_an_outage_nobody_saw_answers_on_a_connection_that_works(
+    proxy: CutProxy, tables: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = Queue(through(proxy, tables))
+    with signed_in(create_app(queue, token=TOKEN)) as web:
+        assert web.get("/").status_code == 200
+
+        async def grow() -> None:  # several connections in the pool, idle
+            async def hold() -> None:
+                async with queue.pool.connection() as conn:
+                    await conn.execute("SELECT pg_sleep(0.05)")
+
+            await asyncio.gather(*(hold() for _ in range(3)))
+
+        web.portal.call(grow)
+        assert queue.pool.get_stats()["pool_available"] >= 3
+        with shorter_waits(monkeypatch):
+            proxy.cut()  # every idle connection broken, and no page asked for meanwhile
+            proxy.restore()
+        for path in ("/workers", "/jobs?state=failed", "/"):
+            assert web.get(path).status_code == 200, path
+
+
 def test_a_dashboard_that_starts_during_an_outage_answers_503_until_the_database_is_back(
     proxy: CutProxy, tables: str
 ) -> None:

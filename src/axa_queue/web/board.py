@@ -75,15 +75,18 @@ class Dashboard:
     async def read(self, call: Call[T]) -> T:
         """`call` on a pooled connection, waiting for one `WAIT` seconds (`WAIT_DOWN`
         during an outage). A connection an outage broke, which the pool may still
-        hand out once the database is back, fails at once: the read is tried once
-        more, on another (and if none comes, the first error is raised: it says what
-        happened). The outage ends at the first read that succeeds."""
+        hand out once the database is back (every idle one, when no page was asked for
+        during the outage), fails at once: the pool's idle connections are checked
+        (`check`: the broken ones replaced) and the read tried once more (and if no
+        connection comes, the first error is raised: it says what happened). The
+        outage ends at the first read that succeeds."""
         queue = await self.opened()
         try:
             found = await self._read(queue, call)
         except psycopg.OperationalError as error:
             if isinstance(error, PoolTimeout) or unavailable(error) is None:
                 raise
+            await queue.pool.check()
             try:
                 found = await self._read(queue, call)
             except PoolTimeout:

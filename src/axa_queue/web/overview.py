@@ -45,6 +45,11 @@ def _by_backlog(row: dict[str, Any]) -> tuple[int, int, int, str]:
     return (-_unfinished(row), -row["failed"], -row["completed"], row["name"])
 
 
+UNHANDLED_SHOWN = 20
+"""The most names nobody handles the overview lists (the oldest first as read); the
+others are counted, so the page refreshed every 2 s stays small whatever their number."""
+
+
 async def _by_name(board: Dashboard) -> dict[str, Any]:
     """Each name's counts (`rows`, in `_by_backlog` order) and their totals, refreshing
     the history (at most once per `history.REFRESH_EVERY`, whoever asks)."""
@@ -61,9 +66,9 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
         "blocked": totals["blocked"] >= COUNT_CAP,
     }
     estimated = capped["queued"]
-    if estimated:
-        totals["ready"] = await board.read(estimate_call(ready=True))
-        totals["waiting"] = await board.read(estimate_call(ready=False))
+    if estimated:  # never less than the rows just read (statistics may be stale)
+        totals["ready"] = max(totals["ready"], await board.read(estimate_call(ready=True)))
+        totals["waiting"] = max(totals["waiting"], await board.read(estimate_call(ready=False)))
     history = board.history
     await history.refresh(
         lambda since, until: board.read(finished_call(since, until)), totals["ready"]
@@ -106,6 +111,7 @@ async def _by_name(board: Dashboard) -> dict[str, Any]:
         "estimated": estimated,
         "cap": COUNT_CAP,
         "unhandled": unhandled,
+        "unhandled_shown": UNHANDLED_SHOWN,
         "unhandled_after": options.unhandled_after.total_seconds(),
     }
 
