@@ -465,6 +465,15 @@ def test_the_overview_warns_of_a_name_no_live_worker_handles_until_one_does(
 
 
 @in_browser
+def test_an_overview_whose_session_ended_goes_to_the_sign_in_instead_of_freezing(
+    page, served, admin
+) -> None:
+    sign_in(page, served)
+    page.context.clear_cookies()  # the session gone (expired, or the dashboard restarted)
+    page.wait_for_url(served.url + "/signin", timeout=20_000)  # at the next refresh
+
+
+@in_browser
 def test_nothing_is_shown_or_done_without_signing_in(page, served, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     page.goto(f"{served.url}/jobs/{job}")

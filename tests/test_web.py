@@ -396,6 +396,22 @@ def test_a_time_at_the_edge_of_what_a_date_holds_is_a_bad_parameter_not_an_error
         assert answer.status_code == 400 and "between years 1 and 9999" in answer.text, path
 
 
+def test_a_pages_refresh_without_a_session_is_sent_to_the_sign_in(tables: str) -> None:
+    with TestClient(create_app(tables, token=TOKEN)) as web:
+        answer = web.get("/live", headers={"hx-request": "true"}, follow_redirects=False)
+    assert answer.status_code == 401 and answer.headers["hx-redirect"] == "/signin"
+
+
+def test_a_job_page_shows_the_start_of_an_error_another_client_made_huge(
+    board: TestClient, admin
+) -> None:
+    [job] = seed(admin, "Mail", "failed")
+    admin.execute("UPDATE axa_queue SET error = repeat('x', 2000000) WHERE id = %s", (job,))
+    page = board.get(f"/jobs/{job}")
+    assert page.status_code == 200 and len(page.text) < 100_000
+    assert "(1,995,904 more characters)" in page.text
+
+
 def test_read_only_offers_no_act_and_refuses_one(tables: str, admin) -> None:
     [job] = seed(admin, "Mail", "queued")
     with signed_in(create_app(tables, token=TOKEN, read_only=True)) as web:

@@ -20,6 +20,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rich.table import Table
 
+from .. import logs
 from ..db import dsns
 from ..errors import AxaQueueError, OptionsError, SchemaError
 from ..handlers.retries import first_line
@@ -280,6 +281,25 @@ def connection_options(options: QueueOptions) -> QueueOptions:
 def json_option(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The `--json` flag."""
     return click.option("--json", "as_json", is_flag=True, help=JSON_HELP)(fn)
+
+
+def log_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`--log-format` and `--log-level`, for the commands that run until stopped and log
+    as they go (`worker`, `web`): `logs.configure` takes them."""
+    fn = click.option(
+        "--log-level",
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        default="info",
+        show_default=True,
+        help="The least important events to log.",
+    )(fn)
+    return click.option(
+        "--log-format",
+        type=click.Choice(logs.FORMATS),
+        default="text",
+        show_default=True,
+        help="One line per event: key=value text for people, or JSON for a log pipeline.",
+    )(fn)
 
 
 if TYPE_CHECKING:

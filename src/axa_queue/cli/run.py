@@ -25,6 +25,7 @@ from .conventions import (
     connection_options,
     dsn_option,
     invocation,
+    log_options,
     reported,
     said,
     where,
@@ -145,20 +146,7 @@ def _need_metrics() -> None:
     help="Run the setup statements at start, or only check the tables "
     "(--no-setup, for a role that may not run DDL).",
 )
-@click.option(
-    "--log-format",
-    type=click.Choice(logs.FORMATS),
-    default="text",
-    show_default=True,
-    help="One line per event: key=value text for people, or JSON for a log pipeline.",
-)
-@click.option(
-    "--log-level",
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    default="info",
-    show_default=True,
-    help="The least important events to log.",
-)
+@log_options
 @click.option(
     "--log-tracebacks",
     is_flag=True,

@@ -14,9 +14,18 @@ from typing import Any
 
 import click
 
+from .. import logs
+from ..logs import LogFormat
 from ..options import QueueOptions
 from ..queue import Queue
-from .conventions import Failed, checked_dsn, connection_options, dsn_option, reported
+from .conventions import (
+    Failed,
+    checked_dsn,
+    connection_options,
+    dsn_option,
+    log_options,
+    reported,
+)
 from .text import shown
 
 __all__ = ["TOKEN_VARIABLE", "serve", "serve_demo", "web"]
@@ -129,6 +138,7 @@ def _say_where(host: str, port: int, base_path: str, token: str | None, made: bo
     metavar="PATH",
     help="Serve under this path (e.g. /queue), as a proxy forwarding it expects.",
 )
+@log_options
 def web(
     dsn: str | None,
     host: str,
@@ -138,6 +148,8 @@ def web(
     trust_header: str | None,
     trusted_proxies: Sequence[str],
     base_path: str,
+    log_format: LogFormat,
+    log_level: str,
 ) -> None:
     """Serve the dashboard: counts and charts, jobs, acts, schedules and workers.
 
@@ -145,6 +157,7 @@ def web(
     through a sign-on proxy's header. Listens on 127.0.0.1 unless told otherwise.
     Never shows a job's arguments or result.
     """
+    logs.configure(log_format, log_level.upper())  # the outages, said as they start and end
     given = checked_dsn(dsn)
     token = _read_token(token_file)
     made = token is None and trust_header is None

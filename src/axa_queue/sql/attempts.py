@@ -86,7 +86,7 @@ RUNS = """SELECT a.attempt, a.worker::text AS worker, a.host, a.pid,
                  WHEN j.status = 'running' THEN NULL ELSE j.status END,
             CASE WHEN j.status IN ('queued', 'failed', 'needs_review')
                    OR (j.status = 'cancelled' AND j.started_at IS NULL)
-                 THEN substring(j.error FROM '^([A-Za-z_][A-Za-z0-9_.]*)(?::|$)') END,
+                 THEN substring(left(j.error, 2000) FROM '^([A-Za-z_][A-Za-z0-9_.]{{0,199}})(?::|$)') END,
             CASE WHEN j.status IN ('queued', 'failed', 'needs_review')
                    OR (j.status = 'cancelled' AND j.started_at IS NULL) THEN left(j.error, 2000) END,
             j.run_attempt IS DISTINCT FROM j.attempts AND s.attempt IS NULL
@@ -105,7 +105,9 @@ the stamp, which then speaks of an earlier run); a row a claim wrote under migra
 process is unknown: what is shown is all its job's row says (no worker, no earlier
 runs). A job cancelled while it waited to run again (no start: a retry or a backoff
 cleared it) was not cancelled in that run: the run's outcome is `retried`, its error
-the one the row kept, its end unknown."""
+the one the row kept, its end unknown. The error's class is read from the row's error
+as the exchange reads it from an ending's, bounded as another client's row may not
+be: a name of at most 200 characters before a colon, else none."""
 
 ATTEMPTS = statement(
     Template("""SELECT r.* FROM (

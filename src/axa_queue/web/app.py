@@ -121,7 +121,13 @@ def create_app(
                     )
             elif person is None:
                 if request.headers.get("hx-request"):
-                    return PlainTextResponse("sign in again", status_code=401)
+                    # A page's refresh (htmx swaps no 4xx answer): the page goes to the
+                    # sign-in instead of showing its last numbers as if they were new.
+                    return PlainTextResponse(
+                        "sign in again",
+                        status_code=401,
+                        headers={"HX-Redirect": f"{base_of(request)}/signin"},
+                    )
                 return RedirectResponse(f"{base_of(request)}/signin", status_code=303)
             request.state.person = person
             try:

@@ -14,7 +14,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 
 from .. import readable
 
-__all__ = ["count", "length", "moment", "query", "templates"]
+__all__ = ["ERROR_SHOWN", "count", "error_text", "length", "moment", "query", "templates"]
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -47,8 +47,21 @@ def query(values: dict[str, Any]) -> str:
     return urlencode({k: v for k, v in values.items() if v not in (None, "")})
 
 
+ERROR_SHOWN = 4096
+"""The most characters of an error a page shows: the worker keeps 1,024 bytes of one,
+but another client may write any length (a page of megabytes is no page)."""
+
+
+def error_text(text: str) -> str:
+    """An error as a page shows it: whole, or its first `ERROR_SHOWN` characters and how
+    many more there are."""
+    if len(text) <= ERROR_SHOWN:
+        return text
+    return f"{text[:ERROR_SHOWN]}… ({len(text) - ERROR_SHOWN:,} more characters)"
+
+
 def templates() -> Environment:
-    """The templates, with the filters `when`, `seconds`, `n` and `query`."""
+    """The templates, with the filters `when`, `seconds`, `n`, `query` and `error`."""
     environment = Environment(
         loader=FileSystemLoader(TEMPLATES),
         autoescape=select_autoescape(default=True, default_for_string=True),
@@ -57,4 +70,5 @@ def templates() -> Environment:
     environment.filters["seconds"] = length
     environment.filters["n"] = count
     environment.filters["query"] = query
+    environment.filters["error"] = error_text
     return environment
