@@ -235,11 +235,13 @@ def test_signing_in_shows_counts_that_match_the_database(page, served, admin) ->
     seed(admin, "Report", "queued", 3)
     seed(admin, "Report", "needs_review", 2)
     seed(admin, "Pay", "failed", 4, ago="10 minutes")
+    seed(admin, "Pay", "cancelled", 1, ago="10 minutes")
     sign_in(page, served)
     ready = admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'queued'").fetchone()
     assert ready is not None and page.inner_text("#total-ready") == str(ready[0]) == "10"
     assert page.inner_text("#total-needs_review") == "2"
     assert page.inner_text("#total-failed") == "4"
+    assert page.inner_text("#total-cancelled") == "1"
     assert page.inner_text("tr[data-name=Report] .n-ready") == "3"
     assert page.inner_text("tr[data-name=Pay] .n-failed") == "4"
     assert page.errors == []  # htmx loaded under the CSP, nothing refused

@@ -258,4 +258,6 @@ async def act_all(board: Dashboard, request: Request) -> Response:
         reason=reason,
         state=state.value,
         name=name,
+        since=form.get("since"),
+        until=form.get("until"),
     )
