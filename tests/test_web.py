@@ -24,6 +24,7 @@ from axa_queue import Queue
 from axa_queue.errors import OptionsError
 from axa_queue.web import create_app
 from axa_queue.web.charts import bars
+from axa_queue.web import history as history_module
 from axa_queue.web.history import History, Series, Tally
 from axa_queue.web.reads import Finished
 from conftest import acting_role, status_of
@@ -616,29 +617,42 @@ def test_the_vendored_htmx_is_the_one_its_note_names() -> None:
 # --- the pure parts ---------------------------------------------------------------------
 
 
-async def test_history_reads_each_past_minute_once_and_then_only_the_last_two() -> None:
+async def test_history_reads_the_hour_then_the_past_a_step_at_a_time_and_then_the_last_two(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     asked: list[tuple[int, int | None]] = []
     now = 1_800_000_000.0  # a whole minute
     minute = int(now)
+    rows = [Finished(minute - 120, "Mail", 3, 1, 0)]
 
     async def read(since: int, until: int | None) -> list[Finished]:
         asked.append((since, until))
-        return [Finished(minute - 120, "Mail", 3, 1, 0)] if until == minute - 60 else []
+        return [r for r in rows if since <= r.minute and (until is None or r.minute < until)]
 
+    clock = [1000.0]
+    monkeypatch.setattr(history_module.time, "monotonic", lambda: clock[0])
     history = History()
     await history.refresh(read, ready=5, now=now)
-    assert asked == [(minute - 60, None), (minute - 660, minute - 60)]
-    history.refreshed = float("-inf")
+    hour = minute - 3600
+    assert asked == [(hour, None), (hour - 600, hour)]
+    clock[0] += 2
     await history.refresh(read, ready=7, now=now)
-    assert asked[2:] == [(minute - 60, None), (minute - 1260, minute - 660)]
+    assert asked[2:] == [(minute - 60, None), (hour - 1200, hour - 600)]
     assert history.recent_by_name(now=now) == {"Mail": Tally(completed=3, failed=1, cancelled=0)}
     assert history.series("completed", 60, 1, now=now).values[-3] == 3
     assert history.series("backlog", 60, 1, now=now).values[-1] == 7
+    # A job of that minute failed again since, three minutes later: once a minute the
+    # hour is read again, and it counts in its new minute only.
+    rows[:] = [Finished(minute - 120, "Mail", 3, 0, 0), Finished(minute + 60, "Mail", 0, 1, 0)]
+    clock[0] += 60
+    await history.refresh(read, ready=7, now=now + 120)
+    assert asked[4][0] == minute + 120 - 3600
+    assert history.recent_by_name(now=now + 120) == {"Mail": Tally(completed=3, failed=1)}
 
 
-async def test_history_reads_every_minute_since_its_last_refresh_and_again_after_a_failure() -> (
-    None
-):
+async def test_history_reads_every_minute_since_its_last_refresh_and_again_after_a_failure(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     asked: list[tuple[int, int | None]] = []
     now = 1_800_000_000.0  # a whole minute
     minute = int(now)
@@ -650,18 +664,21 @@ async def test_history_reads_every_minute_since_its_last_refresh_and_again_after
             raise OSError("the database is out of reach")
         return [Finished(minute + 120, "Mail", 4, 0, 0)] if until is None else []
 
+    clock = [1000.0]
+    monkeypatch.setattr(history_module.time, "monotonic", lambda: clock[0])
     history = History()
     await history.refresh(read, ready=5, now=now)
+    hour = minute - 3600
     # Nobody looks for five minutes; the jobs finished meanwhile are read all the same.
-    history.refreshed = float("-inf")
+    clock[0] += 2
     failing = True
     with pytest.raises(OSError):
         await history.refresh(read, ready=5, now=now + 300)
     assert asked[2:] == [(minute, None)]
     failing = False
-    history.refreshed = float("-inf")
+    clock[0] += 2
     await history.refresh(read, ready=5, now=now + 300)
-    assert asked[3:] == [(minute, None), (minute - 1260, minute - 660)]
+    assert asked[3:] == [(minute, None), (hour - 1200, hour - 600)]
     assert history.recent_by_name(now=now + 300) == {"Mail": Tally(completed=4)}
 
 

@@ -3,13 +3,14 @@ name) over the last day, and the ready backlog, kept in the app's memory.
 
 Finished jobs are read by whole-minute windows (`sql.WEB_FINISHED_PER_MINUTE`): at each
 refresh every minute since the last refresh's (the one then current, which rows
-committed later may still have joined; two minutes when pages keep it refreshed),
-and one more `BACKFILL` minutes further back, until the day is there (the hour's chart
-fills in five refreshes, the day's in a few minutes). A refresh after a pause (no page
+committed later may still have joined; two minutes when pages keep it refreshed), the
+whole last hour once a minute (`REREAD_HOUR_EVERY`: a job that failed again since is
+counted in its new minute only), and one more `BACKFILL` minutes further back, until
+the day is there (the day's chart fills in a few minutes). A refresh after a pause (no page
 open for a while, or the database out of reach) reads every minute it missed, up to a
 day, once. So a refresh of a dashboard in use reads at most a dozen minutes of
-finished rows, however many millions retention keeps: at 60,000 jobs an hour, about
-10 ms. The marks of what was read move only once the reads succeeded: a refresh that
+finished rows, and once a minute an hour's, however many millions retention keeps: at
+60,000 jobs an hour, about 10 ms (five times as many rows for the hour). The marks of what was read move only once the reads succeeded: a refresh that
 failed is read again whole by the next.
 
 The ready backlog has no history in the database (a queued job's row says nothing of
@@ -46,6 +47,11 @@ BACKFILL = 10
 REFRESH_EVERY = 2.0
 """Seconds between refreshes, whoever asks (several open pages share one)."""
 
+REREAD_HOUR_EVERY = 60.0
+"""Seconds between two reads of the whole last hour: a job counted in the minute it
+failed, then retried and failed again, moves to its new minute (its row's time does),
+and the hour read again counts it once."""
+
 
 class Tally(NamedTuple):
     """Jobs finished, by how they ended."""
@@ -77,6 +83,8 @@ class History:
     read_from: int | None = None
     """The first minute the last refresh read to the end (None: nothing read yet): the
     next refresh reads from there, so no minute between two refreshes is missed."""
+    hour_read: float = float("-inf")
+    """When (monotonic) the whole last hour was last read (`REREAD_HOUR_EVERY`)."""
     refreshed: float = float("-inf")
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
@@ -100,6 +108,9 @@ class History:
             recent = current - MINUTE
             oldest = current - DAY * MINUTE
             start = recent if self.read_from is None else max(min(self.read_from, recent), oldest)
+            whole_hour = clock - self.hour_read >= REREAD_HOUR_EVERY
+            if whole_hour:
+                start = min(start, current - HOUR * MINUTE)
             windows: list[tuple[int, int | None]] = [(start, None)]
             back_to = start if self.back_to is None else min(self.back_to, start)
             if back_to > oldest:
@@ -117,6 +128,8 @@ class History:
                         row.completed, row.failed, row.cancelled
                     )
             self.read_from, self.back_to = current, back_to
+            if whole_hour:
+                self.hour_read = clock
             for kept in (self.finished, self.backlog):
                 for minute in [m for m in kept if m < oldest]:
                     del kept[minute]
