@@ -23,8 +23,8 @@ from starlette.testclient import TestClient
 from axa_queue import Queue
 from axa_queue.errors import OptionsError
 from axa_queue.web import create_app
-from axa_queue.web.charts import bars
 from axa_queue.web import history as history_module
+from axa_queue.web.charts import bars
 from axa_queue.web.history import History, Series, Tally
 from axa_queue.web.reads import Finished
 from conftest import acting_role, status_of
