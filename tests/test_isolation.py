@@ -764,3 +764,33 @@ async def test_a_run_whose_job_a_person_cancels_while_holding_its_row_records_no
     # The worker stopped once its endings were written or refused.
     row = admin.execute("SELECT status, result FROM axa_queue WHERE id = %s", (held_id,)).fetchone()
     assert row == ("cancelled", None)
+
+
+async def test_an_exchange_that_keeps_failing_is_logged_once_a_while_and_its_end_once(
+    make_queue, admin, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = await make_queue()
+
+    @queue.handler("Ok")
+    async def ok(args: Any) -> None:
+        pass
+
+    failures = 0
+    real_send = Exchange.send
+
+    async def failing_send(self: Exchange, *args: Any, **kwargs: Any) -> Any:
+        nonlocal failures
+        if failures < 8:  # an outage: every statement fails, for a while
+            failures += 1
+            raise psycopg.OperationalError("the server is down")
+        return await real_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(Exchange, "send", failing_send)
+    job = await queue.enqueue("Ok", {})
+    with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
+        async with running(queue):
+            await eventually(completed(admin, job))
+    said = [r.getMessage() for r in caplog.records if r.name == "axa_queue.worker"]
+    failed = [line for line in said if line.startswith("could not record finished jobs")]
+    assert failures == 8 and len(failed) == 1, said
+    assert sum(line.startswith("recording and claiming again") for line in said) == 1, said

@@ -27,7 +27,6 @@ from typing import Any
 
 import psycopg
 
-from .. import sql
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
 from ..options import QueueOptions, to_seconds
@@ -40,11 +39,14 @@ from .run import Run, order_of
 from .runs import Runner
 from .skips import Skips
 from .state import Phase, State
-from .wire import KeyCursor, endings, exchange_rows
+from .wire import endings, exchange_rows, statement_for, waits_and_cursors
 
-__all__ = ["OUTCOMES", "Exchange"]
+__all__ = ["FAILING_SAID_EVERY", "OUTCOMES", "Exchange"]
 
 log = logging.getLogger("axa_queue.worker")
+
+FAILING_SAID_EVERY = 30.0
+"""Seconds between two log lines of an exchange that keeps failing (an outage)."""
 
 OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
 """The outcome an observer is told for each status an ending writes."""
@@ -82,6 +84,7 @@ class Exchange:
             if h.policy.timeout is not None
         }
         """The handlers' timeouts in seconds, for jobs stored without one."""
+        self.say_failing_at = 0.0  # when a failure is next logged (`FAILING_SAID_EVERY`)
         self.failing: tuple[float, str] | None = None
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since (see `Worker.trouble`)."""
@@ -95,18 +98,8 @@ class Exchange:
         """The endings kept aside while another transaction holds their job's row."""
 
     def statement(self, recording: bool) -> str:
-        """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
-        or `sql.EXCHANGE_RATED` once it has a rate limit, or `sql.EXCHANGE_KEYED` once it
-        claims a name by key: a process without any sends the plain statement, whose
-        plan is unchanged, or `sql.CLAIM` when it has nothing to record (no ending, no
-        start to mark: `recording` false)."""
-        if self.registry.limits.keyed:
-            return sql.EXCHANGE_KEYED
-        if self.registry.limits.rate:
-            return sql.EXCHANGE_RATED
-        if self.registry.limits.global_:
-            return sql.EXCHANGE_LIMITED
-        return sql.EXCHANGE if recording else sql.CLAIM
+        """The statement to send now (`wire.statement_for`)."""
+        return statement_for(self.registry.limits, recording)
 
     async def _idle(self, free: int, poll: float) -> None:
         """Wait for something to do: a nudge, or the poll interval while places are free
@@ -219,15 +212,20 @@ class Exchange:
             except psycopg.Error as error:
                 state.sending = []
                 state.claiming = False
-                since_failing = self.failing[0] if self.failing else time.monotonic()
+                now = time.monotonic()
+                since_failing = self.failing[0] if self.failing else now
                 self.failing = (since_failing, first_line(error))
-                log.error(
-                    "could not record finished jobs or claim new ones (%s; endings waiting: %d); "
-                    "trying again",
-                    kind(error),
-                    len(batch),
-                    extra={"error": first_line(error), "endings": len(batch)},
-                )
+                if now >= self.say_failing_at:  # at once, then one a while; and its end
+                    self.say_failing_at = now + FAILING_SAID_EVERY
+                    log.error(
+                        "could not record finished jobs or claim new ones (%s; endings waiting: "
+                        "%d; failing for %.0f s); trying again every %g s",
+                        kind(error),
+                        len(batch),
+                        now - since_failing,
+                        min(RETRY_DATABASE, poll),
+                        extra={"error": first_line(error), "endings": len(batch)},
+                    )
                 state.endings = batch + state.endings
                 state.starts = starts + state.starts
                 if batch or starts:
@@ -236,7 +234,10 @@ class Exchange:
                 continue
             state.sending = []
             state.claiming = False
-            self.failing = None
+            if self.failing is not None:
+                lasted = time.monotonic() - self.failing[0]
+                log.info("recording and claiming again, after %.1f s of failures", lasted)
+            self.failing, self.say_failing_at = None, 0.0
             if claimed is not None:
                 got = len(claimed)
                 self.runner.take(claimed)
@@ -297,27 +298,15 @@ class Exchange:
             await self.connections.exchange_broke(conn)
             raise
         if self.registry.limits.rate or self.registry.limits.keyed:
-            rows = self._waits_and_cursors(rows)
+            rows, wait = waits_and_cursors(rows, self.registry.limits.after)
+            if wait is not None:
+                self.state.wake_in(wait)
         claimed = [row for row in rows if type(row) is Run]
         if len(claimed) > 1:
             claimed.sort(key=order_of)
         if len(rows) - len(claimed) == len(batch):
             return claimed, None  # every ending recorded (the usual case)
         return claimed, {row for row in rows if type(row) is not Run}
-
-    def _waits_and_cursors(self, rows: list[Any]) -> list[Any]:
-        """Take out of `rows` those of `sql.EXCHANGE_RATED` (a float: seconds until a
-        rate-limited name's next free slot, set as a timer) and of
-        `sql.EXCHANGE_KEYED` (a `KeyCursor`: where a keyed name's walk stopped, kept for
-        its next claim); the rest are runs and endings."""
-        waits = [row for row in rows if type(row) is float]
-        if waits:
-            self.state.wake_in(max(min(waits), 0.0))
-        after = self.registry.limits.after
-        for row in rows:
-            if type(row) is KeyCursor and row.key is not None:
-                after[row.name] = row.key
-        return [row for row in rows if type(row) is not float and type(row) is not KeyCursor]
 
     async def isolate(
         self,

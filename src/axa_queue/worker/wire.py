@@ -11,10 +11,11 @@ from typing import Any, NamedTuple
 
 from psycopg.rows import RowMaker
 
-from ..limits import AttemptLimits
+from .. import sql
+from ..limits import AttemptLimits, Limits
 from .run import Run
 
-__all__ = ["COLUMNS", "KeyCursor", "endings", "exchange_rows"]
+__all__ = ["COLUMNS", "KeyCursor", "endings", "exchange_rows", "statement_for", "waits_and_cursors"]
 
 
 class KeyCursor(NamedTuple):
@@ -131,3 +132,31 @@ def exchange_rows(
         return make
 
     return factory
+
+
+def waits_and_cursors(rows: list[Any], after: dict[str, str]) -> tuple[list[Any], float | None]:
+    """Take out of `rows` those of `sql.EXCHANGE_RATED` (a float: seconds until a
+    rate-limited name's next free slot) and of `sql.EXCHANGE_KEYED` (a `KeyCursor`:
+    where a keyed name's walk stopped, kept in `after` for its next claim); returns the
+    rest (runs and endings) and when to look again (the soonest slot), if any."""
+    waits = [row for row in rows if type(row) is float]
+    for row in rows:
+        if type(row) is KeyCursor and row.key is not None:
+            after[row.name] = row.key
+    rest = [row for row in rows if type(row) is not float and type(row) is not KeyCursor]
+    return rest, (max(min(waits), 0.0) if waits else None)
+
+
+def statement_for(limits: Limits, recording: bool) -> str:
+    """`sql.EXCHANGE`, or `sql.EXCHANGE_LIMITED` once this process has a global limit,
+    or `sql.EXCHANGE_RATED` once it has a rate limit, or `sql.EXCHANGE_KEYED` once it
+    claims a name by key: a process without any sends the plain statement, whose
+    plan is unchanged, or `sql.CLAIM` when it has nothing to record (no ending, no
+    start to mark: `recording` false)."""
+    if limits.keyed:
+        return sql.EXCHANGE_KEYED
+    if limits.rate:
+        return sql.EXCHANGE_RATED
+    if limits.global_:
+        return sql.EXCHANGE_LIMITED
+    return sql.EXCHANGE if recording else sql.CLAIM
