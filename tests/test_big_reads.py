@@ -177,6 +177,29 @@ def test_jobs_reads_a_page_through_the_newest_jobs_indexes_never_every_row(
     assert plan["Actual Rows"] == (0 if name == "nobody" else 50)
 
 
+def test_blocked_jobs_are_listed_from_a_page_of_their_index_never_a_sort_of_them_all(
+    admin, dsn: str, explained
+) -> None:
+    setup(admin)
+    admin.execute(
+        """INSERT INTO axa_queue (id, name, args, status, created_at)
+           SELECT gen_random_uuid(), 'n' || (g % 20), '{}', 'blocked',
+                  now() - g * interval '1 second'
+           FROM generate_series(1, 20000) g"""
+    )
+    admin.execute("VACUUM ANALYZE axa_queue")
+    for name in (None, "n7"):
+        asked = {"state": "blocked", "name": name, "limit": 50, "now": None}
+        plan = explained(sql.JOBS, {**asked, "beat_ms": sql.ABSENT_BEAT_MS})
+        read = [n for n in nodes(plan) if n.get("Relation Name") == "axa_queue"]
+        assert not [n for n in read if n["Node Type"] == "Seq Scan"], plan
+        [blocked] = [n for n in read if n.get("Index Name") == "axa_queue_blocked_created"]
+        # The page, and for one name the other names' entries in front of it: a few
+        # hundred rows, not 20,000.
+        assert blocked["Actual Rows"] + blocked.get("Rows Removed by Filter", 0) <= 1100
+        assert plan["Actual Rows"] == 50
+
+
 def test_jobs_lists_the_same_newest_jobs_as_a_sort_of_both_tables(admin, dsn: str) -> None:
     setup(admin)
     seed(admin, moved=2000, ready=500)

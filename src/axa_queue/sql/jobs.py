@@ -240,8 +240,8 @@ _JOBS_TESTS = (
     ),
 )
 """`JOBS`' branches but the queued jobs': each state of `axa_queue` through
-its partial index (a blocked job's, `axa_queue_blocked`, holds every blocked job: their
-newest `limit` are picked from all of them, a sort of the blocked jobs only), and each finished state of the history without a name (through
+its partial index (blocked jobs newest first through `axa_queue_blocked_created`,
+migration 21), and each finished state of the history without a name (through
 `axa_queue_history_status_created`) and with one (`axa_queue_history_name_created`)."""
 
 _QUEUED = (

@@ -21,7 +21,7 @@ migration 15 a job's key, for fairness by key, migration 16 the columns naming t
 process of each job's last run, migration 17 the durable steps' table, migration 18
 the release of dependents done once per statement, migration 19 the claim's narrow
 per-name index, and migration 20 the trace context of each run kept for its dependents'
-spans to link to.
+spans to link to, and migration 21 the blocked jobs' index, newest first.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -30,7 +30,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`, `v21`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -437,6 +437,15 @@ from .v20 import (
 from .v20 import (
     SETUP_RUN_TRACE_COLUMN as SETUP_RUN_TRACE_COLUMN,
 )
+from .v21 import (
+    MIGRATION_21 as MIGRATION_21,
+)
+from .v21 import (
+    RECORD_21 as RECORD_21,
+)
+from .v21 import (
+    SETUP_BLOCKED_CREATED_INDEX as SETUP_BLOCKED_CREATED_INDEX,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -461,6 +470,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_18,
     MIGRATION_19,
     MIGRATION_20,
+    MIGRATION_21,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
