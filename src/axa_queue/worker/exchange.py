@@ -202,13 +202,14 @@ class Exchange:
                         )
                     elif not decisions.blames_values(error.sqlstate):
                         raise
-                    # One run's or one name's value, maybe: send the parts apart. What
-                    # they record and claim comes out of `batch` and `starts` as it
-                    # goes, so a failure of another kind on the way sends only the rest
-                    # again.
-                    got = await self.isolate(
-                        batch, starts, wanted, free if wanted else 0, idle, error
-                    )
+                    else:
+                        # One run's or one name's value, maybe: send the parts apart.
+                        # What they record and claim comes out of `batch` and `starts`
+                        # as it goes, so a failure of another kind on the way sends only
+                        # the rest again.
+                        got = await self.isolate(
+                            batch, starts, wanted, free if wanted else 0, idle, error
+                        )
             except psycopg.Error as error:
                 state.sending = []
                 state.claiming = False
