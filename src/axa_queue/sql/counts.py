@@ -5,7 +5,7 @@ estimate past it (`COUNT_ESTIMATES`)."""
 from __future__ import annotations
 
 from .naming import statement
-from .web import WEB_ESTIMATE_READY, WEB_ESTIMATE_WAITING
+from .web import LIVE_COUNT_COLUMNS, WEB_ESTIMATE_READY, WEB_ESTIMATE_WAITING
 
 __all__ = [
     "COUNTS",
@@ -159,14 +159,9 @@ COUNTS_SAMPLE_MOVED = statement("""SELECT name, status, count(*) AS n
 `counts_by_name` past the cap: each name's share of a state, scaled to the state's
 estimate. A name seen in none of the pages sampled is not listed."""
 
-LIVE_COUNTS_BY_NAME = statement("""SELECT name,
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
-    count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
-    count(*) FILTER (WHERE status = 'running') AS running,
-    count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
-    count(*) FILTER (WHERE status = 'blocked') AS blocked,
-    (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+LIVE_COUNTS_BY_NAME = statement(
+    """SELECT name,
+    {columns}
     FROM (
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'queued'
         UNION ALL
@@ -175,7 +170,9 @@ LIVE_COUNTS_BY_NAME = statement("""SELECT name,
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'needs_review'
         UNION ALL
         SELECT name, status, run_at FROM {axa_queue} WHERE status = 'blocked'
-    ) live GROUP BY name ORDER BY name""")
+    ) live GROUP BY name ORDER BY name""",
+    columns=LIVE_COUNT_COLUMNS,
+)
 """The counts of jobs not finished, for each job name: each branch reads one partial
 index (queued, running, in review, blocked), never the finished rows, so it costs the same on a
 table holding millions of them (what metrics count every few seconds). Jobs not

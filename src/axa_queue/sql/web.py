@@ -13,6 +13,7 @@ from .naming import statement
 from .workers import worker_gone
 
 __all__ = [
+    "LIVE_COUNT_COLUMNS",
     "WEB_ACTS",
     "WEB_ESTIMATE_READY",
     "WEB_ESTIMATE_WAITING",
@@ -22,14 +23,20 @@ __all__ = [
     "WEB_LIVE_COUNTS",
 ]
 
-WEB_LIVE_COUNTS = statement("""SELECT name,
-    count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
+LIVE_COUNT_COLUMNS = """count(*) FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now())) AS ready,
     count(*) FILTER (WHERE status = 'queued' AND run_at > COALESCE(%(now)s::timestamptz, now())) AS waiting,
     count(*) FILTER (WHERE status = 'running') AS running,
     count(*) FILTER (WHERE status = 'needs_review') AS needs_review,
     count(*) FILTER (WHERE status = 'blocked') AS blocked,
     (EXTRACT(EPOCH FROM COALESCE(%(now)s::timestamptz, now())) - EXTRACT(EPOCH FROM min(run_at)
-        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest
+        FILTER (WHERE status = 'queued' AND run_at <= COALESCE(%(now)s::timestamptz, now()))))::float8 AS oldest"""
+"""What is counted of the jobs not finished, per name (`WEB_LIVE_COUNTS`,
+`counts.LIVE_COUNTS_BY_NAME`): ready and delayed, running, in review and blocked, and the
+oldest ready job's wait in seconds (a difference of epoch seconds), over `live`."""
+
+WEB_LIVE_COUNTS = statement(
+    """SELECT name,
+    {columns}
     FROM (
         (SELECT name, status, run_at FROM {axa_queue} WHERE status = 'queued'
          ORDER BY axa_queue.run_at LIMIT %(cap)s)
@@ -39,7 +46,9 @@ WEB_LIVE_COUNTS = statement("""SELECT name,
         (SELECT name, status, run_at FROM {axa_queue} WHERE status = 'needs_review' LIMIT %(cap)s)
         UNION ALL
         (SELECT name, status, run_at FROM {axa_queue} WHERE status = 'blocked' LIMIT %(cap)s)
-    ) live GROUP BY name ORDER BY name""")
+    ) live GROUP BY name ORDER BY name""",
+    columns=LIVE_COUNT_COLUMNS,
+)
 """The dashboard's counts of jobs not finished, per name, reading at most `cap` rows of
 each state: queued ones in due order through `axa_queue_ready` (so the ready ones come
 first, and each name's oldest ready job is among them), running ones, those in
