@@ -213,6 +213,29 @@ async def test_cancel_all_cancels_jobs_in_review_as_cancel_does_and_counts_ids_n
     assert acts(admin, "cancelled") == 3
 
 
+def test_a_bulk_act_filtered_on_a_state_no_finished_job_is_in_never_reads_the_history() -> None:
+    from types import SimpleNamespace
+
+    from axa_queue import sql
+    from axa_queue.db.calls import drive
+
+    sent: list[str] = []
+
+    def send(call: Any) -> Any:
+        sent.append(call.query)
+        return call.read([SimpleNamespace(applies=2, left_alone="{}")], 1)
+
+    for state in ("queued", "running"):
+        sent.clear()
+        given = bulk._given("ops:alice", "INC-1", {"state": state, "name": "Mail"})
+        assert drive(send, bulk._cancel_steps(given, True)).changed == 2
+        assert sent == [sql.MATCHING], state  # not MATCHING_MOVED
+    sent.clear()
+    given = bulk._given("ops:alice", "INC-1", {"state": "needs_review"})
+    drive(send, bulk._retry_steps(given, "needs_review", True))
+    assert sent == [sql.MATCHING]
+
+
 async def test_a_bulk_act_refuses_no_filter_a_bad_filter_and_a_reason_that_is_not_a_code(
     make_queue, dsn
 ) -> None:

@@ -169,6 +169,10 @@ def _read_missing(rows: list[Row], _count: int) -> int:
     return int(rows[0].missing)
 
 
+UNFINISHED = frozenset({"queued", "running", "blocked", "needs_review"})
+"""The states a job in the history is never in (it holds finished jobs only)."""
+
+
 def _with_moved(
     given: _Filter, params: dict[str, Any], hot: BulkResult, moved: Steps[BulkResult] | None
 ) -> Steps[BulkResult]:
@@ -179,7 +183,10 @@ def _with_moved(
     moved); and, with `ids`, how many of them no job has."""
     result = hot
     rest = None if given.limit is None else given.limit - hot.matched
-    if rest is None or rest > 0:
+    # A filter on a state no finished job is in matches none of the history: not read
+    # (a bulk act on queued or running jobs, the dashboard's, stays off its millions).
+    unfinished = given.params["state"] in UNFINISHED
+    if (rest is None or rest > 0) and not unfinished:
         then = yield from (
             moved
             if moved is not None
