@@ -157,7 +157,6 @@ def web(
     through a sign-on proxy's header. Listens on 127.0.0.1 unless told otherwise.
     Never shows a job's arguments or result.
     """
-    logs.configure(log_format, log_level.upper())  # the outages, said as they start and end
     given = checked_dsn(dsn)
     token = _read_token(token_file)
     made = token is None and trust_header is None
@@ -181,6 +180,8 @@ def web(
             await queue.open(setup=False)
             try:
                 sock = listen(host, port)
+                # Once it serves: its outages, said as they start and end.
+                logs.configure(log_format, log_level.upper())
                 _say_where(host, port, base_path, token, made)
                 await serve(_mounted(app, base_path), sock)
             finally:
