@@ -78,7 +78,8 @@ class Connections:
         if self.exchange is None or self.exchange.closed:
             conn = await self.connector.connect()
             if self.connector.keeps_session_state():
-                await conn.execute(f"{sql.CLAIM_SETTINGS}; {sql.EXCHANGE_ROW_WAIT}")
+                await conn.execute(sql.CLAIM_SETTINGS)
+                await conn.execute(sql.EXCHANGE_ROW_WAIT)
             self.exchange = conn
         return self.exchange
 
