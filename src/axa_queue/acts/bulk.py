@@ -35,7 +35,7 @@ from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection
 from ..db.calls import Call, Row, Steps, ask
 from ..errors import OptionsError
 from ..jobs.model import JobState, check_name, job_id_of
-from .records import check_code
+from .records import CANCELS, check_code
 
 __all__ = [
     "BULK_BATCH",
@@ -201,7 +201,7 @@ def _with_moved(
 
 
 def _cancel_steps(given: _Filter, dry_run: bool) -> Steps[BulkResult]:
-    params = {**given.params, "applies": ["queued", "running", "blocked", "needs_review"]}
+    params = {**given.params, "applies": [state.value for state in CANCELS]}
     hot = yield from (
         _matching(sql.MATCHING, params, given.limit)
         if dry_run

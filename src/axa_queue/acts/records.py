@@ -32,8 +32,10 @@ from ..errors import NotACodeError
 from ..jobs.model import JobState, job_id_of, moment
 
 __all__ = [
+    "CANCELS",
     "MAX_REASON_CHARS",
     "NIL_JOB",
+    "RETRIES",
     "Act",
     "ActKind",
     "ActResult",
@@ -158,14 +160,14 @@ def _act_call(
 RESENDS = 3
 """How many times an act is sent at most (`_act`)."""
 
-CANCELS = frozenset({JobState.QUEUED, JobState.RUNNING, JobState.BLOCKED, JobState.NEEDS_REVIEW})
+CANCELS = (JobState.QUEUED, JobState.RUNNING, JobState.BLOCKED, JobState.NEEDS_REVIEW)
 """The states `cancel` applies to (`sql.CANCEL`'s `target`)."""
 
-RETRIES = frozenset({JobState.FAILED, JobState.NEEDS_REVIEW})
+RETRIES = (JobState.FAILED, JobState.NEEDS_REVIEW)
 """The states `retry` applies to (`sql.RETRY`'s `target`)."""
 
 
-def _act(call: Call[ActResult], applies: frozenset[JobState]) -> Steps[ActResult]:
+def _act(call: Call[ActResult], applies: tuple[JobState, ...]) -> Steps[ActResult]:
     """Send an act's `call`, and send it again while it changed nothing yet found the job
     in a state it applies to: the job's row changed while the statement waited for its
     lock (its run ended, another person acted, or housekeeping moved it to the history,

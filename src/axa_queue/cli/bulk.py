@@ -11,6 +11,7 @@ from typing import Any, cast
 import click
 
 from ..acts import BulkResult, JobFilter, cancel_all, release_all, retry_all
+from ..acts.records import CANCELS, RETRIES
 from ..queue import Queue
 from .conventions import MOMENT, with_queue
 
@@ -72,10 +73,10 @@ def _said(result: BulkResult, done: str) -> str:
 
 
 ACTS_ON = {
-    "cancel": ("queued", "running", "blocked", "needs_review"),
-    "retry": ("failed", "needs_review"),
+    "cancel": tuple(state.value for state in CANCELS),
+    "retry": tuple(state.value for state in RETRIES),
 }
-"""The states each verb acts on (`retry` releases the jobs in review)."""
+"""The states each verb acts on, as the acts say (`retry` releases the jobs in review)."""
 
 
 def bulk_act(
