@@ -690,10 +690,10 @@ async def test_an_exception_whose_message_cannot_be_made_fails_its_run_and_nothi
     assert status_of(admin, job) == ("failed", "Unprintable: (its message could not be read)", 1)
 
 
-async def test_a_row_another_transaction_holds_delays_its_own_ending_and_no_other_run(
-    make_queue, dsn, admin, caplog: pytest.LogCaptureFixture
-) -> None:
-    queue = await make_queue(workers=4)
+async def held_queue(make_queue: Any, workers: int) -> tuple[Queue, asyncio.Event, asyncio.Event]:
+    """A queue whose `Held` handler says it `started`, then returns "done" once told to
+    `finish`."""
+    queue = await make_queue(workers=workers)
     started, finish = asyncio.Event(), asyncio.Event()
 
     @queue.handler("Held")
@@ -702,6 +702,13 @@ async def test_a_row_another_transaction_holds_delays_its_own_ending_and_no_othe
         await finish.wait()
         return "done"
 
+    return queue, started, finish
+
+
+async def test_a_row_another_transaction_holds_delays_its_own_ending_and_no_other_run(
+    make_queue, dsn, admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue, started, finish = await held_queue(make_queue, workers=4)
     ran: list[str] = []
 
     @queue.handler("Quick")
@@ -742,19 +749,11 @@ async def test_a_row_another_transaction_holds_delays_its_own_ending_and_no_othe
 
 
 async def test_a_run_whose_job_a_person_cancels_while_holding_its_row_records_nothing(
-    make_queue, dsn, admin
+    make_queue, dsn, admin, caplog: pytest.LogCaptureFixture
 ) -> None:
     from axa_queue import cancel
 
-    queue = await make_queue(workers=2)
-    started, finish = asyncio.Event(), asyncio.Event()
-
-    @queue.handler("Held")
-    async def held(args: dict[str, Any]) -> str:
-        started.set()
-        await finish.wait()
-        return "done"
-
+    queue, started, finish = await held_queue(make_queue, workers=2)
     held_id = await queue.enqueue("Held", {})
     holder = psycopg.connect(dsn)
     try:
@@ -762,8 +761,10 @@ async def test_a_run_whose_job_a_person_cancels_while_holding_its_row_records_no
             await started.wait()
             result = cancel(holder, held_id, "ops:alice", "INC-5")  # not yet committed
             assert result.applied
-            finish.set()  # its ending waits for the row, then the fence refuses it
-            holder.commit()
+            with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
+                finish.set()  # its ending waits for the row: kept aside
+                await eventually(lambda: "held by another transaction" in caplog.text)
+            holder.commit()  # then the fence refuses it
             await eventually(lambda: status_of(admin, held_id)[0] == "cancelled")
     finally:
         holder.close()
