@@ -62,6 +62,9 @@ DATABASES = {
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# The admin tests make a user each; PBKDF2's million rounds take most of a second of
+# CPU per user, a fast hasher none (Django's own advice for test settings).
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 TASKS = {
     "default": {
         "BACKEND": "axa_queue.contrib.django.AxaQueueBackend",
