@@ -195,19 +195,24 @@ SLOW = (
     "tests/test_chaos.py::",
     "tests/test_soak.py::test_a_tiny_soak_",
     "tests/test_bench.py::test_every_workload_runs_once",
+    "tests/test_bench.py::test_the_comparison_of_the_integrations_",
     "tests/test_browser.py::test_a_database_outage_",
-    "tests/test_docs.py::test_the_python_block_runs_as_written[docs/handlers.md:484]",
+    "tests/test_docs.py::test_the_python_block_runs_as_written[",  # a repeated one (`rank`)
     "tests/test_web_outage.py::test_an_outage_gets_a_503_",
     "tests/test_global_limits.py::test_a_global_limit_is_never_exceeded_by_several_processes",
     "tests/test_django.py::test_manage_py_axa_queue_lists_shows_and_cancels_jobs",
     "tests/test_setup.py::test_eight_setups_at_once_from_processes",
     "tests/test_web_inputs.py::test_every_route_answers_every_bad_parameter",
+    "tests/test_bench.py::test_the_comparison_run_together_",
+    "tests/test_bench.py::test_the_comparison_with_another_commit_",
     "tests/test_testing.py::test_a_users_project_gets_the_fixtures_",
     "tests/test_cli.py::test_the_demo_runs_on_an_embedded_server",
     "tests/test_crash.py::test_three_worker_processes_run_each_of_600_jobs_exactly_once",
     "tests/test_cli.py::test_worker_processes_are_supervised_restarted_when_killed",
     "tests/test_schedules.py::test_each_due_time_is_queued_once_by_two_worker_processes",
     "tests/test_rate_limit.py::test_several_processes_claiming_one_name",
+    "tests/test_key_limits.py::test_a_per_key_limit_is_never_exceeded_by_four_processes",
+    "tests/test_browser.py::test_the_overview_updates_live_when_a_job_completes",
     "tests/test_cli.py::test_a_supervisors_health_says_when_a_worker_process_cannot",
     "tests/test_cli.py::test_the_demo_on_a_given_database",
     "tests/test_outage.py::test_a_server_down_longer_than_stale_after_",
@@ -235,11 +240,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("alone") is not None:
             return 0
         for place, prefix in enumerate(SLOW, 1):
-            if item.nodeid.startswith(prefix):
+            if item.nodeid.startswith(prefix) and (
+                not prefix.endswith("[") or _repeated_block(item)
+            ):
                 return place
         return len(SLOW) + 1
 
     items.sort(key=rank)  # stable: the rest keep pytest's order
+
+
+def _repeated_block(item: pytest.Item) -> bool:
+    """Whether `item` runs a docs block many times at once (`<!-- doc-test: repeat N -->`):
+    seconds of processes starting together, whatever line the block has moved to."""
+    callspec = getattr(item, "callspec", None)
+    block = None if callspec is None else callspec.params.get("block")
+    return int(getattr(block, "repeat", 1)) > 1
 
 
 END_SESSIONS = (
