@@ -425,10 +425,29 @@ class Schemas:
             )
 
 
+_schemas: Schemas | None = None
+"""This process's `Schemas` while the session has one (`set_up`)."""
+
+
+def set_up(admin: psycopg.Connection[Any]) -> None:
+    """Make the queue's tables in the test's empty schema that `admin` works in, as
+    running `SETUP_STATEMENTS` on it would: an earlier test's schema emptied and swapped
+    in when one is ready (`recycled`), else the statements run there."""
+    recycler = None if _schemas is None else _schemas.recycler
+    row = admin.execute("SELECT current_schema() AS name").fetchone()
+    name = None if row is None else row[0]
+    if recycler is not None and name in recycler.made and recycler.swap(name):
+        return
+    for statement in axa_queue.schema.SETUP_STATEMENTS:
+        admin.execute(statement)
+
+
 @pytest.fixture(scope="session")
 def schemas(database_url: str) -> Iterator[Schemas]:
     """Where the tests' schemas are made and dropped (`Schemas`)."""
+    global _schemas
     kept = Schemas(database_url)
+    _schemas = kept
     if kept.recycler is not None:
         axa_queue.schema.setup = kept.recycler.setup  # type: ignore[assignment]
     try:
@@ -436,6 +455,7 @@ def schemas(database_url: str) -> Iterator[Schemas]:
     finally:
         if kept.recycler is not None:
             axa_queue.schema.setup = kept.recycler.real_setup  # type: ignore[method-assign]
+        _schemas = None
         kept.close()
 
 

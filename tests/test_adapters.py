@@ -48,6 +48,7 @@ from axa_queue import (
 from axa_queue.db.adapters import ACCEPTED, dollar_query, run
 from axa_queue.db.calls import Call, Steps, ask
 from axa_queue.jobs.enqueue import COPY_FROM, enqueue_call
+from conftest import set_up
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""
@@ -262,8 +263,7 @@ async def in_transactions(conn: Any) -> Opened:
 @pytest.fixture
 def tables(admin: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
     """The queue's tables in this test's schema; the admin connection to check them."""
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     return admin
 
 

@@ -24,14 +24,13 @@ from axa_queue import SyncQueue, history, sql
 from axa_queue.cli import main
 from axa_queue.db.calls import run_sync
 from axa_queue.jobs.reads import counts_by_name_call, counts_call
-from axa_queue.schema import SETUP_STATEMENTS
+from conftest import set_up
 
 NAMES = ("alpha", "beta", "gamma")
 
 
 def setup(admin: psycopg.Connection[Any]) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
 
 
 def seed(admin: psycopg.Connection[Any], moved: int, ready: int) -> None:

@@ -15,7 +15,7 @@ from click.testing import CliRunner, Result
 from psycopg import sql as pgsql
 
 from axa_queue.cli import main
-from axa_queue.schema import SETUP_STATEMENTS
+from conftest import set_up
 
 EVIL_NAME = "Report\x1b[31m\u202eevil\x07"
 EVIL_ERROR = "boom\x1b]0;owned\x07 \u202etxt.exe\u200b"
@@ -28,8 +28,7 @@ def cli(*args: str, dsn: str) -> Result:
 
 
 def setup(admin: psycopg.Connection[Any]) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
 
 
 def insert(admin: psycopg.Connection[Any], name: str, status: str, **more: Any) -> uuid.UUID:
