@@ -534,7 +534,16 @@ SUSPECTS = """SELECT n FROM chaos_runs WHERE phase IN ('overlap', 'wrong results
     UNION SELECT n FROM chaos_starts WHERE status IS DISTINCT FROM 'running'
       AND NOT (status = 'needs_review' AND old = 'running' AND kind = 'lost')
     UNION SELECT n FROM chaos_starts GROUP BY n, attempts HAVING count(*) > 1
+    UNION SELECT (q.args->>'n')::int FROM chaos_changes c JOIN axa_queue q ON q.id = c.id
+      WHERE c.new = 'needs_review' AND NOT EXISTS (
+        SELECT 1 FROM chaos_changes r JOIN chaos_starts s
+          ON s.n = (q.args->>'n')::int AND s.attempts = r.attempts
+        WHERE r.id = c.id AND r.kind = 'recovery' AND r.old = 'running'
+          AND r.at > s.at AND r.at < c.at)
     ORDER BY n LIMIT 5"""
+"""Jobs (by `n`) that failed a check of runs: overlap or wrong results, a start not under
+the row's own `running` attempt, two starts of one attempt, a review no recovery of a
+started run came before."""
 
 
 def explain(dsn: str) -> None:

@@ -130,7 +130,9 @@ GIVE_BACK_GONE = statement(
           * (SELECT LEAST(min(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
       AND pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - $beats
           * interval '1 millisecond' * (SELECT GREATEST(max(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
-      AND CASE WHEN $gone
+      AND CASE WHEN $gone AND NOT EXISTS (
+                   SELECT FROM {axa_workers} w
+                   WHERE w.id = q.run_worker AND w.seen_at < pg_postmaster_start_time())
                THEN pg_try_advisory_xact_lock($presence, hashtext(q.run_worker::text))
                ELSE false END
     FOR NO KEY UPDATE OF q SKIP LOCKED
@@ -175,7 +177,12 @@ and the process's row silent for `GONE_AFTER_BEATS` of its heartbeat intervals a
 (`workers.PRESENCE_LOCK`: a process whose event loop is blocked, a handler hogging it,
 still holds it on its side connection, and keeps its runs; the lock is tried only for a
 run its silence already gave up, in a `CASE`, and held until this transaction ends),
-never a run of the process asking (`worker`). Started runs are
+never a run of the process asking (`worker`). A restart of the server frees every
+process's lock, and a process takes it again only as it makes its side connection anew,
+which one whose event loop is blocked cannot do: so a process last seen (`seen_at`)
+before the server started is never taken for gone here, dead or blocked, and its runs
+are left to stale recovery, which gives a run that never started its attempt back too.
+Once it writes its row again it holds its lock again. Started runs are
 left to stale recovery: their handler may still run on a stalled host.
 
 Fencing stays exact: a process taken as gone may only be stalled, and may come back
