@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 from axa_queue import NewJob, Schedule, Snooze, cancel, current_job, logs
-from conftest import eventually, status_of
+from conftest import eventually, running, status_of
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -214,3 +215,46 @@ async def test_every_record_of_a_typical_run_says_in_its_message_what_its_fields
     assert {r.name for r in caplog.records} >= {"cardlib", "axa_queue.worker"}
     assert [(r.getMessage(), bare(r)) for r in ours if bare(r)] == []
     assert PRIVATE not in "\n".join(said)
+
+
+async def test_a_listener_and_a_give_back_that_keep_failing_are_logged_once_a_while(
+    make_queue, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from axa_queue.db.connector import Connector
+    from axa_queue.worker.housekeeping import Housekeeping
+
+    queue = await make_queue()
+
+    @queue.handler("Ok")
+    async def ok(args: Any) -> None:
+        pass
+
+    tries = {"listener": 0, "give back": 0}
+    done = asyncio.Event()
+    real_connect = Connector.connect
+
+    async def connect(self: Connector, *, session: bool = True, **extra: Any) -> Any:
+        if not session and tries["listener"] < 8:  # the listener's: an outage, for a while
+            tries["listener"] += 1
+            raise psycopg.OperationalError("the server is down")
+        return await real_connect(self, session=session, **extra)
+
+    async def give_back_gone(self: Housekeeping, beat: float) -> psycopg.Error | None:
+        tries["give back"] += 1
+        if tries["give back"] >= 8:
+            done.set()
+            return None
+        return psycopg.OperationalError("the server is down")
+
+    monkeypatch.setattr(Connector, "connect", connect)
+    monkeypatch.setattr(Housekeeping, "give_back_gone", give_back_gone)
+    with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
+        async with running(queue):
+            await asyncio.wait_for(done.wait(), 30)
+            await eventually(lambda: "listening for notifications again" in caplog.text)
+    said = [r.getMessage() for r in caplog.records if r.name == "axa_queue.worker"]
+    lost = [line for line in said if line.startswith("lost the notification connection")]
+    given = [line for line in said if line.startswith("could not give back the jobs")]
+    assert tries["listener"] == 8 and len(lost) == 1, said
+    assert len(given) == 1 and "(OperationalError; for 0 s)" in given[0], said
+    assert sum(line.startswith("listening for notifications again") for line in said) == 1

@@ -102,25 +102,27 @@ class Housekeeping:
                 log.error("giving back the jobs of gone worker processes failed (%s)", kind(error))
             if failure is None:
                 self.troubles.cleared("give back")
-            else:
-                self.troubles.failed("give back", failure)
+            elif (lasted := self.troubles.failed("give back", failure)) is not None and isinstance(
+                failure, psycopg.Error
+            ):  # the first, then one every `SAID_EVERY`: it is tried every heartbeat
+                log.error(
+                    "could not give back the jobs of gone worker processes (%s; for %.0f s)",
+                    kind(failure),
+                    lasted,
+                    extra={"error": first_line(failure)},
+                )
 
     async def give_back_gone(self, beat: float) -> psycopg.Error | None:
         """Give back the runs of gone processes claimed ahead and never started, on the
         side connection, once it has been connected for `GONE_AFTER_BEATS` heartbeat
         intervals (`beat`, this process's) and `sql.GIVE_BACK_GRACE_MS`: every live process
         has reported in since the database came back. Returns the error that stopped it,
-        if any."""
+        if any (the caller logs it)."""
         connections = self.connections
         try:
             conn = await connections.for_side()
         except psycopg.Error as error:
             connections.broken_at = connections.monotonic()
-            log.error(
-                "could not give back the jobs of gone worker processes (%s)",
-                kind(error),
-                extra={"error": first_line(error)},
-            )
             return error
         since = connections.connected_since
         wait = GONE_AFTER_BEATS * beat + sql.GIVE_BACK_GRACE_MS / 1000
@@ -137,11 +139,6 @@ class Housekeeping:
         except psycopg.Error as error:
             if isinstance(error, psycopg.OperationalError):
                 await connections.side_broke(conn)
-            log.error(
-                "could not give back the jobs of gone worker processes (%s)",
-                kind(error),
-                extra={"error": first_line(error)},
-            )
             return error
         maintenance.log_given_back(given)
         return None

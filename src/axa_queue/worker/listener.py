@@ -30,7 +30,9 @@ log = logging.getLogger("axa_queue.worker")
 async def listen(
     connector: Connector, schema: str, state: State, troubles: Troubles, options: QueueOptions
 ) -> None:
-    """Listen until cancelled; failures are logged and reported, and it tries again."""
+    """Listen until cancelled; failures are reported (`Troubles`: the health check) and
+    logged (the first at once, then one every `SAID_EVERY`, and its end), and it tries
+    again."""
     pause = 0.1
     while True:
         try:
@@ -41,7 +43,9 @@ async def listen(
                 await conn.execute(sql.LISTEN_CANCEL)
                 await conn.execute(sql.LISTEN)
                 pause = 0.1
-                troubles.cleared("listener")
+                lasted = troubles.cleared("listener")
+                if lasted is not None:
+                    log.info("listening for notifications again, after %.1f s", lasted)
                 state.wake()  # anything queued while we were not listening
                 async for note in conn.notifies():
                     if note.channel == sql.CANCEL_CHANNEL:
@@ -60,18 +64,22 @@ async def listen(
                         # then done while the claim is on its way, not before it.
                         await asyncio.sleep(0)
         except psycopg.Error as error:
-            troubles.failed("listener", error)
-            log.warning(
-                "lost the notification connection (%s); polling until it is back",
-                kind(error),
-                extra={"error": summary(error)},
-            )
+            lasted = troubles.failed("listener", error)
+            if lasted is not None:  # the first, then one every `SAID_EVERY`
+                log.warning(
+                    "lost the notification connection (%s; for %.0f s); polling until it is back",
+                    kind(error),
+                    lasted,
+                    extra={"error": summary(error)},
+                )
         except Exception as error:
-            troubles.failed("listener", error)
-            log.error(
-                "the listener failed (%s); polling until it is back",
-                kind(error),
-                extra={"error": summary(error), "retry_in": pause},
-            )
+            lasted = troubles.failed("listener", error)
+            if lasted is not None:
+                log.error(
+                    "the listener failed (%s; for %.0f s); polling until it is back",
+                    kind(error),
+                    lasted,
+                    extra={"error": summary(error), "retry_in": pause},
+                )
         await asyncio.sleep(pause)
         pause = decisions.next_retry(pause, min(options.poll_interval.total_seconds(), 5.0))

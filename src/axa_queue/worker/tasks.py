@@ -5,11 +5,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..handlers.retries import summary
 
-__all__ = ["CANCEL_AGAIN", "CANCEL_GIVE_UP", "Troubles", "cancel_all", "summary", "uncancel"]
+__all__ = [
+    "CANCEL_AGAIN",
+    "CANCEL_GIVE_UP",
+    "SAID_EVERY",
+    "Troubles",
+    "cancel_all",
+    "summary",
+    "uncancel",
+]
 
 log = logging.getLogger("axa_queue.worker")
 
@@ -60,17 +69,37 @@ def uncancel() -> None:
         task.uncancel()
 
 
+SAID_EVERY = 30.0
+"""While a background service keeps failing, how often its failure is logged again (with
+how long it has lasted), after the first at once: a database down for an hour then
+writes a few hundred lines, not one at every try (the listener tries every second, the
+give-back every heartbeat)."""
+
+
 class Troubles:
     """The background services failing now (`schedules`, `maintenance`, `listener`):
-    since when (monotonic) and why (the error's type and first line)."""
+    since when (monotonic) and why (the error's type and first line); and when each
+    one's failure is next to be logged (`SAID_EVERY`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.since: dict[str, tuple[float, str]] = {}
+        self.say_at: dict[str, float] = {}
 
-    def failed(self, service: str, error: BaseException | str) -> None:
-        """Note that `service` is failing (since its first failure)."""
-        since = self.since.get(service, (time.monotonic(), ""))[0]
+    def failed(self, service: str, error: BaseException | str) -> float | None:
+        """Note that `service` is failing (since its first failure). Returns for how many
+        seconds it has been failing when this failure is to be logged (the first, then
+        one every `SAID_EVERY`), else None."""
+        now = self.clock()
+        since = self.since.get(service, (now, ""))[0]
         self.since[service] = (since, error if isinstance(error, str) else summary(error))
+        if now < self.say_at.get(service, now):
+            return None
+        self.say_at[service] = now + SAID_EVERY
+        return now - since
 
-    def cleared(self, service: str) -> None:
-        self.since.pop(service, None)
+    def cleared(self, service: str) -> float | None:
+        """`service` works again: for how many seconds it had been failing, if it was."""
+        self.say_at.pop(service, None)
+        was = self.since.pop(service, None)
+        return None if was is None else self.clock() - was[0]
