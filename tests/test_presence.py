@@ -341,3 +341,50 @@ async def test_each_worker_warns_once_per_name_nobody_handles_until_it_is_handle
             seen = rounds["n"]
             await eventually(lambda: rounds["n"] >= seen + 2)
             assert len(warnings()) == 2
+
+
+def test_a_failed_heartbeat_presence_write_or_give_back_is_tried_again_within_seconds() -> None:
+    from axa_queue.worker.tasks import BEAT_RETRY_MAX, beat_retry
+
+    waits: list[float] = []
+    retry: float | None = None
+    for _ in range(6):
+        retry = beat_retry(retry, 60.0)
+        waits.append(retry)
+    assert waits == [0.5, 1.0, 2.0, 4.0, BEAT_RETRY_MAX, BEAT_RETRY_MAX]
+    assert beat_retry(None, 0.1) == beat_retry(0.1, 0.1) == 0.1  # never past the interval
+
+
+async def test_a_process_whose_presence_writes_failed_is_recorded_again_long_before_its_next_beat(
+    make_queue, admin, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from axa_queue import sql
+    from axa_queue.worker.connections import Connections
+
+    queue = await make_queue(heartbeat_interval=60, stale_after=300)  # next beat: a minute
+    tries = 0
+    third = asyncio.Event()
+    real_on_side = Connections.on_side
+
+    async def on_side(self: Connections, statement: str, params: Any) -> list[Any]:
+        nonlocal tries
+        if statement == sql.WORKER_SEEN:
+            tries += 1
+            if tries <= 2:  # an outage, for two tries
+                raise psycopg.OperationalError("the server is down")
+            third.set()
+        return await real_on_side(self, statement, params)
+
+    monkeypatch.setattr(Connections, "on_side", on_side)
+    with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
+        async with running(queue):
+            await asyncio.wait_for(third.wait(), 30)  # a guard: the retries are seconds apart
+            await eventually(
+                lambda: admin.execute("SELECT count(*) FROM axa_workers").fetchone()[0] == 1
+            )
+    said = [r.getMessage() for r in caplog.records if "axa_workers" in r.getMessage()]
+    assert sum(line.startswith("could not record this worker process") for line in said) == 1
+    assert (
+        sum(line.startswith("recorded this worker process in axa_workers again") for line in said)
+        == 1
+    )

@@ -32,6 +32,7 @@ from . import decisions
 from .connections import Connections
 from .run import CANCELLED, LOST, Run
 from .state import State
+from .tasks import Streak, beat_retry
 
 __all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims", "heartbeat_every"]
 
@@ -89,6 +90,8 @@ class Claims:
         self.every = heartbeat_every(options)
         """Seconds between heartbeats (`heartbeat_every`), read once: a run's start asks
         whether its claim is doubtful (`doubtful`)."""
+        self.beats_failing = Streak()
+        """Heartbeats failing in a row, for the log (`Streak`)."""
         self.spawn = spawn
         self.tasks: set[asyncio.Task[Any]] = set()
         """The fates of lost runs being written."""
@@ -171,9 +174,10 @@ class Claims:
         job this process runs was cancelled (`State.check_soon`)."""
         every = self.every
         state = self.state
+        retry: float | None = None  # after a failed beat, the wait before the next
         while True:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(state.check.wait(), every)
+                await asyncio.wait_for(state.check.wait(), every if retry is None else retry)
             state.check.clear()
             runs = [r for r in state.runs.values() if not r.done]
             # Endings not yet written keep their claims too: the run is still this
@@ -186,12 +190,17 @@ class Claims:
             try:
                 found = await self.beat(runs + ended)
             except psycopg.Error as error:
-                log.warning(
-                    "heartbeat failed (%s); jobs running: %d",
-                    kind(error),
-                    len(runs),
-                    extra={"error": first_line(error), "jobs": len(runs)},
-                )
+                retry = beat_retry(retry, every)
+                lasted = self.beats_failing.failed()
+                if lasted is not None:  # the first, then one every `SAID_EVERY`
+                    log.warning(
+                        "heartbeat failed (%s; for %.0f s); jobs held: %d (running: %d)",
+                        kind(error),
+                        lasted,
+                        len(runs) + len(ended),
+                        len(runs),
+                        extra={"error": first_line(error), "jobs": len(runs) + len(ended)},
+                    )
                 now = self.connections.monotonic()
                 for one in runs:
                     if decisions.gives_up(
@@ -199,6 +208,10 @@ class Claims:
                     ):
                         one.lose(f"{GAVE_UP} for {self.stale:g} s")
                 continue
+            retry = None
+            lasted = self.beats_failing.ended()
+            if lasted is not None:
+                log.info("heartbeats go through again, after %.1f s", lasted)
             state.heard = sent
             now = self.connections.monotonic()
             for one in runs:

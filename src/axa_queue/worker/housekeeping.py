@@ -36,7 +36,7 @@ from . import decisions
 from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
-from .tasks import Troubles, cancel_all, summary
+from .tasks import Troubles, beat_retry, cancel_all, summary
 
 __all__ = ["Housekeeping"]
 
@@ -89,11 +89,13 @@ class Housekeeping:
 
     async def give_backs(self) -> None:
         """Every heartbeat interval, give back the runs gone processes claimed ahead and
-        never started (`give_back_gone`); a failure is logged, counted in the health
-        check, and tried again at the next interval."""
+        never started (`give_back_gone`); a failure is counted in the health check,
+        logged (`Streak`) and tried again sooner (`beat_retry`), so the health
+        check says ok within seconds of the database coming back."""
         every = heartbeat_every(self.options)
+        retry: float | None = None  # the last wait after a failure
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(every if retry is None else retry)
             failure: BaseException | None
             try:
                 failure = await self.give_back_gone(every)
@@ -101,11 +103,17 @@ class Housekeeping:
                 failure = error
                 log.error("giving back the jobs of gone worker processes failed (%s)", kind(error))
             if failure is None:
-                self.troubles.cleared("give back")
-            elif (lasted := self.troubles.failed("give back", failure)) is not None and isinstance(
-                failure, psycopg.Error
-            ):  # the first, then one every `SAID_EVERY`: it is tried every heartbeat
-                log.error(
+                retry = None
+                lasted = self.troubles.cleared("give back")
+                if lasted is not None:
+                    log.info(
+                        "giving back the jobs of gone worker processes again, after %.1f s", lasted
+                    )
+                continue
+            retry = beat_retry(retry, every)
+            lasted = self.troubles.failed("give back", failure)
+            if lasted is not None and isinstance(failure, psycopg.Error):
+                log.warning(  # a consequence of the outage the other lines say
                     "could not give back the jobs of gone worker processes (%s; for %.0f s)",
                     kind(failure),
                     lasted,
@@ -159,7 +167,9 @@ class Housekeeping:
                 failure = error
                 log.error("moving finished jobs failed (%s)", kind(error))
             if failure is None:
-                self.troubles.cleared("history")
+                lasted = self.troubles.cleared("history")
+                if lasted is not None:
+                    log.info("moving finished jobs to the history again, after %.1f s", lasted)
                 retry = self.options.poll_interval.total_seconds()
                 await asyncio.sleep(every)
             else:
@@ -188,7 +198,9 @@ class Housekeeping:
                     extra={"error": summary(error), "retry_in": retry},
                 )
             if failure is None:
-                self.troubles.cleared("maintenance")
+                lasted = self.troubles.cleared("maintenance")
+                if lasted is not None:
+                    log.info("housekeeping goes through again, after %.1f s", lasted)
                 retry = self.options.poll_interval.total_seconds()
                 await asyncio.sleep(every)
             else:

@@ -23,6 +23,7 @@ from ..options import QueueOptions
 from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
+from .tasks import Streak, beat_retry
 
 __all__ = ["Presence"]
 
@@ -52,8 +53,9 @@ class Presence:
         self.options = options
         self.id = connections.identity["worker"]
         """Its id in `axa_workers`: the one its runs' attempts name."""
-        self.failing = False
-        """Whether the last write failed (logged once, until one goes through)."""
+        self.failing = Streak()
+        """The writes failing in a row, for the log: the first said at once, then one
+        every `SAID_EVERY`, and the first that goes through again."""
 
     def _params(self) -> dict[str, object]:
         return {
@@ -74,15 +76,19 @@ class Presence:
             await self.connections.on_side(sql.WORKER_SEEN, self._params())
             await self.connections.hold_presence()  # when it could not be taken before
         except psycopg.Error as error:
-            if not self.failing:
+            lasted = self.failing.failed()
+            if lasted is not None:
                 log.warning(
-                    "could not record this worker process in axa_workers (%s); trying again",
+                    "could not record this worker process in axa_workers (%s; for %.0f s); "
+                    "trying again",
                     kind(error),
+                    lasted,
                     extra={"error": first_line(error)},
                 )
-            self.failing = True
             return False
-        self.failing = False
+        lasted = self.failing.ended()
+        if lasted is not None:
+            log.info("recorded this worker process in axa_workers again, after %.1f s", lasted)
         return True
 
     def every(self) -> float:
@@ -91,11 +97,14 @@ class Presence:
         return heartbeat_every(self.options)
 
     async def loop(self) -> None:
-        """Make the row at once, then refresh it every heartbeat interval."""
+        """Make the row at once, then refresh it every heartbeat interval; after a failed
+        write, sooner (`beat_retry`), so that once the database is back the
+        process is shown live again within seconds, not an interval later."""
         every = self.every()
+        retry: float | None = None  # the last wait after a failure
         while True:
-            await self.seen()
-            await asyncio.sleep(every)
+            retry = None if await self.seen() else beat_retry(retry, every)
+            await asyncio.sleep(every if retry is None else retry)
 
     async def gone(self) -> None:
         """Delete the row (a clean stop); a failure leaves it to housekeeping."""

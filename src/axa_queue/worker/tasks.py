@@ -11,10 +11,13 @@ from typing import Any
 from ..handlers.retries import summary
 
 __all__ = [
+    "BEAT_RETRY_MAX",
     "CANCEL_AGAIN",
     "CANCEL_GIVE_UP",
     "SAID_EVERY",
+    "Streak",
     "Troubles",
+    "beat_retry",
     "cancel_all",
     "summary",
     "uncancel",
@@ -73,33 +76,72 @@ SAID_EVERY = 30.0
 """While a background service keeps failing, how often its failure is logged again (with
 how long it has lasted), after the first at once: a database down for an hour then
 writes a few hundred lines, not one at every try (the listener tries every second, the
-give-back every heartbeat)."""
+give-back and the heartbeat every interval, sooner after a failure)."""
+
+
+BEAT_RETRY_MAX = 5.0
+"""The longest wait before a failed heartbeat, presence write or give-back is tried
+again (it starts at half a second and doubles, never past the heartbeat interval): once
+the database is back, each goes through within seconds, so no live process shows as
+gone and the health check stops failing, instead of a whole interval later (a minute
+by default)."""
+
+
+def beat_retry(retry: float | None, every: float) -> float:
+    """The wait before the next try of a failing heartbeat, presence write or give-back
+    (`retry`: the last wait after a failure; None after a success): half a second, then
+    doubling up to `BEAT_RETRY_MAX`, never past `every` (the heartbeat interval)."""
+    return min(every, 0.5 if retry is None else min(retry * 2, BEAT_RETRY_MAX))
+
+
+class Streak:
+    """One service's failures in a row, for its log: the first said at once, then one
+    every `SAID_EVERY` with how long the streak has lasted, and its end once."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.since: float | None = None
+        self.say_at = 0.0
+
+    def failed(self) -> float | None:
+        """A failure: for how many seconds the streak has lasted when this one is to be
+        logged, else None."""
+        now = self.clock()
+        if self.since is None:
+            self.since, self.say_at = now, now
+        if now < self.say_at:
+            return None
+        self.say_at = now + SAID_EVERY
+        return now - self.since
+
+    def ended(self) -> float | None:
+        """A success: for how many seconds the streak it ends lasted, if there was one."""
+        if self.since is None:
+            return None
+        lasted, self.since = self.clock() - self.since, None
+        return lasted
 
 
 class Troubles:
     """The background services failing now (`schedules`, `maintenance`, `listener`):
-    since when (monotonic) and why (the error's type and first line); and when each
-    one's failure is next to be logged (`SAID_EVERY`)."""
+    since when (monotonic) and why (the error's type and first line), for the health
+    check; and each one's `Streak`, for its log."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.since: dict[str, tuple[float, str]] = {}
-        self.say_at: dict[str, float] = {}
+        self.streaks: dict[str, Streak] = {}
 
     def failed(self, service: str, error: BaseException | str) -> float | None:
         """Note that `service` is failing (since its first failure). Returns for how many
-        seconds it has been failing when this failure is to be logged (the first, then
-        one every `SAID_EVERY`), else None."""
-        now = self.clock()
-        since = self.since.get(service, (now, ""))[0]
+        seconds it has been failing when this failure is to be logged (`Streak.failed`),
+        else None."""
+        since = self.since.get(service, (self.clock(), ""))[0]
         self.since[service] = (since, error if isinstance(error, str) else summary(error))
-        if now < self.say_at.get(service, now):
-            return None
-        self.say_at[service] = now + SAID_EVERY
-        return now - since
+        return self.streaks.setdefault(service, Streak(self.clock)).failed()
 
     def cleared(self, service: str) -> float | None:
         """`service` works again: for how many seconds it had been failing, if it was."""
-        self.say_at.pop(service, None)
-        was = self.since.pop(service, None)
-        return None if was is None else self.clock() - was[0]
+        self.since.pop(service, None)
+        streak = self.streaks.get(service)
+        return None if streak is None else streak.ended()
