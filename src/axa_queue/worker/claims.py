@@ -185,6 +185,7 @@ class Claims:
             ended = [*state.sending, *state.endings, *state.apart, *state.row_held]
             if not runs and not ended:
                 state.heard = self.connections.monotonic()  # nothing held: nothing to prove
+                retry = None
                 continue
             sent = self.connections.monotonic()
             try:
