@@ -4,8 +4,9 @@ Made when the worker starts and refreshed once per `heartbeat_interval` with its
 progress (`sql.WORKER_SEEN`: one primary-key upsert on the side connection, whatever the
 number of jobs) and the interval itself (readers call a process silent for three of them
 gone), deleted when the worker stops cleanly (`sql.WORKER_GONE`). It only
-informs people (the `workers` command, the dashboard): a failure is logged once and
-tried again at the next beat, and never stops a job.
+informs people (the `workers` command, the dashboard): a failure is logged (at once,
+then every `SAID_EVERY`, and once when a write goes through again), tried again within
+seconds (`beat_retry`), and never stops a job.
 """
 
 from __future__ import annotations
