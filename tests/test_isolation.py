@@ -22,6 +22,8 @@ from axa_queue.options import MAX_DURATION, MAX_INTEGER
 from axa_queue.worker import Worker, decisions
 from axa_queue.worker.exchange import Exchange
 from axa_queue.worker.run import RunPhase
+from axa_queue.worker.state import State
+from axa_queue.worker.tasks import pause
 from conftest import eventually, running, status_of
 
 SECRET = "943 476 5919"
@@ -793,6 +795,15 @@ async def test_an_exchange_that_keeps_failing_is_logged_once_a_while_and_its_end
         return await real_send(self, *args, **kwargs)
 
     monkeypatch.setattr(Exchange, "send", failing_send)
+    back = 0
+    real_back = State.database_back
+
+    def database_back(self: State) -> None:  # wakes the services waiting to try again
+        nonlocal back
+        back += 1
+        real_back(self)
+
+    monkeypatch.setattr(State, "database_back", database_back)
     job = await queue.enqueue("Ok", {})
     with caplog.at_level(logging.INFO, logger="axa_queue.worker"):
         async with running(queue):
@@ -801,3 +812,13 @@ async def test_an_exchange_that_keeps_failing_is_logged_once_a_while_and_its_end
     failed = [line for line in said if line.startswith("could not record finished jobs")]
     assert failures == 8 and len(failed) == 1, said
     assert sum(line.startswith("recording and claiming again") for line in said) == 1, said
+    assert back == 1
+
+
+async def test_a_service_waiting_to_try_again_tries_at_once_when_the_database_is_back() -> None:
+    state = State(workers=1, prefetch=0)
+    waiting = asyncio.create_task(pause(3600, state.back))  # a backoff of an hour
+    await asyncio.sleep(0)
+    state.database_back()
+    await asyncio.wait_for(waiting, 5)  # a guard: it ends at once
+    assert not state.back.is_set(), "made anew for the next waits"

@@ -238,6 +238,7 @@ class Exchange:
             if self.failing is not None:
                 lasted = time.monotonic() - self.failing[0]
                 log.info("recording and claiming again, after %.1f s of failures", lasted)
+                state.database_back()
             self.failing, self.say_failing_at = None, 0.0
             if claimed is not None:
                 got = len(claimed)

@@ -36,7 +36,7 @@ from . import decisions
 from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
-from .tasks import Troubles, beat_retry, cancel_all, summary
+from .tasks import Troubles, beat_retry, cancel_all, pause, summary
 
 __all__ = ["Housekeeping"]
 
@@ -174,7 +174,7 @@ class Housekeeping:
                 await asyncio.sleep(every)
             else:
                 self.troubles.failed("history", failure)
-                await asyncio.sleep(min(retry, every))
+                await pause(min(retry, every), self.state.back)  # sooner once it is back
                 retry = decisions.next_retry(retry)
 
     async def rounds(self) -> None:
@@ -205,7 +205,7 @@ class Housekeeping:
                 await asyncio.sleep(every)
             else:
                 self.troubles.failed("maintenance", failure)
-                await asyncio.sleep(min(retry, every))
+                await pause(min(retry, every), self.state.back)  # sooner once it is back
                 retry = decisions.next_retry(retry)
 
     async def recover_stale(self) -> psycopg.Error | None:

@@ -46,6 +46,7 @@ async def listen(
                 lasted = troubles.cleared("listener")
                 if lasted is not None:
                     log.info("listening for notifications again, after %.1f s", lasted)
+                    state.database_back()
                 state.wake()  # anything queued while we were not listening
                 async for note in conn.notifies():
                     if note.channel == sql.CANCEL_CHANNEL:

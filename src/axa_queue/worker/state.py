@@ -94,6 +94,10 @@ class State:
         not know of yet (`fence`)."""
         self.nudge = asyncio.Event()
         """Set when there may be something to do: an ending, a free loop, new work."""
+        self.back = asyncio.Event()
+        """Set, and made anew, when the database answers again after failures
+        (`database_back`): a background service waiting to try again after a failure
+        (housekeeping, the history's moves) tries at once."""
         self.look = True
         """Whether there may be work not looked for yet (else exchanges only record)."""
         self.held_back: frozenset[str] = frozenset()
@@ -200,6 +204,11 @@ class State:
         wait are sent by the `HOLD_ENDINGS` timer (set by the loop) at the latest."""
         if self.due():
             self.nudge.set()
+
+    def database_back(self) -> None:
+        """The database answers again after failures: wake whoever waits on `back`."""
+        self.back.set()
+        self.back = asyncio.Event()
 
     def wake(self) -> None:
         """Look for work at the next exchange, now."""

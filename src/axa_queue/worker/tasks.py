@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ __all__ = [
     "Troubles",
     "beat_retry",
     "cancel_all",
+    "pause",
     "summary",
     "uncancel",
 ]
@@ -92,6 +94,12 @@ def beat_retry(retry: float | None, every: float) -> float:
     (`retry`: the last wait after a failure; None after a success): half a second, then
     doubling up to `BEAT_RETRY_MAX`, never past `every` (the heartbeat interval)."""
     return min(every, 0.5 if retry is None else min(retry * 2, BEAT_RETRY_MAX))
+
+
+async def pause(seconds: float, until: asyncio.Event) -> None:
+    """Sleep `seconds`, or less if `until` is set meanwhile (`State.back`)."""
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(until.wait(), seconds)
 
 
 class Streak:
