@@ -1,4 +1,5 @@
-"""Tasks of the worker: ending them for sure, and what to log of a failure."""
+"""Tasks of the worker: ending them for sure, how soon a failing one tries again, and
+what to log of a failure that lasts."""
 
 from __future__ import annotations
 
