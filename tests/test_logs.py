@@ -256,5 +256,21 @@ async def test_a_listener_and_a_give_back_that_keep_failing_are_logged_once_a_wh
     lost = [line for line in said if line.startswith("lost the notification connection")]
     given = [line for line in said if line.startswith("could not give back the jobs")]
     assert tries["listener"] == 8 and len(lost) == 1, said
-    assert len(given) == 1 and "(OperationalError; for 0 s)" in given[0], said
+    assert len(given) == 1 and given[0].endswith("processes (OperationalError)"), said
     assert sum(line.startswith("listening for notifications again") for line in said) == 1
+
+
+def test_a_lasting_failure_says_how_long_after_its_first_line_once_every_30_seconds() -> None:
+    from axa_queue.worker.tasks import SAID_EVERY, Streak, lasting
+
+    now = [100.0]
+    streak = Streak(clock=lambda: now[0])
+    said = []
+    for _ in range(70):  # a try every second for 70 s
+        lasted = streak.failed()
+        if lasted is not None:
+            said.append(lasting(lasted))
+        now[0] += 1.0
+    assert said == ["", "; for 30 s", "; for 60 s"] and SAID_EVERY == 30.0
+    assert streak.ended() == 70.0 and streak.ended() is None
+    assert streak.failed() == 0.0, "a new streak is said at once"

@@ -32,7 +32,7 @@ from . import decisions
 from .connections import Connections
 from .run import CANCELLED, LOST, Run
 from .state import State
-from .tasks import Streak, beat_retry
+from .tasks import Streak, beat_retry, lasting
 
 __all__ = ["GAVE_UP", "MIN_HEARTBEAT", "RETRY_DATABASE", "Claims", "heartbeat_every"]
 
@@ -195,9 +195,9 @@ class Claims:
                 lasted = self.beats_failing.failed()
                 if lasted is not None:  # the first, then one every `SAID_EVERY`
                     log.warning(
-                        "heartbeat failed (%s; for %.0f s); jobs held: %d (running: %d)",
+                        "heartbeat failed (%s%s); jobs held: %d (running: %d)",
                         kind(error),
-                        lasted,
+                        lasting(lasted),
                         len(runs) + len(ended),
                         len(runs),
                         extra={"error": first_line(error), "jobs": len(runs) + len(ended)},

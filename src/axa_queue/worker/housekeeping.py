@@ -36,7 +36,7 @@ from . import decisions
 from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
-from .tasks import Troubles, beat_retry, cancel_all, pause, summary
+from .tasks import Troubles, beat_retry, cancel_all, lasting, pause, summary
 
 __all__ = ["Housekeeping"]
 
@@ -114,9 +114,9 @@ class Housekeeping:
             lasted = self.troubles.failed("give back", failure)
             if lasted is not None and isinstance(failure, psycopg.Error):
                 log.warning(  # a consequence of the outage the other lines say
-                    "could not give back the jobs of gone worker processes (%s; for %.0f s)",
+                    "could not give back the jobs of gone worker processes (%s%s)",
                     kind(failure),
-                    lasted,
+                    lasting(lasted),
                     extra={"error": first_line(failure)},
                 )
 

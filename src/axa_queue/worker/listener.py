@@ -20,7 +20,7 @@ from ..handlers.retries import kind
 from ..options import QueueOptions
 from . import decisions
 from .state import State
-from .tasks import Troubles, summary
+from .tasks import Troubles, lasting, summary
 
 __all__ = ["listen"]
 
@@ -68,18 +68,18 @@ async def listen(
             lasted = troubles.failed("listener", error)
             if lasted is not None:  # the first, then one every `SAID_EVERY`
                 log.warning(
-                    "lost the notification connection (%s; for %.0f s); polling until it is back",
+                    "lost the notification connection to the database (%s%s); polling until it is back",
                     kind(error),
-                    lasted,
+                    lasting(lasted),
                     extra={"error": summary(error)},
                 )
         except Exception as error:
             lasted = troubles.failed("listener", error)
             if lasted is not None:
                 log.error(
-                    "the listener failed (%s; for %.0f s); polling until it is back",
+                    "the listener failed (%s%s); polling until it is back",
                     kind(error),
-                    lasted,
+                    lasting(lasted),
                     extra={"error": summary(error), "retry_in": pause},
                 )
         await asyncio.sleep(pause)

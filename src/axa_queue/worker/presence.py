@@ -24,7 +24,7 @@ from ..options import QueueOptions
 from .claims import heartbeat_every
 from .connections import Connections
 from .state import State
-from .tasks import Streak, beat_retry
+from .tasks import Streak, beat_retry, lasting
 
 __all__ = ["Presence"]
 
@@ -80,10 +80,9 @@ class Presence:
             lasted = self.failing.failed()
             if lasted is not None:
                 log.warning(
-                    "could not record this worker process in axa_workers (%s; for %.0f s); "
-                    "trying again",
+                    "could not record this worker process in axa_workers (%s%s); trying again",
                     kind(error),
-                    lasted,
+                    lasting(lasted),
                     extra={"error": first_line(error)},
                 )
             return False

@@ -21,6 +21,7 @@ __all__ = [
     "Troubles",
     "beat_retry",
     "cancel_all",
+    "lasting",
     "pause",
     "summary",
     "uncancel",
@@ -101,6 +102,12 @@ async def pause(seconds: float, until: asyncio.Event) -> None:
     """Sleep `seconds`, or less if `until` is set meanwhile (`State.back`)."""
     with contextlib.suppress(asyncio.TimeoutError):
         await asyncio.wait_for(until.wait(), seconds)
+
+
+def lasting(lasted: float) -> str:
+    """How long a failure has lasted, for its log line (`Streak.failed`): nothing for the
+    first, "; for 31 s" after."""
+    return "" if lasted < 1 else f"; for {lasted:.0f} s"
 
 
 class Streak:
