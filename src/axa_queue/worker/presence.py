@@ -54,7 +54,7 @@ class Presence:
         self.options = options
         self.id = connections.identity["worker"]
         """Its id in `axa_workers`: the one its runs' attempts name."""
-        self.failing = Streak()
+        self.writes_failing = Streak()
         """The writes failing in a row, for the log: the first said at once, then one
         every `SAID_EVERY`, and the first that goes through again."""
 
@@ -77,7 +77,7 @@ class Presence:
             await self.connections.on_side(sql.WORKER_SEEN, self._params())
             await self.connections.hold_presence()  # when it could not be taken before
         except psycopg.Error as error:
-            lasted = self.failing.failed()
+            lasted = self.writes_failing.failed()
             if lasted is not None:
                 log.warning(
                     "could not record this worker process in axa_workers (%s%s); trying again",
@@ -86,7 +86,7 @@ class Presence:
                     extra={"error": first_line(error)},
                 )
             return False
-        lasted = self.failing.ended()
+        lasted = self.writes_failing.ended()
         if lasted is not None:
             log.info("recorded this worker process in axa_workers again, after %.1f s", lasted)
         return True
