@@ -39,14 +39,13 @@ from .run import Run, order_of
 from .runs import Runner
 from .skips import Skips
 from .state import Phase, State
+from .tasks import Streak
 from .wire import endings, exchange_rows, statement_for, waits_and_cursors
 
-__all__ = ["FAILING_SAID_EVERY", "OUTCOMES", "Exchange"]
+__all__ = ["OUTCOMES", "Exchange"]
 
 log = logging.getLogger("axa_queue.worker")
 
-FAILING_SAID_EVERY = 30.0
-"""Seconds between two log lines of an exchange that keeps failing (an outage)."""
 
 OUTCOMES = {"completed": "completed", "queued": "retried", "failed": "failed"}
 """The outcome an observer is told for each status an ending writes."""
@@ -84,7 +83,8 @@ class Exchange:
             if h.policy.timeout is not None
         }
         """The handlers' timeouts in seconds, for jobs stored without one."""
-        self.say_failing_at = 0.0  # when a failure is next logged (`FAILING_SAID_EVERY`)
+        self.said = Streak()
+        """The exchanges failing in a row, for the log (`Streak`)."""
         self.failing: tuple[float, str] | None = None
         """Since when (monotonic) and why exchanges have failed, with none gone through
         since (see `Worker.trouble`)."""
@@ -213,17 +213,16 @@ class Exchange:
             except psycopg.Error as error:
                 state.sending = []
                 state.claiming = False
-                now = time.monotonic()
-                since_failing = self.failing[0] if self.failing else now
-                self.failing = (since_failing, first_line(error))
-                if now >= self.say_failing_at:  # at once, then one a while; and its end
-                    self.say_failing_at = now + FAILING_SAID_EVERY
+                began = self.failing[0] if self.failing else time.monotonic()
+                self.failing = (began, first_line(error))
+                lasted = self.said.failed()
+                if lasted is not None:  # at once, then one every `SAID_EVERY`; and its end
                     log.error(
                         "could not record finished jobs or claim new ones (%s; endings waiting: "
                         "%d; failing for %.0f s); trying again every %g s",
                         kind(error),
                         len(batch),
-                        now - since_failing,
+                        lasted,
                         min(RETRY_DATABASE, poll),
                         extra={"error": first_line(error), "endings": len(batch)},
                     )
@@ -235,11 +234,11 @@ class Exchange:
                 continue
             state.sending = []
             state.claiming = False
-            if self.failing is not None:
-                lasted = time.monotonic() - self.failing[0]
+            lasted = self.said.ended()
+            if lasted is not None:
                 log.info("recording and claiming again, after %.1f s of failures", lasted)
                 state.database_back()
-            self.failing, self.say_failing_at = None, 0.0
+            self.failing = None
             if claimed is not None:
                 got = len(claimed)
                 self.runner.take(claimed)
