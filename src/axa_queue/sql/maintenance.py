@@ -130,9 +130,8 @@ GIVE_BACK_GONE = statement(
           * (SELECT LEAST(min(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
       AND pg_postmaster_start_time() < COALESCE(%(now)s::timestamptz, now()) - $beats
           * interval '1 millisecond' * (SELECT GREATEST(max(beat_ms), %(beat_ms)s::int) FROM {axa_workers})
-      AND CASE WHEN $gone AND NOT EXISTS (
-                   SELECT FROM {axa_workers} w
-                   WHERE w.id = q.run_worker AND w.seen_at < pg_postmaster_start_time())
+      AND CASE WHEN $gone AND q.run_worker <> ALL (ARRAY(
+                   SELECT w.id FROM {axa_workers} w WHERE w.seen_at < pg_postmaster_start_time()))
                THEN pg_try_advisory_xact_lock($presence, hashtext(q.run_worker::text))
                ELSE false END
     FOR NO KEY UPDATE OF q SKIP LOCKED
@@ -182,7 +181,10 @@ process's lock, and a process takes it again only as it makes its side connectio
 which one whose event loop is blocked cannot do: so a process last seen (`seen_at`)
 before the server started is never taken for gone here, dead or blocked, and its runs
 are left to stale recovery, which gives a run that never started its attempt back too.
-Once it writes its row again it holds its lock again. Started runs are
+Once it writes its row again it holds its lock again. Those processes are read once per
+statement (an `ARRAY` of them, not a probe per row): a probe per row doubled the
+planner's estimate on a large table, past `jit_above_cost`, and a connection without
+the workers' `jit = off` (behind a transaction pooler) spent 30 ms compiling it. Started runs are
 left to stale recovery: their handler may still run on a stalled host.
 
 Fencing stays exact: a process taken as gone may only be stalled, and may come back
