@@ -77,6 +77,7 @@ def _arrays(
     parent: list[UUID] = []
     position: list[int] = []
     policy: list[str] = []
+    inside: list[bool] = []
     outside: dict[UUID, None] = {}
     dependents = [False] * len(jobs)
     for place, job in enumerate(jobs):
@@ -98,6 +99,7 @@ def _arrays(
             parent.append(one)
             position.append(at)
             policy.append(job.on_parent_failure)
+            inside.append(at >= len(job.after))
         outside.update(dict.fromkeys(job.after))
     return {
         "id": ids,
@@ -108,6 +110,7 @@ def _arrays(
         "parent": parent,
         "position": position,
         "policy": policy,
+        "inside": inside,
         "outside": list(outside),
     }
 

@@ -29,11 +29,12 @@ ENQUEUE_LINKED = statement("""WITH named AS (
         SELECT id, status FROM {axa_queue_history}
         WHERE id = ANY(%(outside)s::uuid[]) AND id <> ALL(ARRAY(SELECT id FROM named))
     ), edges AS (
-        SELECT e.child, e.parent, e.position, e.policy, p.status AS parent_status,
+        SELECT e.child, e.parent, e.position, e.policy, e.inside, p.status AS parent_status,
                COALESCE(p.status = 'completed'
                         OR (p.status IN ('failed', 'cancelled') AND e.policy = 'run'), false) AS done
-        FROM unnest(%(child)s::uuid[], %(parent)s::uuid[], %(position)s::int[], %(policy)s::text[])
-            AS e(child, parent, position, policy)
+        FROM unnest(%(child)s::uuid[], %(parent)s::uuid[], %(position)s::int[], %(policy)s::text[],
+                    %(inside)s::bool[])
+            AS e(child, parent, position, policy, inside)
         LEFT JOIN (SELECT id, status FROM named UNION ALL SELECT id, status FROM kept) p
             ON p.id = e.parent
     ), refused AS (
@@ -43,7 +44,7 @@ ENQUEUE_LINKED = statement("""WITH named AS (
                  ELSE 'which was cancelled (a dependent that says on_parent_failure="cancel" could never run)'
             END) AS refused
         FROM edges e
-        WHERE (e.parent_status IS NULL AND e.parent <> ALL(%(id)s::uuid[]))
+        WHERE (e.parent_status IS NULL AND NOT e.inside)
            OR (e.parent_status IN ('failed', 'cancelled') AND e.policy = 'cancel')
     ), linked AS (
         INSERT INTO {axa_queue_deps} (child, parent, position, on_parent_failure, done)
@@ -70,8 +71,11 @@ ENQUEUE_LINKED = statement("""WITH named AS (
 """Queue jobs with their dependencies in one statement, whatever their number (a
 workflow of `chain`, `group` and `chord`, or jobs given `after`): the jobs as
 `ENQUEUE_MANY_KEYED` puts them (with their `key`), each `blocked` while a dependency of it is not done, else
-`queued`; their dependencies (`edges`: child, parent, position, policy, one array
-each); their places in the workflow, if any (`workflow`).
+`queued`; their dependencies (`edges`: child, parent, position, policy, and `inside`,
+whether the parent is a job of this call, one array each); their places in the
+workflow, if any (`workflow`). Each dependency is read once, by its own row: `inside`
+comes from the client (which made the call's ids), so no dependency is looked for among
+the call's ids (a look that is quadratic in a chord's size).
 
 A parent outside the call (`outside`: the distinct parents not queued by it) is found
 and flagged in `axa_queue` (`named`: `dependents` set, which the release trigger fires
