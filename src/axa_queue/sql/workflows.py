@@ -61,7 +61,7 @@ ENQUEUE_LINKED = statement("""WITH named AS (
     SELECT j.id, j.name, j.args::jsonb, j.max_attempts, j.priority,
            COALESCE(j.at, COALESCE(%(now)s::timestamptz, now()) + make_interval(secs => j.delay)),
            j.timeout_ms, %(trace_context)s::jsonb,
-           CASE WHEN j.id IN (SELECT child FROM edges WHERE NOT done) THEN 'blocked' ELSE 'queued' END,
+           CASE WHEN j.id IN (SELECT DISTINCT child FROM edges WHERE NOT done) THEN 'blocked' ELSE 'queued' END,
            j.dependents, j.key
     FROM unnest(%(id)s::uuid[], %(name)s::text[], %(args)s::text[], %(max_attempts)s::int[],
                 %(priority)s::smallint[], %(at)s::timestamptz[], %(delay)s::float8[],
@@ -75,7 +75,11 @@ workflow of `chain`, `group` and `chord`, or jobs given `after`): the jobs as
 whether the parent is a job of this call, one array each); their places in the
 workflow, if any (`workflow`). Each dependency is read once, by its own row: `inside`
 comes from the client (which made the call's ids), so no dependency is looked for among
-the call's ids (a look that is quadratic in a chord's size).
+the call's ids (a look that is quadratic in a chord's size). Whether a job waits is
+read from a hash of the children of dependencies not done, made once: `DISTINCT` keeps
+the planner's guess of its size small (the join with the parents found is guessed many
+times too big, and a hash thought too big for `work_mem` would be replaced by a read of
+every dependency for each job: 74 s for 20,000 jobs each after a job of its own).
 
 A parent outside the call (`outside`: the distinct parents not queued by it) is found
 and flagged in `axa_queue` (`named`: `dependents` set, which the release trigger fires
