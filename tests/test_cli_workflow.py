@@ -3,14 +3,19 @@ arguments or results."""
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 import uuid
 from typing import Any
 
 import psycopg
 import pytest
+from rich.console import Console
 
-from axa_queue import NewJob, chord, enqueue_on, group
+from axa_queue import JobState, NewJob, chord, enqueue_on, group
+from axa_queue.cli.workflows import AFTER_SHOWN, DEEPEST, workflow_lines
+from axa_queue.workflows.operate import Member, WorkflowInfo
 from test_cli import cli, one_line_error
 
 
@@ -74,3 +79,36 @@ def test_workflow_says_so_when_no_workflow_has_that_id(ready: str) -> None:
     result = cli("workflow", str(unknown), dsn=ready)
     assert result.exit_code == 1
     assert f"no workflow {unknown}" in one_line_error(result)
+
+
+def drawn(info: WorkflowInfo) -> list[str]:
+    """`workflow_lines` as a terminal 200 columns wide shows them."""
+    console = Console(width=200, record=True, file=io.StringIO())
+    for line in workflow_lines(info):
+        console.print(line)
+    return console.export_text().splitlines()
+
+
+def test_a_chain_longer_than_pythons_recursion_limit_is_drawn_with_lines_of_bounded_width() -> None:
+    ids = [uuid.uuid4() for _ in range(sys.getrecursionlimit() + 500)]
+    members = tuple(
+        Member(job, "step", JobState.BLOCKED, (ids[i - 1],) if i else ())
+        for i, job in enumerate(ids)
+    )
+    lines = drawn(WorkflowInfo(uuid.uuid4(), members))
+    assert len(lines) == 2 + len(ids)  # the head, the columns' names, a line a member
+    assert f"#{len(ids) - 1}" in lines[-1] and str(ids[-1]) in lines[-1]
+    # From DEEPEST down, every step is drawn at the same indent.
+    assert len({line.index("└─ step") for line in lines[DEEPEST + 10 :]}) == 1
+    assert max(len(line) for line in lines) <= 200
+
+
+def test_a_callback_after_a_big_group_names_its_first_parents_and_counts_the_rest() -> None:
+    group_ids = [uuid.uuid4() for _ in range(40)]
+    members = (
+        *(Member(job, "part", JobState.COMPLETED, ()) for job in group_ids),
+        Member(uuid.uuid4(), "total", JobState.BLOCKED, tuple(group_ids)),
+    )
+    (last,) = [line for line in drawn(WorkflowInfo(uuid.uuid4(), members)) if "total" in line]
+    shown = ", ".join(f"#{n}" for n in range(1, AFTER_SHOWN + 1))
+    assert f"{shown}, and {40 - AFTER_SHOWN} more" in last

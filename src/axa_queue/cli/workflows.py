@@ -77,10 +77,21 @@ def _state(member: Member) -> str:
     return "purged" if member.state is None else member.state.value
 
 
+DEEPEST = 16
+"""The deepest level of the tree drawn indented; a member deeper down (a long chain) is
+drawn at this level, its `AFTER` naming the job it follows, so the lines stay readable
+whatever the depth."""
+
+AFTER_SHOWN = 5
+"""The most parents `AFTER` names on a member's line (a chord's callback waits for every
+job of its group: the rest are counted, `and N more`)."""
+
+
 def workflow_lines(info: WorkflowInfo) -> list[Printed]:
     """A line saying where the workflow stands, then its members as a tree: each drawn
     under the first of its parents in the workflow (the others named `also after #N`),
-    a job whose parents are outside the workflow at the top."""
+    a job whose parents are outside the workflow at the top. Drawn without recursion, so
+    a chain of any length is drawn (its levels below `DEEPEST` at that depth)."""
     counts = ", ".join(f"{n} {state}" for state, n in sorted(_counts(info).items()))
     head = f"workflow {info.id}: {len(info.members)} jobs ({counts})" + (
         ", finished" if info.finished else ""
@@ -96,21 +107,26 @@ def workflow_lines(info: WorkflowInfo) -> list[Printed]:
     table.add_column("STATE", no_wrap=True)
     table.add_column("ID", no_wrap=True, min_width=36)
     table.add_column("AFTER")
-
-    def draw(parent: UUID | None, prefix: str) -> None:
-        children = under.get(parent, [])
-        for i, m in enumerate(children):
-            last = i == len(children) - 1
-            branch = "" if parent is None else ("└─ " if last else "├─ ")
-            after = [f"#{number[p]}" if p in number else str(p) for p in m.parents]
-            table.add_row(
-                str(number[m.id]),
-                prefix + branch + shown(m.name or "-"),
-                _state(m),
-                str(m.id),
-                ", ".join(after) or "-",
-            )
-            draw(m.id, prefix + ("" if parent is None else ("   " if last else "│  ")))
-
-    draw(None, "")
+    # Each entry: a member, the prefix of its line, whether it is the last of its
+    # siblings, and its depth; pushed in reverse so each is drawn in order.
+    todo: list[tuple[Member, str, bool | None, int]] = [
+        (m, "", None, 0) for m in reversed(under.get(None, []))
+    ]
+    while todo:
+        m, prefix, last, depth = todo.pop()
+        branch = "" if last is None else ("└─ " if last else "├─ ")
+        after = [f"#{number[p]}" if p in number else str(p) for p in m.parents[:AFTER_SHOWN]]
+        if len(m.parents) > AFTER_SHOWN:
+            after.append(f"and {len(m.parents) - AFTER_SHOWN} more")
+        table.add_row(
+            str(number[m.id]),
+            prefix + branch + shown(m.name or "-"),
+            _state(m),
+            str(m.id),
+            ", ".join(after) or "-",
+        )
+        children = under.get(m.id, [])
+        below = prefix if last is None or depth >= DEEPEST else prefix + ("   " if last else "│  ")
+        for i in range(len(children) - 1, -1, -1):
+            todo.append((children[i], below, i == len(children) - 1, min(depth + 1, DEEPEST)))
     return [head, table]
