@@ -138,8 +138,10 @@ def _one(rows: list[Row], _count: int) -> Row:
 
 
 def _batches(statement: str, params: dict[str, Any], limit: int | None) -> Steps[BulkResult]:
-    """Send `statement` batch after batch until the filter matches no more (or `limit`
-    jobs were matched), adding up what each did."""
+    """Send `statement` batch after batch until the table has no more jobs after the
+    last one looked at (or `limit` jobs were matched), adding up what each did. A batch
+    looks at a bounded scope of ids (`sql.acts.BULK_SCOPE`), so one may match none and
+    the next go on."""
     changed, left, after, remaining = 0, Counter[str](), NIL, limit
     while remaining is None or remaining > 0:
         batch = BULK_BATCH if remaining is None else min(BULK_BATCH, remaining)
@@ -148,9 +150,9 @@ def _batches(statement: str, params: dict[str, Any], limit: int | None) -> Steps
         left.update(json.loads(row.left_alone))
         if remaining is not None:
             remaining -= int(row.seen)
-        if row.last is None or int(row.seen) < batch:
+        if row.next is None:
             break
-        after = row.last
+        after = row.next
     return BulkResult(changed, dict(left))
 
 

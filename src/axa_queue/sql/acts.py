@@ -188,16 +188,39 @@ _FILTERED = """
 state, the error's pattern and when the job last changed."""
 
 
+BULK_SCOPE = 10_000
+"""The most ids a bulk act's batch looks at (`_matched`): ten batches' worth."""
+
+
 def _matched(table: str) -> str:
-    """`seen`: the next batch of jobs of `table` (`{axa_queue}`, or `{axa_queue_history}`
-    for the jobs moved there) that a bulk act's filter (`_FILTERED`) matches, in id order
-    after the last batch's last id (`after`; the nil UUID first). Read with the
-    statement's snapshot, unlocked: the rows the act applies to are locked next
-    (`target`), and checked again when locked."""
+    """`scope`: the next `BULK_SCOPE` ids of `table` (`{axa_queue}`, or
+    `{axa_queue_history}` for the jobs moved there) after the last batch's end (`after`;
+    the nil UUID first), walked in the primary key's order; `seen`: the jobs among them
+    that a bulk act's filter (`_FILTERED`) matches, at most `batch`, in id order. Read
+    with the statement's snapshot, unlocked: the rows the act applies to are locked next
+    (`target`), and checked again when locked.
+
+    Each batch reads at most `BULK_SCOPE` rows, whatever the plan. The queue's sessions
+    plan generically (`plan_cache_mode`), and a generic plan cannot tell how many rows
+    the filter's `IS NULL OR` parts match: asked for the first `batch` matches after
+    `after` with no bound, it read and sorted every row after `after`, for each batch
+    (100,000 failed jobs retried in 19 s, 200,000 in two minutes). The scope's bound is a
+    constant, so its walk of the key is planned as one whatever the parameters. Given
+    `ids`, the scope is those of them the table holds (found by the key), not the
+    table's next ids: a few jobs named among millions take one batch."""
     return _joined(
-        "seen AS MATERIALIZED (\n        SELECT id, status FROM ",
+        "scope AS MATERIALIZED (\n        (SELECT id FROM ",
         table,
-        "\n        WHERE id > %(after)s::uuid",
+        "\n         WHERE %(ids)s::uuid[] IS NULL AND id > %(after)s::uuid ORDER BY id LIMIT ",
+        str(BULK_SCOPE),
+        ")\n        UNION ALL\n        (SELECT id FROM ",
+        table,
+        "\n         WHERE id = ANY(%(ids)s::uuid[]) AND id > %(after)s::uuid ORDER BY id LIMIT ",
+        str(BULK_SCOPE),
+        ")\n    ), reach AS (\n        SELECT id FROM scope ORDER BY id DESC LIMIT 1",
+        "\n    ), seen AS MATERIALIZED (\n        SELECT id, status FROM ",
+        table,
+        "\n        WHERE id > %(after)s::uuid AND id <= (SELECT id FROM reach)",
         _FILTERED,
         "        ORDER BY id LIMIT %(batch)s\n    )",
     )
@@ -206,16 +229,26 @@ def _matched(table: str) -> str:
 _MATCHED = _matched("{axa_queue}")
 """The next batch of `axa_queue`'s jobs a bulk act's filter matches (`_matched`)."""
 
-_BATCH_READ = """SELECT (SELECT id::text FROM seen ORDER BY id DESC LIMIT 1) AS last,
+_BATCH_READ = _joined(
+    """SELECT CASE
+            WHEN (SELECT count(*) FROM seen) >= %(batch)s
+                THEN (SELECT id::text FROM seen ORDER BY id DESC LIMIT 1)
+            WHEN (SELECT count(*) FROM scope) >= """,
+    str(BULK_SCOPE),
+    """
+                THEN (SELECT id::text FROM reach)
+        END AS next,
         (SELECT count(*) FROM seen) AS seen,
         (SELECT count(*) FROM changed) AS changed,
         (SELECT COALESCE(json_object_agg(status, n), '{{}}')::text FROM (
             SELECT s.status, count(*) AS n FROM seen s
-            WHERE s.id <> ALL(ARRAY(SELECT id FROM changed)) GROUP BY s.status) left_alone
-        ) AS left_alone"""
-"""What a batch did: its last id (where the next starts; NULL: nothing more matched),
-how many jobs it matched and changed, and how many it left alone by the state each was
-in (a JSON object, read with the statement's snapshot)."""
+            WHERE NOT EXISTS (SELECT FROM changed c WHERE c.id = s.id) GROUP BY s.status) left_alone
+        ) AS left_alone""",
+)
+"""What a batch did: where the next starts (`next`: after the batch's last match when it
+took `batch`, else after the scope's last id; NULL: the table has no more), how many jobs
+it matched and changed, and how many it left alone by the state each was in (a JSON
+object, read with the statement's snapshot)."""
 
 
 CANCEL_BATCH = statement(
