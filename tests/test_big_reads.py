@@ -379,3 +379,45 @@ def test_a_bulk_acts_batch_reads_at_most_its_scope_of_the_table_whatever_the_pla
     assert admin.execute("SELECT count(*) FROM axa_queue WHERE status = 'queued'").fetchone() == (
         10 if given == "ids" else 1000,
     )
+
+
+def test_the_workers_list_reads_the_running_jobs_once_not_once_per_process(
+    admin, explained
+) -> None:
+    setup(admin)
+    admin.execute(
+        """INSERT INTO axa_workers (id, host, pid, names, loops, running, version, started_at,
+               seen_at, beat_ms)
+           SELECT gen_random_uuid(), 'host', g, '{a}', 4, 4, 'test', now(), now(), 30000
+           FROM generate_series(1, 200) g"""
+    )
+    admin.execute(
+        """INSERT INTO axa_queue (id, name, args, status, attempts, run_attempt, run_worker,
+               started_at)
+           SELECT gen_random_uuid(), 'a', '{}', 'running', 1, 1, w.id, now()
+           FROM axa_workers w, generate_series(1, 5)"""
+    )
+    admin.execute("ANALYZE axa_queue")
+    plan = explained(sql.WORKERS, {"now": None})
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == "axa_queue"]
+    # 200 processes, 1,000 running jobs: the running jobs are read once and counted by
+    # process (a count for each process read them 200 times).
+    assert scans and all(n["Actual Loops"] == 1 for n in scans), scans
+    assert int(plan["Actual Rows"]) == 200
+
+
+def test_a_deep_page_of_the_acts_log_starts_at_its_place_in_the_key(admin, explained) -> None:
+    setup(admin)
+    admin.execute(
+        """INSERT INTO axa_job_acts (job_id, job_name, act, attempts, by, reason)
+           SELECT gen_random_uuid(), 'a', 'cancelled', 1, 'ops', 'incident'
+           FROM generate_series(1, 20000)"""
+    )
+    admin.execute("ANALYZE axa_job_acts")
+    first = admin.execute("SELECT min(id) FROM axa_job_acts").fetchone()
+    assert first is not None
+    plan = explained(sql.WEB_ACTS, {"by": None, "act": None, "before": first[0] + 100, "limit": 50})
+    (scan,) = [n for n in nodes(plan) if n.get("Relation Name") == "axa_job_acts"]
+    # The page before the 100th act reads its 50 acts from there, not the 19,900 after it.
+    assert int(scan["Actual Rows"]) == 50 and int(scan.get("Rows Removed by Filter", 0)) == 0
+    assert "Index Cond" in scan, scan

@@ -218,7 +218,9 @@ WEB_ACTS = statement("""SELECT id, job_id, job_name, act, attempts, by, reason, 
     db_role FROM {axa_job_acts}
     WHERE (%(by)s::text IS NULL OR by = %(by)s)
       AND (%(act)s::text IS NULL OR act = %(act)s)
-      AND (%(before)s::bigint IS NULL OR id < %(before)s)
+      AND id < COALESCE(%(before)s::bigint, 9223372036854775807)
     ORDER BY id DESC LIMIT %(limit)s""")
 """The acts log: every act, newest first, optionally by one person or of one kind, one
-page before the act `before` (the last one shown); walks the primary key backwards."""
+page before the act `before` (the last one shown); walks the primary key backwards from
+`before`, which is the scan's start whatever the plan (as `id < $1 OR $1 IS NULL` it was
+a filter of a walk from the newest act: a deep page read every act after it)."""
