@@ -39,6 +39,7 @@ from axa_queue import (
 from axa_queue.context import fresh, running_job
 from axa_queue.errors import OptionsError
 from axa_queue.jobs.linked import linked_call, workflow_call
+from axa_queue.schema.migrations.v22 import NOTE_CHUNK
 from conftest import eventually, exchange_params, running
 from test_fencing import exchange
 
@@ -404,6 +405,104 @@ def test_one_statement_ending_every_parent_of_two_children_releases_both(admin) 
         claim(admin, parent)
     exchange(admin, completed=parents)
     assert [state(admin, child)[0] for child in both] == ["queued", "queued"]
+
+
+def test_one_statement_ending_500_parents_releases_each_of_their_500_dependents(admin) -> None:
+    parents = enqueue_all_on(admin, [NewJob("P") for _ in range(500)])
+    children = enqueue_all_on(admin, [NewJob("C", after=[p]) for p in parents])
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
+        "WHERE id = ANY(%s)",
+        (parents,),
+    )
+    # One exchange records all 500 endings: their ids are noted in chunks of 64 (each
+    # ending copies at most a chunk, never the whole list) and read back whole.
+    exchange(admin, completed=parents)
+    assert admin.execute(
+        "SELECT status, count(*) FROM axa_queue WHERE id = ANY(%s) GROUP BY status",
+        (children,),
+    ).fetchall() == [("queued", 500)]
+
+
+def test_the_endings_of_one_statement_are_noted_in_chunks_and_read_back_whole(admin, dsn) -> None:
+    with psycopg.connect(dsn) as conn:
+        parents = enqueue_all_on(conn, [NewJob("P") for _ in range(200)])
+        enqueue_all_on(conn, [NewJob("C", after=[p]) for p in parents])
+        # The release left out, to look at what the row trigger noted: 200 endings in a
+        # list of at most 64 ids and chunks of 64 set aside (each ending copies at most a
+        # chunk; one list of every id was copied whole by each ending).
+        conn.execute("ALTER TABLE axa_queue DISABLE TRIGGER axa_queue_release_all")
+        conn.execute("UPDATE axa_queue SET status = 'completed' WHERE id = ANY(%s)", (parents,))
+        oid = conn.execute("SELECT 'axa_queue'::regclass::oid").fetchone()[0]  # type: ignore[index]
+        setting = f"axa_queue.completed_{oid}"
+        chunks = int(
+            conn.execute("SELECT current_setting(%s)", (setting + "_chunks",)).fetchone()[0]
+        )  # type: ignore[index]
+        sizes = [
+            len(
+                conn.execute("SELECT current_setting(%s)", (f"{setting}_{k}",))
+                .fetchone()[0]
+                .split(",")
+            )
+            - 1  # type: ignore[index]
+            for k in range(1, chunks + 1)
+        ]
+        assert chunks == 3 and sizes == [NOTE_CHUNK] * 3
+        read = conn.execute("SELECT axa_queue_noted(%s)", (setting,)).fetchone()
+        assert read is not None and sorted(read[0]) == sorted(parents)
+        assert conn.execute("SELECT axa_queue_noted(%s)", (setting,)).fetchone() == ([],)
+        conn.rollback()
+
+
+def test_one_statement_cancelling_300_parents_cancels_each_dependent_naming_its_parent(
+    admin,
+) -> None:
+    parents = enqueue_all_on(admin, [NewJob("P") for _ in range(300)])
+    children = enqueue_all_on(admin, [NewJob("C", after=[p]) for p in parents])
+    admin.execute("UPDATE axa_queue SET status = 'cancelled' WHERE id = ANY(%s)", (parents,))
+    named = dict(
+        admin.execute(
+            "SELECT id, error FROM axa_queue WHERE id = ANY(%s) AND status = 'cancelled'",
+            (children,),
+        ).fetchall()
+    )
+    assert named == {c: f"parent {p} was cancelled" for p, c in zip(parents, children, strict=True)}
+
+
+def test_cancelling_the_head_of_a_chain_of_2000_cancels_every_step_naming_the_one_before(
+    admin,
+) -> None:
+    flow = enqueue_on(admin, chain(*(NewJob("step") for _ in range(2_000))))
+    admin.execute("UPDATE axa_queue SET status = 'cancelled' WHERE id = %s", (flow.jobs[0],))
+    # Each level of the recursive cancel looks its dependents up by the primary key (a
+    # hash join read every dependency for each of the 2,000 levels: 16 s for 10,000).
+    rows = dict(
+        admin.execute("SELECT id, error FROM axa_queue WHERE id = ANY(%s)", (list(flow.jobs[1:]),))
+    )
+    assert rows == {
+        b: f"parent {a} was cancelled" for a, b in zip(flow.jobs[:-1], flow.jobs[1:], strict=True)
+    }
+    assert admin.execute(
+        "SELECT count(*) FROM axa_queue WHERE status = 'cancelled'"
+    ).fetchone() == (2_000,)
+
+
+@pytest.mark.parametrize("order", ["given", "reversed"])
+def test_a_chords_callback_is_released_once_its_last_parent_ends_in_either_order(
+    admin, order: str
+) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("P") for _ in range(3_000)]), NewJob("CB")))
+    *parents, callback = flow.jobs
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
+        "WHERE id = ANY(%s)",
+        (parents,),
+    )
+    ending = parents if order == "given" else parents[::-1]
+    for start in range(0, len(ending), 100):
+        assert state(admin, callback)[0] == "blocked"
+        exchange(admin, completed=ending[start : start + 100])
+    assert state(admin, callback)[0] == "queued"
 
 
 def test_the_last_parent_ending_releases_even_when_the_other_committed_meanwhile(

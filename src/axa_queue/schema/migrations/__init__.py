@@ -4,24 +4,9 @@ The tables are the reference crate's (`axa_queue`, `axa_schedule`, `axa_job_acts
 with the same columns, types and status strings, so a Rust service using the crate
 and a Python service using this package can share one queue. Migration 1 is the
 crate's own setup (which also upgrades axa 0.1.0's table in place) and the table that
-records which migrations ran (`axa_schema_version`); migration 2 is what this package
-adds: indexes, CHECK constraints marked NOT VALID, a column recording each act's role,
-table storage settings and a statement-level trigger that sends one notification per
-INSERT statement; migration 3 adds trace contexts, results and the worker processes'
-table, migration 4 a cron schedule's expression and zone, migration 5 unique keys,
-migration 6 the global limits' function, migration 7 the rate limits' slots and
-function, migration 8 the columns of runs claimed ahead, migration 9 the paused job
-names, migration 10 the history table finished jobs are moved to, partitioned by day,
-with the functions that make and drop its partitions, migration 11 each worker
-process's heartbeat interval, migration 12 the indexes that keep the newest jobs
-(`jobs`) a page's read on millions of rows, migration 13 the attempts table, a row
-per run, migration 14 dependencies between jobs (workflows): the `blocked` state,
-the dependencies and workflows tables, and the triggers that release dependents,
-migration 15 a job's key, for fairness by key, migration 16 the columns naming the
-process of each job's last run, migration 17 the durable steps' table, migration 18
-the release of dependents done once per statement, migration 19 the claim's narrow
-per-name index, and migration 20 the trace context of each run kept for its dependents'
-spans to link to, and migration 21 the blocked jobs' index, newest first.
+records which migrations ran (`axa_schema_version`); each later one is what this package
+adds, one concern each (indexes, constraints, the history, limits, workflows, ...):
+docs/schema.md has a line for each, and each module's docstring says what it makes.
 
 Every migration is additive and idempotent (`IF NOT EXISTS`, `CREATE OR REPLACE`,
 guarded `DO` blocks), so it brings any earlier state up to date in place, and the
@@ -30,7 +15,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`, `v21`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`, `v21`, `v22`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -446,6 +431,30 @@ from .v21 import (
 from .v21 import (
     SETUP_BLOCKED_CREATED_INDEX as SETUP_BLOCKED_CREATED_INDEX,
 )
+from .v22 import (
+    MIGRATION_22 as MIGRATION_22,
+)
+from .v22 import (
+    RECORD_22 as RECORD_22,
+)
+from .v22 import (
+    SETUP_NOTE_BATCHED_FUNCTION as SETUP_NOTE_BATCHED_FUNCTION,
+)
+from .v22 import (
+    SETUP_NOTE_BATCHED_TRIGGER as SETUP_NOTE_BATCHED_TRIGGER,
+)
+from .v22 import (
+    SETUP_NOTED_FUNCTION as SETUP_NOTED_FUNCTION,
+)
+from .v22 import (
+    SETUP_RELEASE_BATCHED_FUNCTION as SETUP_RELEASE_BATCHED_FUNCTION,
+)
+from .v22 import (
+    SETUP_RELEASE_BATCHED_PATH as SETUP_RELEASE_BATCHED_PATH,
+)
+from .v22 import (
+    SETUP_RELEASE_BATCHED_TRIGGER as SETUP_RELEASE_BATCHED_TRIGGER,
+)
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -471,6 +480,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_19,
     MIGRATION_20,
     MIGRATION_21,
+    MIGRATION_22,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 
