@@ -34,6 +34,7 @@ import pytest
 
 from axa_queue import NewJob, Queue, QueueOptions, chord, enqueue_on, group
 from axa_queue.web import create_app
+from axa_queue.web.workflows import DRAWN, MEMBERS_PAGE
 from conftest import FAST
 from tcp_cut import cut_proxy
 from test_web_outage import shorter_waits
@@ -770,6 +771,28 @@ def test_a_members_job_page_links_the_workflow_page_which_draws_its_graph(
     page.click(f"#workflow-graph a.node[data-job='{flow.jobs[0]}']")
     page.wait_for_url(f"{served.url}/jobs/{flow.jobs[0]}")
     assert page.get_attribute("#job-workflow", "href").endswith(f"/workflows/{flow.id}")
+    assert not page.errors
+
+
+@in_browser
+def test_a_big_workflows_page_draws_its_first_jobs_and_lists_them_all_by_page(
+    page, served, admin
+) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("Part") for _ in range(1_200)]), NewJob("Gather")))
+    sign_in(page, served)
+    page.goto(f"{served.url}/workflows/{flow.id}")
+    assert page.locator("#workflow-graph a.node").count() == DRAWN
+    assert "first 200 of the 1,201 jobs" in page.inner_text("#graph-cut")
+    assert page.locator("#workflow-members tbody tr").count() == MEMBERS_PAGE
+    assert len(page.content()) < 400_000  # a chord of 30,000 made a page of 25 MB
+    page.click("#next")
+    page.click("#next")
+    assert page.inner_text("#members-page") == "Page 3 of 3."
+    rows = page.locator("#workflow-members tbody tr")
+    assert rows.count() == 201
+    last = rows.nth(200)
+    assert last.get_attribute("data-job") == str(flow.jobs[-1])
+    assert last.locator("td").nth(4).inner_text() == "#1, #2, #3, #4, #5, and 1,195 more"
     assert not page.errors
 
 

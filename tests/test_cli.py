@@ -35,6 +35,7 @@ from click.testing import CliRunner, Result
 
 from axa_queue import NewJob, Queue, QueueOptions, Schedule, sql
 from axa_queue.cli import main
+from axa_queue.jobs.attempts import SHOWN_RUNS
 from axa_queue.logs import JsonFormatter, TextFormatter, configure
 from conftest import WORKER_GRANTS, acting_role, eventually, status_of
 
@@ -498,6 +499,19 @@ def test_show_and_counts_tell_what_the_queue_knows(ready: str, admin) -> None:
     assert "oldest ready job has waited" in cli("counts", dsn=ready).stdout
     set_status(admin, job_id, "failed")  # none ready now: no wait to tell
     assert "no job is ready" in cli("counts", dsn=ready).stdout
+
+
+def test_show_lists_a_jobs_latest_attempts_and_counts_the_earlier_ones(ready: str, admin) -> None:
+    job_id = enqueue(ready, "Poll")
+    admin.execute(
+        "INSERT INTO axa_queue_attempts (job_id, attempt, started_at, ended_at, outcome) "
+        "SELECT %s, g, now(), now(), 'slept' FROM generate_series(1, %s) g",
+        (job_id, SHOWN_RUNS + 1),
+    )
+    out = cli("show", str(job_id), dsn=ready).stdout
+    assert "1 earlier attempt not shown (`show --json` lists every one)" in out
+    runs = json.loads(cli("show", str(job_id), "--json", dsn=ready).stdout)["runs"]
+    assert len(runs) == SHOWN_RUNS + 1
 
 
 def test_show_prints_a_jobs_steps_but_never_their_results(ready: str, admin) -> None:

@@ -225,6 +225,26 @@ UNREACHABLE = "postgresql://ops:s3cret-never-shown@127.0.0.1:9/nothing"
 """A database no server answers for (port 9), with a password that must never show."""
 
 
+def _as_at_a_terminal() -> None:
+    """In the child before it runs: SIGINT as a shell at a terminal gives it (default,
+    not blocked), whatever this test process has inherited or set (a process started
+    with SIGINT ignored keeps it ignored, as Unix means)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _signals_of(pid: int) -> str:
+    """The signal masks of process `pid` (`SigBlk`, `SigIgn`, `SigCgt`), for a failure's
+    message."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return " ".join(
+                line.strip() for line in status if line.startswith(("SigBlk", "SigIgn", "SigCgt"))
+            )
+    except OSError as error:
+        return f"unreadable ({error})"
+
+
 def _waiting_worker(tmp_path: Path, stderr: int, *args: str) -> subprocess.Popen[bytes]:
     """`axa-queue worker` on `UNREACHABLE`, waiting for it (the default 60 s)."""
     module = f"jobs_{uuid.uuid4().hex[:8]}"
@@ -241,6 +261,7 @@ def _waiting_worker(tmp_path: Path, stderr: int, *args: str) -> subprocess.Popen
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=stderr,
+        preexec_fn=_as_at_a_terminal,
     )
 
 
@@ -278,8 +299,16 @@ def test_a_worker_on_a_terminal_says_at_once_what_it_waits_for_and_how_to_stop_w
         assert "cannot reach the database (OperationalError); trying again" in second
         assert "s3cret" not in first + second
         assert process.poll() is None
+        before = _signals_of(process.pid)
         process.send_signal(signal.SIGINT)  # Ctrl-C
-        assert process.wait(30) != 0
+        try:
+            assert process.wait(30) != 0
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"no exit 30 s after SIGINT; the worker's signals before it: {before}; "
+                f"now: {_signals_of(process.pid)}; this test's SIGINT handler: "
+                f"{signal.getsignal(signal.SIGINT)!r}"
+            )
     finally:
         if process.poll() is None:
             process.kill()

@@ -344,6 +344,7 @@ SEARCH_PATH_SET = {
     "SETUP_RELEASE_FUNCTION",
     "SETUP_RELEASE_ALL_FUNCTION",
     "SETUP_RELEASE_TRACED_FUNCTION",
+    "SETUP_RELEASE_BATCHED_FUNCTION",
 }
 """The functions whose `search_path` the setup sets to the queue's schema."""
 

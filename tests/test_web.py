@@ -22,6 +22,7 @@ from starlette.testclient import TestClient
 
 from axa_queue import Queue
 from axa_queue.errors import OptionsError
+from axa_queue.jobs.attempts import SHOWN_RUNS
 from axa_queue.web import create_app
 from axa_queue.web import history as history_module
 from axa_queue.web.charts import bars
@@ -411,6 +412,23 @@ def test_a_job_page_shows_the_start_of_an_error_another_client_made_huge(
     page = board.get(f"/jobs/{job}")
     assert page.status_code == 200 and len(page.text) < 100_000
     assert "(1,995,904 more characters)" in page.text
+
+
+def test_a_job_page_lists_its_latest_attempts_and_counts_the_earlier_ones(
+    board: TestClient, admin
+) -> None:
+    [job] = seed(admin, "Poll", "queued")
+    admin.execute(
+        "INSERT INTO axa_queue_attempts (job_id, attempt, started_at, ended_at, outcome) "
+        "SELECT %s, g, now(), now(), 'slept' FROM generate_series(1, %s) g",
+        (job, SHOWN_RUNS + 10),
+    )
+    page = board.get(f"/jobs/{job}")
+    assert page.status_code == 200
+    assert page.text.count('<tr data-attempt="') == SHOWN_RUNS
+    assert f'<tr data-attempt="{SHOWN_RUNS + 10}"' in page.text  # the latest
+    assert '<tr data-attempt="10"' not in page.text
+    assert "10 earlier ones are not shown" in page.text
 
 
 def test_read_only_offers_no_act_and_refuses_one(tables: str, admin) -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from rich.table import Table
 
 from .. import readable
+from ..jobs.attempts import latest
 from ..jobs.model import Attempt, JobInfo
 from ..jobs.steps import Step
 from .conventions import Printed
@@ -43,13 +44,15 @@ def job_json(info: JobInfo) -> dict[str, Any]:
 
 def runs_table(runs: tuple[Attempt, ...]) -> list[Printed]:
     """A job's attempts, a row each, oldest first: how each ended, when, how long it
-    took, the worker process that ran it (host:pid) and its error."""
+    took, the worker process that ran it (host:pid) and its error; the latest
+    `SHOWN_RUNS`, the earlier ones counted."""
     if not runs:
         return []
+    left_out, shown_runs = latest(runs)
     table = Table(title="attempts", title_justify="left", box=None)
     for column in ("try", "outcome", "started", "ended", "took", "worker", "error"):
         table.add_column(column, no_wrap=column != "error")
-    for one in runs:
+    for one in shown_runs:
         worker = "-" if one.host is None else f"{shown(one.host)}:{one.pid}"
         table.add_row(
             str(one.attempt),
@@ -60,6 +63,12 @@ def runs_table(runs: tuple[Attempt, ...]) -> list[Printed]:
             worker,
             lines(one.error),
         )
+    if left_out:
+        return [
+            f"{left_out} earlier {'attempt' if left_out == 1 else 'attempts'} not shown "
+            "(`show --json` lists every one)",
+            table,
+        ]
     return [table]
 
 

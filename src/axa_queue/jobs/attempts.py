@@ -15,7 +15,18 @@ from ..db.adapters import AnyConnection, SomeAsyncConnection, SomeSyncConnection
 from ..db.calls import Call, Row
 from .model import Attempt, job_id_of, optional_moment
 
-__all__ = ["attempt_of", "attempts_call", "attempts_on", "runs_of"]
+__all__ = ["SHOWN_RUNS", "attempt_of", "attempts_call", "attempts_on", "latest", "runs_of"]
+
+SHOWN_RUNS = 50
+"""The most attempts `axa-queue show` and the dashboard's job page list (the latest);
+the others are counted. A job that retried or slept thousands of times made a page of
+10 MB and a `show` of 7 s; `show --json` and `attempts_on` give every one."""
+
+
+def latest(runs: tuple[Attempt, ...]) -> tuple[int, tuple[Attempt, ...]]:
+    """How many of `runs` (oldest first) are left out, and the latest `SHOWN_RUNS`."""
+    left_out = max(len(runs) - SHOWN_RUNS, 0)
+    return left_out, runs[left_out:]
 
 
 def _epoch(value: Any) -> Any:

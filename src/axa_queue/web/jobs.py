@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..acts import NIL_JOB, acts_call, paused_call
+from ..jobs.attempts import latest
 from ..jobs.keys import key_counts_call
 from ..jobs.model import JobInfo, JobState
 from ..jobs.reads import job_call
@@ -152,4 +153,14 @@ async def job(board: Dashboard, request: Request) -> Response:
             message=f"There is no job {job_id}: it never existed, or retention deleted it.",
         )
     flow = await board.read(workflow_of_call(UUID(job_id)))
-    return board.page(request, "job.html", job=info, job_id=job_id, acts=acts, workflow=flow)
+    left_out, runs = latest(info.attempts) if info is not None else (0, ())
+    return board.page(
+        request,
+        "job.html",
+        job=info,
+        job_id=job_id,
+        acts=acts,
+        workflow=flow,
+        runs=runs,
+        runs_left_out=left_out,
+    )

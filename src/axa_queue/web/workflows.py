@@ -1,5 +1,7 @@
 """A workflow's page (`/workflows/{id}`: the workflow's id, or any member's): its graph
-drawn on the server as SVG, with no script and no library, and its members in a table.
+drawn on the server as SVG, with no script and no library, and its members in a table,
+`MEMBERS_PAGE` to a page. A workflow of more than `DRAWN` jobs has its first `DRAWN`
+drawn (the table lists every one): a chord of 30,000 made a page of 25 MB.
 
 The graph puts each member in a column by its depth (the longest chain of members
 before it), its jobs in the order they were given, an arrow from each parent to each
@@ -19,7 +21,14 @@ from ..workflows.operate import Member, WorkflowInfo, workflow_call, workflow_of
 from . import params
 from .board import Dashboard, base_of
 
-__all__ = ["graph", "layers", "workflow"]
+__all__ = ["DRAWN", "MEMBERS_PAGE", "graph", "layers", "workflow"]
+
+DRAWN = 200
+"""The most members the graph draws: the first ones given (a chain's first steps, a
+group's first members), with the arrows among them."""
+
+MEMBERS_PAGE = 500
+"""Members listed on one page of the table."""
 
 BOX_W = 150
 BOX_H = 40
@@ -48,11 +57,12 @@ def _state(member: Member) -> str:
 def graph(info: WorkflowInfo, base: str) -> Markup:
     """The workflow's graph as an inline SVG: a box per member (its name and state, a
     link to its job page, the class `s-STATE` for its colour), an arrow per dependency
-    between members."""
+    between members; the first `DRAWN` members only."""
     depth = layers(info)
+    drawn = info.members[:DRAWN]
     rows: dict[int, int] = {}
     at: dict[UUID, tuple[float, float]] = {}
-    for m in info.members:
+    for m in drawn:
         column = depth[m.id]
         row = rows.get(column, 0)
         rows[column] = row + 1
@@ -66,7 +76,7 @@ def graph(info: WorkflowInfo, base: str) -> Markup:
         '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="6" '
         'markerHeight="6" orient="auto"><path d="M0,0 L10,5 L0,10 z"/></marker></defs>',
     ]
-    for m in info.members:
+    for m in drawn:
         x, y = at[m.id]
         for p in m.parents:
             if p in at:
@@ -76,7 +86,7 @@ def graph(info: WorkflowInfo, base: str) -> Markup:
                     f'x1="{px + BOX_W:.0f}" y1="{py + BOX_H / 2:.0f}" '
                     f'x2="{x:.0f}" y2="{y + BOX_H / 2:.0f}" marker-end="url(#arrow)"/>'
                 )
-    for m in info.members:
+    for m in drawn:
         x, y = at[m.id]
         name = m.name or "-"
         cut = name if len(name) <= NAME_CHARS else name[: NAME_CHARS - 1] + "…"
@@ -108,15 +118,22 @@ async def workflow(board: Dashboard, request: Request) -> Response:
             message="No workflow has this id, and no job of one has it (retention may "
             "have deleted it).",
         )
+    page_number = params.integer(request.query_params, "page", most=10**9) or 1
     number = {m.id: i for i, m in enumerate(info.members, 1)}
     counts: dict[str, int] = {}
     for m in info.members:
         counts[_state(m)] = counts.get(_state(m), 0) + 1
+    start = (page_number - 1) * MEMBERS_PAGE
     return board.page(
         request,
         "workflow.html",
         info=info,
         svg=graph(info, base_of(request)),
+        drawn=min(DRAWN, len(info.members)),
+        listed=info.members[start : start + MEMBERS_PAGE],
+        page_number=page_number,
+        pages=max(1, -(-len(info.members) // MEMBERS_PAGE)),
+        per_page=MEMBERS_PAGE,
         number=number,
         counts=sorted(counts.items()),
         state_of=_state,
