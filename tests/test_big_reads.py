@@ -421,3 +421,23 @@ def test_a_deep_page_of_the_acts_log_starts_at_its_place_in_the_key(admin, expla
     # The page before the 100th act reads its 50 acts from there, not the 19,900 after it.
     assert int(scan["Actual Rows"]) == 50 and int(scan.get("Rows Removed by Filter", 0)) == 0
     assert "Index Cond" in scan, scan
+
+
+def test_archiving_schedules_looks_each_up_among_the_names_in_code_once(admin, explained) -> None:
+    setup(admin)
+    admin.execute(
+        """INSERT INTO axa_schedule (name, interval_ms, due_at, seen_at)
+           SELECT 'every-' || g, 60000, now(), now() - interval '1 day'
+           FROM generate_series(1, 4000) g"""
+    )
+    admin.execute("ANALYZE axa_schedule")
+    in_code = [f"every-{g}" for g in range(1, 4001, 2)]  # half still in code
+    plan = explained(sql.SCHEDULE_ARCHIVE, {"now": None, "stale": 3600, "in_code": in_code})
+    scans = [n for n in nodes(plan) if n.get("Relation Name") == "axa_schedule"]
+    # Each schedule is looked up in a hash of the 2,000 names in code (as `<> ALL`, the
+    # generic plan compared each of the 4,000 with every name: 2.4 s for 20,000).
+    assert scans and not any("ALL" in n.get("Filter", "") for n in scans), scans
+    assert any(n["Node Type"] == "Hash" for n in nodes(plan)), [n["Node Type"] for n in nodes(plan)]
+    assert admin.execute(
+        "SELECT count(*) FROM axa_schedule WHERE archived_at IS NOT NULL"
+    ).fetchone() == (2000,)

@@ -132,9 +132,13 @@ Returns no row when the due time was moved on already or another process holds t
 row; else the job queued (NULL when skipped) and the last job before it."""
 
 SCHEDULE_ARCHIVE = statement("""UPDATE {axa_schedule} SET archived_at = COALESCE(%(now)s::timestamptz, now()), updated_at = COALESCE(%(now)s::timestamptz, now())
-    WHERE archived_at IS NULL AND name <> ALL(%(in_code)s::text[])
-      AND seen_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)""")
-"""Archive schedules no live process has in code (unseen for the stale period)."""
+    WHERE archived_at IS NULL
+      AND seen_at < COALESCE(%(now)s::timestamptz, now()) - make_interval(secs => %(stale)s)
+      AND NOT EXISTS (SELECT FROM unnest(%(in_code)s::text[]) AS c(name)
+                      WHERE c.name = axa_schedule.name)""")
+"""Archive schedules no live process has in code (unseen for the stale period). The
+names in code are looked up by a hashed anti-join (as `name <> ALL(in_code)`, the
+generic plan compared each schedule with every name: 2.4 s for 20,000 schedules)."""
 
 SCHEDULES = statement("""SELECT s.name, s.interval_ms, s.cron, s.timezone, EXTRACT(EPOCH FROM s.due_at) AS due_at, s.last_job,
     EXTRACT(EPOCH FROM s.seen_at) AS seen_at, EXTRACT(EPOCH FROM s.archived_at) AS archived_at,
