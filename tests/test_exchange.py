@@ -435,7 +435,7 @@ def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
     wanted = {name: found["wanted"] for name, found in parts.items()}
     assert wanted["EXCHANGE"] == wanted["CLAIM"] and len(set(wanted.values())) == 3
     assert "axa_queue_room" in wanted["EXCHANGE_LIMITED"]
-    assert "axa_queue_rate_room" in parts["EXCHANGE_RATED"]["gates"]
+    assert "axa_queue_rate_slots_free" in parts["EXCHANGE_RATED"]["gates"]
     fenced = {found["levels"] for name, found in parts.items() if name != "CLAIM"}
     assert len(fenced) == 1
     assert parts["CLAIM"]["levels"] == fenced.pop().replace(

@@ -16,7 +16,7 @@ from axa_queue import NewJob, OptionsError, Queue, QueueOptions, sql
 from axa_queue.limits import Limits
 from axa_queue.worker import decisions
 from axa_queue.worker.exchange import Exchange
-from conftest import eventually, running, status_of
+from conftest import eventually, running, set_up, status_of
 from processes import worker_script
 
 STARTS = """
@@ -94,8 +94,8 @@ def test_a_rate_limit_keeps_its_window_in_whole_milliseconds_rounded_up() -> Non
 
 def test_only_a_process_with_a_rate_limit_claims_through_the_rate_gate() -> None:
     for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED):
-        assert "axa_rate_slots" not in statement and "axa_queue_rate_room" not in statement
-    assert "axa_queue_rate_room" in sql.EXCHANGE_RATED
+        assert "axa_rate_slots" not in statement and "axa_queue_rate_slots_free" not in statement
+    assert "axa_queue_rate_slots_free" in sql.EXCHANGE_RATED
     wanted = decisions.wanted(["B", "A"], Limits(global_={"B": 2}, rate={"A": (10, 1000)}), {}, 4)
     assert wanted == [
         {"name": "A", "cap": 4, "rate": 10, "per_ms": 1000},
@@ -305,3 +305,40 @@ async def test_several_processes_claiming_one_name_never_exceed_the_rate_in_any_
         await eventually(drained(admin), timeout=60)
     assert starts(admin, "Call") == 48
     assert busiest_window(admin, "Call", per) == 3  # reached, never passed
+
+
+def free_slots(admin: psycopg.Connection[Any], name: str, most: int, want: int) -> list[int]:
+    """The free slots the claim's rate gate finds for `name` (a limit of `most` a second)."""
+    row = admin.execute(
+        "SELECT axa_queue_rate_slots_free('axa_queue'::regclass, 'axa_rate_slots'::regclass, "
+        "%s, %s, 1000, NULL, %s)",
+        (name, most, want),
+    ).fetchone()
+    assert row is not None
+    return list(row[0])
+
+
+def test_the_rate_gate_finds_a_new_rings_first_slots_without_numbering_the_whole_ring(
+    admin,
+) -> None:
+    set_up(admin)
+    # A ring of 100,000 (the most a statement asks for) with nothing stamped: the first
+    # ten numbers, found by walking up from the count of rows (0), ten looks; migration
+    # 7's function numbered and sorted all 100,000 for each name at every claim.
+    assert free_slots(admin, "Report", 100_000, 10) == list(range(10))
+    # Slots 0 to 5 used just now: the next free numbers are those after them.
+    admin.execute(
+        "INSERT INTO axa_rate_slots (name, slot, at) SELECT 'Report', g, now() "
+        "FROM generate_series(0, 5) g"
+    )
+    assert free_slots(admin, "Report", 100_000, 3) == [6, 7, 8]
+    # Used long enough ago, they are free again, lowest first, before any new number.
+    admin.execute("UPDATE axa_rate_slots SET at = now() - interval '2 s' WHERE slot < 2")
+    assert free_slots(admin, "Report", 100_000, 4) == [0, 1, 6, 7]
+    # A ring that is whole gives only the slots free again.
+    assert free_slots(admin, "Report", 6, 4) == [0, 1]
+    # A hole below the count (rows written by hand) stays unused: fewer claims, never more.
+    admin.execute(
+        "INSERT INTO axa_rate_slots (name, slot, at) VALUES ('Other', 0, now()), ('Other', 2, now())"
+    )
+    assert free_slots(admin, "Other", 10, 2) == [3, 4]

@@ -11,8 +11,8 @@ import time), checked here against their bounds, and read from here by the worke
   6), which counts every process's running jobs of the name under the name's lock.
 - **Rate limits** (`Queue.rate_limit(name, n, per=...)`, `Limits.rate`): at most `n`
   claims of the name in any window of `per`, across every process, by the slots of
-  `axa_rate_slots` that `sql.EXCHANGE_RATED` reads (`axa_queue_rate_room`, migration
-  7) and stamps, under the same lock.
+  `axa_rate_slots` that `sql.EXCHANGE_RATED` reads (`axa_queue_rate_slots_free`, migration
+  23) and stamps, under the same lock.
 - **Per-key limits** (`Queue.limit_per_key(name, n)`, `Limits.per_key`): at most `n`
   runs of the name at once for each key (`NewJob.key`), across every process. The name
   is then claimed by key (`Limits.keyed`, also `Queue.fair_by_key` without a limit):

@@ -73,8 +73,8 @@ _KEY_GATES = _unpaused("""gates AS (
                 ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name, w.global))
             END AS asked,
             CASE WHEN w.rate IS NULL THEN NULL
-                ELSE {axa_queue_rate_room}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass, w.name,
-                                         w.rate, w.per_ms, %(now)s::timestamptz,
+                ELSE {axa_queue_rate_slots_free}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass,
+                                         w.name, w.rate, w.per_ms, %(now)s::timestamptz,
                                          least(w.cap, %(free)s))
             END AS slots,
             CASE WHEN w.per_key IS NULL THEN NULL

@@ -61,6 +61,7 @@ NAMES = (
     "axa_queue_noted",
     "axa_queue_note_batched",
     "axa_queue_release_batched",
+    "axa_queue_rate_slots_free",
 )
 """The tables and functions the setup makes in the queue's schema: the names a template
 may place. Each is a plain lowercase name, which needs no quotes, so it is written

@@ -33,8 +33,8 @@ _GATES = _unpaused("""gates AS (
                 ELSE least(w.cap, %(free)s, {axa_queue_room}({'axa_queue'}::regclass, w.name, w.global))
             END AS asked,
             CASE WHEN w.rate IS NULL THEN NULL
-                ELSE {axa_queue_rate_room}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass, w.name,
-                                         w.rate, w.per_ms, %(now)s::timestamptz,
+                ELSE {axa_queue_rate_slots_free}({'axa_queue'}::regclass, {'axa_rate_slots'}::regclass,
+                                         w.name, w.rate, w.per_ms, %(now)s::timestamptz,
                                          least(w.cap, %(free)s))
             END AS slots
         FROM (SELECT r.name, r.cap,
@@ -110,7 +110,7 @@ EXCHANGE_RATED = statement(
 )
 """`EXCHANGE_LIMITED` for a process with rate limits (`Queue.rate_limit`): a wanted
 name may also carry its rate limit (`[{"name", "cap", "global", "rate", "per_ms"}]`),
-and its cap is then cut to the number of its free slots, which `axa_queue_rate_room`
+and its cap is then cut to the number of its free slots, which `axa_queue_rate_slots_free`
 (migration 7) returns after taking the name's lock (the one global limits take) and
 reading `axa_rate_slots` with a snapshot of its own. `gates` calls the functions once
 per name (`OFFSET 0` keeps it from being folded into `wanted`, which would copy the
