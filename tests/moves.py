@@ -31,7 +31,9 @@ def move_all(admin: psycopg.Connection[Any], keep: float = 0.0, now: Any = None)
     params = {"keep": keep, "since": make_days(admin, now), "batch": history.MOVE_BATCH, "now": now}
     total = 0
     while True:
-        moved = admin.execute(sql.HISTORY_MOVE, params).rowcount
+        row = admin.execute(sql.HISTORY_MOVE, params).fetchone()
+        assert row is not None
+        moved, params["since"] = row
         total += moved
         if moved < history.MOVE_BATCH:
             return total

@@ -129,6 +129,43 @@ async def test_the_move_reads_the_finished_index_in_order_a_batch_at_a_time(
     assert "Index Scan using axa_queue_finished on axa_queue" in plan, plan
 
 
+async def test_a_moves_next_batch_starts_where_the_last_ended_past_jobs_it_must_keep(
+    make_queue, admin
+) -> None:
+    await make_queue()
+    # 2,000 jobs whose unique key is still held (they stay), finished before 1,500 that move.
+    admin.execute(
+        """INSERT INTO axa_queue (id, name, args, status, attempts, created_at, updated_at,
+               unique_key, unique_for_ms)
+           SELECT gen_random_uuid(), 'Held', '{}', 'completed', 1, now() - interval '2 hours',
+                  now() - interval '2 hours', 'key-' || g, 86400000
+           FROM generate_series(1, 2000) g"""
+    )
+    seed_finished(admin, 1_500)
+    admin.execute("ANALYZE axa_queue")
+    since = make_days(admin)
+    params = {"keep": 60, "since": since, "batch": 1000, "now": None}
+    row = admin.execute(sql.HISTORY_MOVE, params).fetchone()
+    assert row is not None and row[0] == 1000
+    with admin.transaction(force_rollback=True):
+        plan = admin.execute(
+            "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.HISTORY_MOVE, {**params, "since": row[1]}
+        ).fetchone()
+    assert plan is not None
+    scans = [n for n in nodes(plan[0][0]["Plan"]) if n.get("Index Name") == "axa_queue_finished"]
+    # The next batch starts at the newest job the first moved: it reads the 500 left,
+    # not the 2,000 held ones again (each batch walked them, doubling a long move).
+    assert scans and all(int(n.get("Rows Removed by Filter", 0)) == 0 for n in scans), scans
+    assert sum(int(n["Actual Rows"]) for n in scans) == 500
+    assert move_all(admin, keep=60) == 500
+    assert admin.execute("SELECT count(*) FROM axa_queue").fetchone() == (2000,)
+
+
+def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """A plan's node and every node below it."""
+    return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
+
+
 async def test_concurrent_movers_move_each_job_exactly_once(make_queue, admin, dsn: str) -> None:
     await make_queue()
     seed_finished(admin, 12_000)

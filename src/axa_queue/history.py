@@ -126,14 +126,19 @@ async def move(
             row = await counting.fetchone()
             return Moved(int(row.movable) if row else 0, made)
     total = 0
-    while True:
-        size = batch if most is None else min(batch, most - total)
-        if size <= 0:
-            return Moved(total, made)
-        cursor = await conn.execute(sql.HISTORY_MOVE, {**params, "batch": size})
-        total += cursor.rowcount
-        if cursor.rowcount < size:
-            return Moved(total, made)
+    async with conn.cursor(row_factory=by_name) as moving:
+        while True:
+            size = batch if most is None else min(batch, most - total)
+            if size <= 0:
+                return Moved(total, made)
+            await moving.execute(sql.HISTORY_MOVE, {**params, "batch": size})
+            row = await moving.fetchone()
+            assert row is not None  # an aggregate's one row
+            moved = int(row.moved)
+            total += moved
+            if moved < size:
+                return Moved(total, made)
+            params["since"] = row.newest  # the next batch starts where this one ended
 
 
 async def drop_days(

@@ -105,9 +105,12 @@ HISTORY_MOVE = statement(
         DELETE FROM {axa_queue}
         WHERE id = ANY(ARRAY(SELECT id FROM picked)) AND status IN ('completed', 'failed', 'cancelled')
         RETURNING {columns}
+    ), stored AS (
+        INSERT INTO {axa_queue_history} ({columns})
+        SELECT {columns} FROM moved
+        RETURNING updated_at
     )
-    INSERT INTO {axa_queue_history} ({columns})
-    SELECT {columns} FROM moved""",
+    SELECT count(*) AS moved, max(updated_at) AS newest FROM stored""",
     columns=HISTORY_COLUMNS_MOVED,
 )
 """Move one bounded batch of finished jobs to the history, in one statement: those
@@ -115,8 +118,12 @@ finished (`updated_at`, through `axa_queue_finished`, oldest first) more than `k
 seconds before `now` and since `since` (`HISTORY_DAYS`: their day has a partition;
 older ones are left to `PURGE`), but not a job whose unique key is still held
 (`unique_for` not passed: `axa_queue_unique` covers only `axa_queue`, so it stays there
-until its time passes). Jobs in review are not finished and never move. Returns nothing;
-its row count is the jobs moved, repeated until a batch comes back short.
+until its time passes). Jobs in review are not finished and never move. Returns how
+many it moved (`moved`) and when the newest of them finished (`newest`), repeated until
+a batch comes back short, each batch from the last one's `newest` on (`since`): the jobs
+it passed over (a unique key still held, a row locked by another mover) are not read
+again by every batch (200,000 held jobs doubled the cost of moving a million), only by
+the next move.
 
 Any number of processes may move at once: each locks its batch `FOR UPDATE SKIP
 LOCKED`, so no two take the same job, and a row another statement changed or moved
