@@ -138,7 +138,6 @@ DECLARE
     failed uuid[] := axa_queue_noted('axa_queue.failed_' || TG_RELID::text);
     cancelled uuid[] := axa_queue_noted('axa_queue.cancelled_' || TG_RELID::text);
     traced boolean := current_setting('axa_queue.traced_' || TG_RELID::text, true) = 'on';
-    ended uuid[] := '{}';
     ran uuid[] := '{}';
     cleared text;
     kids uuid[];
