@@ -114,6 +114,31 @@ def test_retry_releases_a_job_from_review_as_the_user(
     assert act == ("released", "alice", "checked it")
 
 
+def test_retrying_a_mixed_selection_retries_the_failed_releases_the_reviewed_and_says_the_rest(
+    staff: Client, admin: psycopg.Connection[Any]
+) -> None:
+    ids = [tasks.calculate_meaning_of_life.enqueue().id for _ in range(5)]
+    for job_id, status in zip(
+        ids, ["failed", "failed", "needs_review", "completed", "queued"], strict=True
+    ):
+        admin.execute(
+            "UPDATE axa_queue SET status = %s, attempts = 1 WHERE id = %s",
+            (status, uuid.UUID(job_id)),
+        )
+    action = {"action": "retry_jobs", "_selected_action": ids, "apply": "1"}
+    done = staff.post("/admin/axa_queue/job/", {**action, "reason": "incident_42"}, follow=True)
+    page = done.content.decode()
+    # By the bulk acts, in one transaction: each job gets what `retry` gives one.
+    assert "Queued again 3 of 5 job(s)." in page
+    assert "2 job(s) were left as they were: they were completed, queued." in page
+    assert [state(admin, i) for i in ids] == ["queued", "queued", "queued", "completed", "queued"]
+    acts = admin.execute(
+        "SELECT act, count(*) FROM axa_job_acts WHERE by = 'alice' AND reason = 'incident_42' "
+        "GROUP BY act ORDER BY act"
+    ).fetchall()
+    assert acts == [("released", 1), ("retried", 2)]
+
+
 def test_only_a_user_who_may_act_on_jobs_sees_the_actions() -> None:
     User = get_user_model()
     Permission = apps.get_model("auth", "Permission")

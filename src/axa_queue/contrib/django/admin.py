@@ -3,14 +3,17 @@ of acts, each job's page with its attempts (never a job's arguments or result:
 the models have no field for them), and two actions on jobs, cancel and retry (which
 releases a job from review), each asking for a reason on a page of its own and
 recording the logged-in user's username as `by`, in the same transaction as Django's
-own work on the queue's database (`axa_queue.cancel` / `axa_queue.retry`).
+own work on the queue's database, by the bulk acts (`axa_queue.cancel_all`, and
+`retry_all` then `release_all`: a statement per batch of jobs, however many are
+selected).
 
 The actions need the permission `axa_queue.act_on_job` (a superuser has it).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections import Counter
+from typing import Any, Literal
 
 from django import forms
 from django.contrib import admin, messages
@@ -22,7 +25,7 @@ from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from ... import ActResult, NotACodeError, attempts_on, cancel, retry
+from ... import NotACodeError, attempts_on, cancel_all, release_all, retry_all
 from ...acts import MAX_REASON_CHARS, check_code
 from . import conf
 from .models import Job, JobAct, MovedJob
@@ -64,27 +67,37 @@ def _act(
     admin_view: JobAdmin | MovedJobAdmin,
     request: HttpRequest,
     queryset: Any,
-    act: Any,
+    act: Literal["cancel", "retry"],
     title: str,
     done: str,
 ) -> TemplateResponse | None:
-    """Ask for the reason; with it, do `act` to each selected job, as the user."""
+    """Ask for the reason; with it, do `act` to the selected jobs as the user, in one
+    transaction, by the bulk acts (a statement per batch of jobs, whatever the number
+    selected; each job gets what the act on one job gives it): `cancel_all`, or for
+    `retry` `retry_all` (the failed ones) then `release_all` (those in review), as
+    `retry` does to one of each."""
     form = ActForm(request.POST if "apply" in request.POST else None)
     if "apply" in request.POST and form.is_valid():
         alias = conf.database_alias()
-        by = request.user.get_username()
-        results: list[ActResult] = []
+        how = {"by": request.user.get_username(), "reason": form.cleaned_data["reason"]}
+        ids = [str(i) for i in queryset.values_list("id", flat=True)]
         with transaction.atomic(using=alias):
-            for job in queryset:
-                results.append(act(connections[alias], job.id, by, form.cleaned_data["reason"]))
-        applied = sum(1 for r in results if r.applied)
-        admin_view.message_user(request, f"{done} {applied} of {len(results)} job(s).")
-        skipped = [r for r in results if not r.applied]
-        if skipped:
-            states = sorted({str(r.found) for r in skipped})
+            if act == "cancel":
+                result = cancel_all(connections[alias], **how, ids=ids)
+                changed, left = result.changed, Counter(result.left_alone)
+            else:
+                result = retry_all(connections[alias], **how, ids=ids)
+                released = release_all(connections[alias], **how, ids=ids)
+                changed = result.changed + released.changed
+                left = Counter(result.left_alone)  # the first left those in review to the second
+                left["needs_review"] -= released.changed
+        admin_view.message_user(request, f"{done} {changed} of {len(ids)} job(s).")
+        left = +left  # the states still counted
+        if left:
             admin_view.message_user(
                 request,
-                f"{len(skipped)} job(s) were left as they were: they were {', '.join(states)}.",
+                f"{sum(left.values())} job(s) were left as they were: they were "
+                f"{', '.join(sorted(left))}.",
                 messages.WARNING,
             )
         return None
@@ -165,7 +178,7 @@ class JobAdmin(_ReadOnly):
     @admin.action(description="Cancel the selected jobs (those still queued)", permissions=["act"])
     def cancel_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
         """Cancel each selected job still queued, for the reason asked."""
-        return _act(self, request, queryset, cancel, "Cancel jobs", "Cancelled")
+        return _act(self, request, queryset, "cancel", "Cancel jobs", "Cancelled")
 
     @admin.action(
         description="Retry the selected jobs (failed, or released from review)",
@@ -173,7 +186,7 @@ class JobAdmin(_ReadOnly):
     )
     def retry_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
         """Queue again each selected job that failed or waits for review."""
-        return _act(self, request, queryset, retry, "Retry jobs", "Queued again")
+        return _act(self, request, queryset, "retry", "Retry jobs", "Queued again")
 
 
 @admin.register(MovedJob)
@@ -200,7 +213,7 @@ class MovedJobAdmin(_ReadOnly):
     @admin.action(description="Retry the selected jobs (those failed)", permissions=["act"])
     def retry_jobs(self, request: HttpRequest, queryset: Any) -> TemplateResponse | None:
         """Queue again each selected job that failed, back in the jobs table."""
-        return _act(self, request, queryset, retry, "Retry jobs", "Queued again")
+        return _act(self, request, queryset, "retry", "Retry jobs", "Queued again")
 
 
 @admin.register(JobAct)
