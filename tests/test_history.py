@@ -21,6 +21,7 @@ from axa_queue.cli import main
 from axa_queue.web import create_app
 from conftest import acting_role, eventually, later, lock_waits, running, status_of
 from moves import WEEK, make_days, move_all
+from test_big_reads import nodes
 from test_compat import crate_claim, crate_enqueue
 from test_web import ORIGIN, SECRET, TOKEN, csrf_of, seed, signed_in
 
@@ -159,11 +160,6 @@ async def test_a_moves_next_batch_starts_where_the_last_ended_past_jobs_it_must_
     assert sum(int(n["Actual Rows"]) for n in scans) == 500
     assert move_all(admin, keep=60) == 500
     assert admin.execute("SELECT count(*) FROM axa_queue").fetchone() == (2000,)
-
-
-def nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
-    """A plan's node and every node below it."""
-    return [node, *(n for child in node.get("Plans", []) for n in nodes(child))]
 
 
 async def test_concurrent_movers_move_each_job_exactly_once(make_queue, admin, dsn: str) -> None:

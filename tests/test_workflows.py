@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
-from collections.abc import Iterator
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -41,6 +40,7 @@ from axa_queue.errors import OptionsError
 from axa_queue.jobs.linked import linked_call, workflow_call
 from axa_queue.schema.migrations.v22 import NOTE_CHUNK
 from conftest import eventually, exchange_params, running
+from test_big_reads import nodes
 from test_fencing import exchange
 
 
@@ -162,7 +162,7 @@ def explained_linked(admin: psycopg.Connection[Any], call: Any, plan: str) -> li
         return f"${order.index(found.group(1)) + 1}"
 
     text = re.sub(r"%\((\w+)\)s", number, call.query).replace("%%", "%")
-    admin.execute(f"SET plan_cache_mode = force_{plan}_plan")
+    admin.execute("SELECT set_config('plan_cache_mode', %s, false)", (f"force_{plan}_plan",))
     admin.execute("SET work_mem = '64kB'")
     admin.execute("SET hash_mem_multiplier = 1")
     admin.execute(pgsql.SQL("PREPARE linked AS {}").format(pgsql.SQL(text)))  # type: ignore[arg-type]
@@ -172,12 +172,6 @@ def explained_linked(admin: psycopg.Connection[Any], call: Any, plan: str) -> li
     ).fetchone()
     admin.execute("DEALLOCATE linked")
     assert row is not None
-
-    def nodes(node: dict[str, Any]) -> Iterator[dict[str, Any]]:
-        yield node
-        for child in node.get("Plans", []):
-            yield from nodes(child)
-
     return list(nodes(row[0][0]["Plan"]))
 
 
