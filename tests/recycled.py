@@ -2,7 +2,7 @@
 (the same tables, indexes, triggers, functions and grants; only rows added), has its
 rows removed and waits, renamed, for the next test whose queue sets up an empty schema.
 
-Setting up the twenty-three migrations takes tens of milliseconds of server time, and the
+Setting up the twenty-four migrations takes tens of milliseconds of server time, and the
 suite does it over a thousand times; emptying the tables a test used takes a few. The
 first setup of a test's empty schema (`axa_queue.schema.setup`, which `Queue.open`
 runs) becomes a swap when a recycled schema is ready: the empty one is dropped and the

@@ -206,6 +206,26 @@ def test_each_migration_declares_exactly_what_it_makes(dsn: str, admin) -> None:
     assert {r[0] for r in made["functions"]} == {f.split("(")[0] for f, _ in declared.functions}
 
 
+def test_a_later_migrations_storage_setting_is_the_one_expected() -> None:
+    # Migration 14 made the dependencies 70% full, migration 24 made them 40%: a database
+    # at version 23 is expected at 70, one at 24 at 40, never both (which no table has).
+    def deps(upto: int | None = None) -> list[str]:
+        return [
+            s for t, settings in expected(upto).storage if t == "axa_queue_deps" for s in settings
+        ]
+
+    assert deps(23) == ["fillfactor=70"]
+    assert deps() == ["fillfactor=40"]
+    assert (
+        "axa_queue",
+        (
+            "fillfactor=80",
+            "autovacuum_vacuum_scale_factor=0.02",
+            "autovacuum_analyze_scale_factor=0.02",
+        ),
+    ) in expected().storage
+
+
 def test_the_checked_columns_are_the_declared_ones() -> None:
     checked = {}
     for statement in (

@@ -39,6 +39,7 @@ from axa_queue.context import fresh, running_job
 from axa_queue.errors import OptionsError
 from axa_queue.jobs.linked import linked_call, workflow_call
 from axa_queue.schema.migrations.v22 import NOTE_CHUNK
+from axa_queue.schema.migrations.v24 import DEPS_FILLFACTOR
 from conftest import eventually, exchange_params, running
 from test_big_reads import nodes
 from test_fencing import exchange
@@ -746,6 +747,43 @@ async def test_a_drain_runs_a_nested_workflow_in_dependency_order_and_assert_enq
 
 
 # --- what a plain job pays, and the other ways in -----------------------------------------
+
+
+def test_a_chords_dependencies_lie_in_its_order_and_an_exchange_marks_them_in_place(
+    admin,
+) -> None:
+    flow = enqueue_on(admin, chord(group([NewJob("P") for _ in range(400)]), NewJob("CB")))
+    *parents, _ = flow.jobs
+    # Inserted in the order given (the order the parents are claimed in), not the join's.
+    laid = admin.execute("SELECT position FROM axa_queue_deps ORDER BY ctid").fetchall()
+    assert [row[0] for row in laid] == list(range(400))
+    assert (
+        f"fillfactor={DEPS_FILLFACTOR}"
+        in admin.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = 'axa_queue_deps'::regclass"
+        ).fetchone()[0]
+    )  # type: ignore[index]
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now() "
+        "WHERE id = ANY(%s)",
+        (parents,),
+    )
+
+    def updates() -> tuple[int, int]:
+        admin.execute("SELECT pg_stat_force_next_flush()")  # this session's counts, sent
+        row = admin.execute(
+            "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables "
+            "WHERE relid = 'axa_queue_deps'::regclass"
+        ).fetchone()
+        assert row is not None
+        return row[0], row[1]
+
+    before = updates()
+    # One exchange ends 200 parents in their order: their dependencies fill whole pages,
+    # and each one's `done` is written beside it (a HOT update: no index entry).
+    exchange(admin, completed=parents[:200])
+    after = updates()
+    assert (after[0] - before[0], after[1] - before[1]) == (200, 200)
 
 
 def test_a_plain_jobs_ending_never_calls_the_release_trigger(admin) -> None:

@@ -60,6 +60,7 @@ NAMES = (
     "axa_queue_release_traced",
     "axa_queue_noted",
     "axa_queue_note_batched",
+    "axa_queue_note_octets",
     "axa_queue_release_batched",
     "axa_queue_rate_slots_free",
 )

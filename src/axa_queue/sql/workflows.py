@@ -29,12 +29,12 @@ ENQUEUE_LINKED = statement("""WITH named AS (
         SELECT id, status FROM {axa_queue_history}
         WHERE id = ANY(%(outside)s::uuid[]) AND id <> ALL(ARRAY(SELECT id FROM named))
     ), edges AS (
-        SELECT e.child, e.parent, e.position, e.policy, e.inside, p.status AS parent_status,
+        SELECT e.n, e.child, e.parent, e.position, e.policy, e.inside, p.status AS parent_status,
                COALESCE(p.status = 'completed'
                         OR (p.status IN ('failed', 'cancelled') AND e.policy = 'run'), false) AS done
         FROM unnest(%(child)s::uuid[], %(parent)s::uuid[], %(position)s::int[], %(policy)s::text[],
-                    %(inside)s::bool[])
-            AS e(child, parent, position, policy, inside)
+                    %(inside)s::bool[]) WITH ORDINALITY
+            AS e(child, parent, position, policy, inside, n)
         LEFT JOIN (SELECT id, status FROM named UNION ALL SELECT id, status FROM kept) p
             ON p.id = e.parent
     ), refused AS (
@@ -49,7 +49,7 @@ ENQUEUE_LINKED = statement("""WITH named AS (
     ), linked AS (
         INSERT INTO {axa_queue_deps} (child, parent, position, on_parent_failure, done)
         SELECT child, parent, position, policy, done FROM edges
-        WHERE (SELECT count(*) FROM refused) = 0
+        WHERE (SELECT count(*) FROM refused) = 0 ORDER BY n
     ), members AS (
         INSERT INTO {axa_workflows} (workflow, job, position)
         SELECT %(workflow)s::uuid, m.id, m.n - 1
@@ -80,6 +80,9 @@ read from a hash of the children of dependencies not done, made once: `DISTINCT`
 the planner's guess of its size small (the join with the parents found is guessed many
 times too big, and a hash thought too big for `work_mem` would be replaced by a read of
 every dependency for each job: 74 s for 20,000 jobs each after a job of its own).
+The dependencies are inserted in the order given (`n`): the order their parents are
+inserted and so claimed in, so the endings of one exchange mark rows that sit together
+on a few pages (the join would leave them in its hash's order, one page each).
 
 A parent outside the call (`outside`: the distinct parents not queued by it) is found
 and flagged in `axa_queue` (`named`: `dependents` set, which the release trigger fires

@@ -15,7 +15,7 @@ recording its version, and declares what it makes sure of (`Expectations`), whic
 setup checks in the catalogs before deciding there is nothing to do.
 
 The migrations are in modules of a few versions each (`v1`, `v2`, `v3_to_v5`,
-`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`, `v21`, `v22`, `v23`), each statement named and said what it does, each migration declared next
+`v6_to_v8`, `v9`, `v10`, `v11`, `v12`, `v13`, `v14`, `v15`, `v16`, `v17`, `v18`, `v19`, `v20`, `v21`, `v22`, `v23`, `v24`), each statement named and said what it does, each migration declared next
 to its statements (`MIGRATION_1`...); `migration` holds what a migration is. Every
 statement is named here as well (`migrations.SETUP_QUEUE`). A statement naming a
 table or function is a template (`sql.naming`), so `sql.in_schema` makes it in any
@@ -442,6 +442,11 @@ from .v22 import SETUP_RELEASE_BATCHED_TRIGGER as SETUP_RELEASE_BATCHED_TRIGGER
 from .v23 import MIGRATION_23 as MIGRATION_23
 from .v23 import RECORD_23 as RECORD_23
 from .v23 import SETUP_RATE_SLOTS_FREE_FUNCTION as SETUP_RATE_SLOTS_FREE_FUNCTION
+from .v24 import MIGRATION_24 as MIGRATION_24
+from .v24 import RECORD_24 as RECORD_24
+from .v24 import SETUP_DEPS_ROOM as SETUP_DEPS_ROOM
+from .v24 import SETUP_NOTE_OCTETS_FUNCTION as SETUP_NOTE_OCTETS_FUNCTION
+from .v24 import SETUP_NOTE_OCTETS_TRIGGER as SETUP_NOTE_OCTETS_TRIGGER
 
 __all__ = ["MIGRATIONS", "SETUP_STATEMENTS", "VERSION", "Expectations", "Migration"]
 
@@ -469,6 +474,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     MIGRATION_21,
     MIGRATION_22,
     MIGRATION_23,
+    MIGRATION_24,
 )
 """Every migration, oldest first; a release adds one at the end (docs/schema.md)."""
 

@@ -32,9 +32,13 @@ class Expectations:
     """(table, its `reloptions` that must be set)."""
 
     def __add__(self, other: Expectations) -> Expectations:
-        return Expectations(
+        """Both, `other` (a later migration's) winning for a storage setting both name:
+        a later migration may set a table's `fillfactor` again (migration 24's 40 for
+        the dependencies, where migration 14 made 70), and only its value is expected."""
+        joined = Expectations(
             *(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self))
         )
+        return dataclasses.replace(joined, storage=_later_wins(self.storage, other.storage))
 
     def lines(self) -> set[str]:
         """Each thing expected, named as `SETUP_MISSING` names it when it is missing."""
@@ -65,6 +69,20 @@ class Expectations:
             "storage_tables": [t for t, settings in self.storage for _ in settings],
             "storage": [s for _, settings in self.storage for s in settings],
         }
+
+
+def _later_wins(
+    earlier: tuple[tuple[str, tuple[str, ...]], ...], later: tuple[tuple[str, tuple[str, ...]], ...]
+) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """The storage settings of `earlier` that `later` does not set again (the same table
+    and option, whatever the value), then `later`'s."""
+    again = {(table, setting.split("=", 1)[0]) for table, settings in later for setting in settings}
+    kept = tuple(
+        (table, rest)
+        for table, settings in earlier
+        if (rest := tuple(s for s in settings if (table, s.split("=", 1)[0]) not in again))
+    )
+    return kept + later
 
 
 @dataclass(frozen=True)
