@@ -234,7 +234,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         assert "axa_queue_ready" not in levels and "axa_queue_claim" not in levels, plan
     # Which jobs are due is judged by now() itself, never a parameter (see EXCHANGE).
     for statement in (sql.EXCHANGE, sql.EXCHANGE_LIMITED, sql.EXCHANGE_RATED):
-        assert "AND run_at <= now() AND f.run_at <= now() AND id <> ALL" in statement
+        assert "AND run_at <= now() AND f.run_at <= now() AND id NOT IN" in statement
 
 
 async def test_error_texts_with_quotes_newlines_and_any_script_are_kept_exactly(
@@ -439,7 +439,7 @@ def test_each_exchange_variant_is_made_of_the_same_named_pieces() -> None:
     fenced = {found["levels"] for name, found in parts.items() if name != "CLAIM"}
     assert len(fenced) == 1
     assert parts["CLAIM"]["levels"] == fenced.pop().replace(
-        " AND id <> ALL(ARRAY(SELECT id FROM endings))", ""
+        " AND id NOT IN (SELECT id FROM endings)", ""
     )
     assert rows(sql.EXCHANGE) == rows(sql.EXCHANGE_LIMITED)
     assert rows(sql.EXCHANGE_RATED).startswith(rows(sql.EXCHANGE) + "\n    UNION ALL\n    ")
@@ -460,7 +460,7 @@ def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None
     assert ended in sql.EXCHANGE
     assert sql.CLAIM.split("WITH RECURSIVE wanted AS (")[1] in sql.EXCHANGE.replace(
         ended, ""
-    ).replace(" AND id <> ALL(ARRAY(SELECT id FROM endings))", "").replace(
+    ).replace(" AND id NOT IN (SELECT id FROM endings)", "").replace(
         "\n    WHERE (SELECT count(*) FROM marked) >= 0", ""
     ).replace(
         """    SELECT id, attempts, NULL AS name, NULL AS args, NULL AS max_attempts, NULL AS timeout_ms,
