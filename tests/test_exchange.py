@@ -192,6 +192,53 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
         assert "axa_queue_running" not in finished, plan
 
 
+async def test_an_exchange_looks_up_its_endings_starts_and_claims_ahead_in_hashes(
+    make_queue, admin
+) -> None:
+    # 200 endings and 200 start marks in one statement, as a fast drain sends them: each
+    # row is looked up in a hash of the others made once, never compared with each of
+    # them (a loop over the 200 starts for each of 200 rows was 40,000 comparisons).
+    queue = await make_queue()
+    ids = await queue.enqueue_all(NewJob("Busy", {"n": n}) for n in range(600))
+    admin.execute(
+        "UPDATE axa_queue SET status = 'running', attempts = 1, started_at = now(), ahead = 1 "
+        "WHERE id = ANY(%s)",
+        (ids[:400],),
+    )
+    admin.execute("ANALYZE axa_queue")
+    names = [
+        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
+        "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
+    ]  # fmt: skip
+    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
+    types = (
+        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
+        "jsonb, int"
+    )
+    ones = "{" + ",".join("1" for _ in range(200)) + "}"
+    values = pgsql.SQL(", ").join(
+        pgsql.Literal(value)
+        for value in (
+            "{" + ",".join(map(str, ids[:200])) + "}", ones, "[]", 200,
+            json.dumps([{"name": "Busy", "cap": 200}]), "{}", None, 10,
+            "{" + ",".join(map(str, ids[200:400])) + "}", ones, None, "test", 1, "{}", 3,
+        )
+    )  # fmt: skip
+    admin.execute(sql.CLAIM_SETTINGS)  # as the exchange's connection plans it
+    plan = _generic_plan(admin, numbered, types, values)
+    admin.execute("RESET enable_sort; RESET enable_seqscan")
+    marked = plan.split("CTE marked")[1].split("CTE levels")[0]
+    levels = plan.split("CTE levels")[1].split("CTE picked")[0]
+    claimed = plan.split("CTE claimed")[1]
+    assert "Nested Loop" not in marked and "Join Filter" not in marked, plan
+    assert marked.count("hashed SubPlan") == 2 and "axa_queue_pkey" in marked, plan
+    # (The one `<> ALL` left is `losing`, the process's own lost runs: none, or a few.)
+    assert "NOT (hashed SubPlan" in levels and levels.count("<> ALL") == 1, plan
+    # Claimed ahead: each row compared with the ids within `idle` (an array made once),
+    # never a sub-plan run again for each row.
+    assert "SubPlan" not in claimed.split("CTE ended")[0], plan
+
+
 async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_order(
     make_queue, admin
 ) -> None:
