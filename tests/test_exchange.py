@@ -97,6 +97,24 @@ def _generic_plan(admin: Any, statement: str, types: str, args: pgsql.Composable
         admin.execute("RESET plan_cache_mode")
 
 
+_PARAMS = [
+    "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
+    "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
+]  # fmt: skip
+"""The exchange's parameters in the order `_numbered` places them."""
+
+_TYPES = (
+    "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
+    "jsonb, int"
+)
+"""Their types, for `PREPARE`."""
+
+
+def _numbered(statement: str) -> str:
+    """`statement` with its named parameters as `$n` (`_PARAMS`' places), to PREPARE."""
+    return re.sub(r"%\((\w+)\)s", lambda m: f"${_PARAMS.index(m.group(1)) + 1}", statement)
+
+
 async def _many_running(make_queue: Any, admin: Any) -> Any:
     """3,000 running jobs, analyzed while they were queued (so the partial index of
     running jobs looks tiny to the planner); returns one of their ids."""
@@ -170,15 +188,7 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
     failed = json.dumps(
         [{"id": str(one), "attempts": 1, "status": "failed", "error": "boom", "delay": 0}]
     )
-    names = [
-        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
-    ]  # fmt: skip
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = (
-        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
-        "jsonb, int"
-    )
+    numbered = _numbered(sql.EXCHANGE)
     as_completed = pgsql.SQL(
         "{}, '{{1}}', '[]', 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL, '{{}}', 1"
     ).format(pgsql.Literal(f"{{{one}}}"))
@@ -186,7 +196,7 @@ async def test_endings_find_their_rows_by_primary_key_however_many_jobs_run(
         "'{{}}', '{{}}', {}, 0, '[]', '{{}}', NULL, 0, '{{}}', '{{}}', NULL, NULL, NULL, '{{}}', 1"
     ).format(pgsql.Literal(failed))
     for values in (as_completed, as_failed):
-        plan = _generic_plan(admin, numbered, types, values)
+        plan = _generic_plan(admin, numbered, _TYPES, values)
         finished = plan.split("CTE levels")[0]
         assert "axa_queue_pkey" in finished, plan
         assert "axa_queue_running" not in finished, plan
@@ -206,15 +216,7 @@ async def test_an_exchange_looks_up_its_endings_starts_and_claims_ahead_in_hashe
         (ids[:400],),
     )
     admin.execute("ANALYZE axa_queue")
-    names = [
-        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
-    ]  # fmt: skip
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = (
-        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
-        "jsonb, int"
-    )
+    numbered = _numbered(sql.EXCHANGE)
     ones = "{" + ",".join("1" for _ in range(200)) + "}"
     values = pgsql.SQL(", ").join(
         pgsql.Literal(value)
@@ -225,7 +227,7 @@ async def test_an_exchange_looks_up_its_endings_starts_and_claims_ahead_in_hashe
         )
     )  # fmt: skip
     admin.execute(sql.CLAIM_SETTINGS)  # as the exchange's connection plans it
-    plan = _generic_plan(admin, numbered, types, values)
+    plan = _generic_plan(admin, numbered, _TYPES, values)
     admin.execute("RESET enable_sort; RESET enable_seqscan")
     marked = plan.split("CTE marked")[1].split("CTE levels")[0]
     levels = plan.split("CTE levels")[1].split("CTE picked")[0]
@@ -248,24 +250,14 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
     queue = await make_queue()
     await queue.enqueue_all(NewJob("Backlog", {"n": n}, priority=n % 3) for n in range(30_000))
     admin.execute("ANALYZE axa_queue")
-    names = [
-        "completed", "completed_attempts", "endings", "free", "wanted", "losing", "now", "idle",
-        "starts", "started_attempts", "worker", "host", "pid", "limits", "max",
-    ]  # fmt: skip
-    numbered = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE)
-    types = (
-        "uuid[], int[], json, int, json, uuid[], timestamptz, int, uuid[], int[], uuid, text, int, "
-        "jsonb, int"
-    )
+    numbered = _numbered(sql.EXCHANGE)
     # The same with a global limit on the name (`EXCHANGE_LIMITED`: a gate in `wanted`).
-    limited = re.sub(
-        r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_LIMITED
-    )
+    limited = _numbered(sql.EXCHANGE_LIMITED)
     # And with a rate limit on it (`EXCHANGE_RATED`: a gate, and the slots stamped).
-    rated = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.EXCHANGE_RATED)
+    rated = _numbered(sql.EXCHANGE_RATED)
     # And the claim alone (`CLAIM`: nothing to record), which parameters it does not name
     # keep their places and types.
-    alone = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", sql.CLAIM)
+    alone = _numbered(sql.CLAIM)
     for statement, wanted in (
         (numbered, {"name": "Backlog", "cap": 10}),
         (alone, {"name": "Backlog", "cap": 10}),
@@ -275,7 +267,7 @@ async def test_a_claim_behind_a_backlog_of_ready_jobs_walks_the_pick_index_in_or
         claim = pgsql.SQL(
             "'{{}}', '{{}}', '[]', 10, {}, '{{}}', NULL, 10, '{{}}', '{{}}', NULL, NULL, NULL, '{{}}', 1"
         ).format(pgsql.Literal(json.dumps([wanted])))
-        plan = _generic_plan(admin, statement, types, claim)
+        plan = _generic_plan(admin, statement, _TYPES, claim)
         levels = plan.split("CTE levels")[1].split("CTE picked")[0]
         assert "axa_queue_pick_hash" in levels, plan
         assert "axa_queue_ready" not in levels and "axa_queue_claim" not in levels, plan
