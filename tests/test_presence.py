@@ -24,6 +24,7 @@ from click.testing import CliRunner
 
 from axa_queue import maintenance
 from axa_queue.cli import main
+from axa_queue.cli.jobs import NAMES_SAID
 from axa_queue.db.calls import run_async
 from axa_queue.presence import (
     GONE_AFTER_BEATS,
@@ -269,6 +270,33 @@ def test_jobs_waiting_past_the_threshold_under_a_name_no_live_worker_handles_are
     assert as_json["Known"]["handled"] is True and as_json["Known"]["ready"] == 3
     totals = runner.invoke(main, ["counts"])
     assert "warning: Knwon2 has 2 jobs" in totals.output
+
+
+def test_counts_names_the_first_twenty_paused_and_unhandled_names_and_counts_the_rest(
+    dsn, admin
+) -> None:
+    runner = CliRunner(env={"AXA_QUEUE_DSN": dsn, "DATABASE_URL": None})
+    assert runner.invoke(main, ["setup"]).exit_code == 0
+    for n in range(25):  # 25 names nobody handles, the last ones with the most jobs
+        _waiting(admin, f"Lost{n:02}", "20 minutes", 1 + n)
+    for n in range(30):
+        assert (
+            runner.invoke(
+                main, ["pause", f"Held{n:02}", "--by", "ops:a", "--reason", "R"]
+            ).exit_code
+            == 0
+        )
+    lines = runner.invoke(main, ["counts"]).output.splitlines()
+    [paused] = [line for line in lines if line.startswith("paused")]
+    assert paused.count("Held") == NAMES_SAID and "Held19" in paused and "Held20" not in paused
+    assert paused.endswith("and 10 more (axa-queue paused lists them)")
+    warned = [line for line in lines if line.startswith("warning: Lost")]
+    # The names with the most jobs waiting first, each on its line; the rest in one.
+    assert len(warned) == NAMES_SAID and warned[0].startswith("warning: Lost24 has 25 jobs")
+    assert "warning: 5 more names have jobs waiting for more than 10.0 min" in lines[-1]
+    assert "(15 jobs;" in lines[-1]  # Lost00 to Lost04: 1 + 2 + 3 + 4 + 5
+    as_json = json.loads(runner.invoke(main, ["counts", "--by-name", "--json"]).output)
+    assert sum(1 for one in as_json.values() if one["unhandled_jobs"]) == 25
 
 
 def run_sync_call(conn: psycopg.Connection[Any], call: Any) -> list[Unhandled]:

@@ -289,6 +289,12 @@ def counts(by_name: bool, by_key: str | None, keys: int, as_json: bool, dsn: str
         answer(dsn, work, _counts_table)
 
 
+NAMES_SAID = 20
+"""The most names `counts` writes out in its lines on paused names and on names nobody
+handles (those with the most jobs waiting first); the rest are counted in one line
+(`axa-queue paused` and `counts --by-name --json` give them all)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class _Looked:
     """What `counts` read: the counts, the paused names, the names live workers
@@ -327,17 +333,33 @@ def _counts_table(found: _Looked) -> Printed | list[Printed]:
     ]
     paused = found.paused
     said = (
-        [f"paused (not claimed until resumed): {', '.join(shown(n) for n in paused)}"]
+        [
+            f"paused (not claimed until resumed): {', '.join(shown(n) for n in paused[:NAMES_SAID])}"
+            + (
+                f" and {len(paused) - NAMES_SAID:,} more (axa-queue paused lists them)"
+                if len(paused) > NAMES_SAID
+                else ""
+            )
+        ]
         if paused
         else []
     )
+    unhandled = sorted(found.unhandled, key=lambda one: (-one.jobs, one.name))
     said += [
         f"warning: {shown(one.name)} has {one.jobs} "
         f"{'job' if one.jobs == 1 else 'jobs'} waiting for more than "
         f"{readable.seconds(found.after)} (the oldest {readable.seconds(one.oldest)}) and no "
         "live worker handles that name: start one with its handler, or cancel them"
-        for one in found.unhandled
+        for one in unhandled[:NAMES_SAID]
     ]
+    if len(unhandled) > NAMES_SAID:
+        rest = unhandled[NAMES_SAID:]
+        said.append(
+            f"warning: {len(rest):,} more names have jobs waiting for more than "
+            f"{readable.seconds(found.after)} and no live worker handles them "
+            f"({sum(one.jobs for one in rest):,} jobs; axa-queue counts --by-name --json "
+            "gives each name's unhandled_jobs)"
+        )
     some = [found.counts] if isinstance(found.counts, Counts) else list(found.counts.values())
     if any(one.estimated for one in some):
         said.append(
