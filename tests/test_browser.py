@@ -34,6 +34,7 @@ import pytest
 
 from axa_queue import NewJob, Queue, QueueOptions, chord, enqueue_on, group
 from axa_queue.web import create_app
+from axa_queue.web.pauses import PAUSED_PAGE
 from axa_queue.web.workflows import DRAWN, MEMBERS_PAGE
 from conftest import FAST
 from tcp_cut import cut_proxy
@@ -363,6 +364,27 @@ def test_pause_a_name_from_its_jobs_page_and_resume_it_from_the_paused_page(
         "SELECT act, by, reason FROM axa_job_acts WHERE job_name = 'Mail' ORDER BY id"
     ).fetchall()
     assert rows == [("paused", "alice.ops", "INC-42"), ("resumed", "alice.ops", "INC-42-fixed")]
+
+
+@in_browser
+def test_many_paused_names_are_listed_a_page_at_a_time(page, served, admin) -> None:
+    admin.execute(
+        "INSERT INTO axa_paused (name, by, reason) "
+        "SELECT 'Name' || lpad(g::text, 4, '0'), 'ops', 'INC-1' FROM generate_series(1, 1200) g"
+    )
+    sign_in(page, served)
+    page.goto(f"{served.url}/paused")
+    assert page.inner_text("#paused-page") == "1,200 names paused. Page 1 of 3."
+    assert page.locator("#paused tbody tr").count() == PAUSED_PAGE
+    assert len(page.content()) < 1_000_000  # 10,000 paused names made a page of 5.9 MB
+    page.click("#next")
+    page.click("#next")
+    rows = page.locator("#paused tbody tr")
+    assert rows.count() == 200 and rows.nth(199).get_attribute("data-name") == "Name1200"
+    page.click("#previous")
+    assert page.inner_text("#paused-page") == "1,200 names paused. Page 2 of 3."
+    assert page.locator("#paused tbody tr").first.get_attribute("data-name") == "Name0501"
+    assert not page.errors
 
 
 @in_browser

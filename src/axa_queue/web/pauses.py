@@ -14,14 +14,29 @@ from .act import asked
 from .board import Dashboard
 from .params import BadParameter
 
-__all__ = ["pause_act", "paused"]
+__all__ = ["PAUSED_PAGE", "pause_act", "paused"]
+
+
+PAUSED_PAGE = 500
+"""Paused names listed on one page of `/paused` (`?page=N` for the others): 10,000
+paused names made one page of 5.9 MB."""
 
 
 async def paused(board: Dashboard, request: Request) -> Response:
-    """The names paused now, each with who paused it, why and since when, and a form to
-    resume it; a form to pause a name."""
+    """The names paused now, `PAUSED_PAGE` to a page in the order of their names, each
+    with who paused it, why and since when, and a form to resume it; a form to pause a
+    name."""
     found = await board.read(paused_call())
-    return board.page(request, "paused.html", pauses=found)
+    page_number = params.integer(request.query_params, "page", most=10**9) or 1
+    start = (page_number - 1) * PAUSED_PAGE
+    return board.page(
+        request,
+        "paused.html",
+        pauses=found[start : start + PAUSED_PAGE],
+        total=len(found),
+        page_number=page_number,
+        pages=max(1, -(-len(found) // PAUSED_PAGE)),
+    )
 
 
 def _name(form: FormData) -> str:
