@@ -35,6 +35,7 @@ import pytest
 from axa_queue import NewJob, Queue, QueueOptions, chord, enqueue_on, group
 from axa_queue.web import create_app
 from axa_queue.web.pauses import PAUSED_PAGE
+from axa_queue.web.system import WORKERS_PAGE
 from axa_queue.web.workflows import DRAWN, MEMBERS_PAGE
 from conftest import FAST
 from tcp_cut import cut_proxy
@@ -384,6 +385,24 @@ def test_many_paused_names_are_listed_a_page_at_a_time(page, served, admin) -> N
     page.click("#previous")
     assert page.inner_text("#paused-page") == "1,200 names paused. Page 2 of 3."
     assert page.locator("#paused tbody tr").first.get_attribute("data-name") == "Name0501"
+    assert not page.errors
+
+
+@in_browser
+def test_many_worker_processes_are_listed_a_page_at_a_time(page, served, admin) -> None:
+    admin.execute(
+        "INSERT INTO axa_workers (id, host, pid, names, loops, version, beat_ms) "
+        "SELECT gen_random_uuid(), 'host-' || lpad(g::text, 4, '0'), g, '{Mail}', 10, 'x', "
+        "3600000 FROM generate_series(1, 1100) g"
+    )
+    sign_in(page, served)
+    page.goto(f"{served.url}/workers")
+    assert page.inner_text("#workers-page") == "1,100 worker processes. Page 1 of 3."
+    assert page.locator("#workers tbody tr").count() == WORKERS_PAGE
+    page.click("#next")
+    page.click("#next")
+    rows = page.locator("#workers tbody tr")
+    assert rows.count() == 100 and rows.nth(99).locator("td").first.inner_text() == "host-1100"
     assert not page.errors
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 from uuid import UUID
 
 from ..acts import check_code
@@ -34,8 +34,11 @@ __all__ = [
     "job_ids",
     "moment",
     "name",
+    "page_of",
     "text",
 ]
+
+T = TypeVar("T")
 
 MAX_INTEGER = 2**63 - 1
 """The largest whole number a parameter may be (a PostgreSQL bigint)."""
@@ -233,3 +236,17 @@ def moment(params: Params, parameter: str) -> datetime | None:
             "a date and time such as 2026-12-06T04:15 (UTC unless it gives its offset), "
             "between years 1 and 9999 in UTC",
         ) from None
+
+
+def page_of(params: Params, items: Sequence[T], size: int) -> dict[str, Any]:
+    """The page of `items` the parameter `page` asks for (the first unless given), `size`
+    to a page: the items (`listed`), how many in all (`total`), and what `pager.html`
+    reads (`page_number`, `pages`). A page past the last lists nothing."""
+    page_number = integer(params, "page", most=10**9) or 1
+    start = (page_number - 1) * size
+    return {
+        "listed": items[start : start + size],
+        "total": len(items),
+        "page_number": page_number,
+        "pages": max(1, -(-len(items) // size)),
+    }

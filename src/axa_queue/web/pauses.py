@@ -27,15 +27,8 @@ async def paused(board: Dashboard, request: Request) -> Response:
     with who paused it, why and since when, and a form to resume it; a form to pause a
     name."""
     found = await board.read(paused_call())
-    page_number = params.integer(request.query_params, "page", most=10**9) or 1
-    start = (page_number - 1) * PAUSED_PAGE
     return board.page(
-        request,
-        "paused.html",
-        pauses=found[start : start + PAUSED_PAGE],
-        total=len(found),
-        page_number=page_number,
-        pages=max(1, -(-len(found) // PAUSED_PAGE)),
+        request, "paused.html", **params.page_of(request.query_params, found, PAUSED_PAGE)
     )
 
 

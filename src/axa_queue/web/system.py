@@ -16,7 +16,7 @@ from . import params
 from .board import Dashboard
 from .reads import PAGE_SIZE, acts_log_call
 
-__all__ = ["acts", "schedules", "workers"]
+__all__ = ["WORKERS_PAGE", "acts", "schedules", "workers"]
 
 
 async def schedules(board: Dashboard, request: Request) -> Response:
@@ -35,11 +35,23 @@ async def schedules(board: Dashboard, request: Request) -> Response:
     return board.page(request, "schedules.html", rows=rows)
 
 
+WORKERS_PAGE = 500
+"""Worker processes listed on one page of `/workers` (`?page=N` for the others): 2,000
+processes made one page of 529 KB."""
+
+
 async def workers(board: Dashboard, request: Request) -> Response:
-    """The workers that said they are present, each live or gone."""
+    """The workers that said they are present, each live or gone, `WORKERS_PAGE` to a
+    page."""
     found: list[WorkerInfo] = await board.read(workers_call())
     stale = board.queue.options.stale_after.total_seconds()
-    return board.page(request, "workers.html", workers=found, stale=stale, beats=GONE_AFTER_BEATS)
+    return board.page(
+        request,
+        "workers.html",
+        **params.page_of(request.query_params, found, WORKERS_PAGE),
+        stale=stale,
+        beats=GONE_AFTER_BEATS,
+    )
 
 
 async def acts(board: Dashboard, request: Request) -> Response:

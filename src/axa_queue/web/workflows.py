@@ -118,21 +118,17 @@ async def workflow(board: Dashboard, request: Request) -> Response:
             message="No workflow has this id, and no job of one has it (retention may "
             "have deleted it).",
         )
-    page_number = params.integer(request.query_params, "page", most=10**9) or 1
     number = {m.id: i for i, m in enumerate(info.members, 1)}
     counts: dict[str, int] = {}
     for m in info.members:
         counts[_state(m)] = counts.get(_state(m), 0) + 1
-    start = (page_number - 1) * MEMBERS_PAGE
     return board.page(
         request,
         "workflow.html",
         info=info,
         svg=graph(info, base_of(request)),
         drawn=min(DRAWN, len(info.members)),
-        listed=info.members[start : start + MEMBERS_PAGE],
-        page_number=page_number,
-        pages=max(1, -(-len(info.members) // MEMBERS_PAGE)),
+        **params.page_of(request.query_params, info.members, MEMBERS_PAGE),
         per_page=MEMBERS_PAGE,
         number=number,
         counts=sorted(counts.items()),
