@@ -338,6 +338,28 @@ async def test_a_wait_in_progress_ends_when_its_queue_closes(make_queue) -> None
     assert queue.waiters.task is None
 
 
+async def test_a_wait_whose_connection_is_still_being_made_ends_when_its_queue_closes(
+    make_queue, monkeypatch
+) -> None:
+    # Closed before the waiters' connection listened (in CI: the lock taken, its answer
+    # not yet read), the wait waited for ever on a listener that was gone.
+    queue = await make_queue()
+    job_id = await queue.enqueue("Nobody", {})
+    connecting = asyncio.Event()
+
+    async def never(**kwargs: Any) -> Any:
+        connecting.set()
+        await asyncio.Event().wait()  # cancelled by close
+
+    monkeypatch.setattr(queue.connector, "connect", never)
+    waiter = asyncio.create_task(queue.wait(job_id))
+    await connecting.wait()
+    await queue.close()
+    with pytest.raises(NotOpenError):
+        await asyncio.wait_for(waiter, 30)  # a bound on a failure, not a wait for success
+    assert queue.waiters.task is None
+
+
 async def test_a_waiter_whose_connection_broke_listens_again_and_still_sees_its_job_finish(
     make_queue, admin, monkeypatch
 ) -> None:

@@ -41,7 +41,7 @@ import psycopg
 from .. import sql
 from ..db.calls import by_name
 from ..db.connector import Connector
-from ..errors import JobNotFoundError, WaitTimeoutError
+from ..errors import JobNotFoundError, NotOpenError, WaitTimeoutError
 from ..handlers.retries import kind, summary
 from ..options import Duration, QueueOptions, to_seconds
 from .model import JobInfo, JobState
@@ -242,6 +242,10 @@ class Waiters:
             except asyncio.CancelledError:
                 if not task.cancelled():
                     raise
+            if self.ready is not None and not self.ready.done():
+                # Cancelled before it listened (the lock taken, its answer not yet read):
+                # a wait for it would wait for ever; it raises what a closed queue does.
+                self.ready.set_exception(NotOpenError())
             if self.ready is not None and self.ready.done() and not self.ready.cancelled():
                 self.ready.exception()  # retrieved: nobody may be left to see it
 
