@@ -241,7 +241,10 @@ class Exchange:
             self.failing = None
             if claimed is not None:
                 got = len(claimed)
-                self.runner.take(claimed)
+                if self.runner.take(claimed):
+                    # Runs started now: let each reach its handler before the
+                    # bookkeeping below (a turn of the event loop, once a statement).
+                    await asyncio.sleep(0)
             if self.skips.skipped and wanted:
                 self.skips.cleared(wanted)
             if wanted:

@@ -64,7 +64,7 @@ class Isolation:
         state: State,
         connections: Connections,
         sender: Sender,
-        take: Callable[[list[Run]], None],
+        take: Callable[[list[Run]], object],
         recorded: Callable[[list[Run], Kept], None],
         skips: Skips,
     ) -> None:

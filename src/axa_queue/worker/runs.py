@@ -75,13 +75,15 @@ class Runner:
         self.crashed: tuple[float, str] | None = None
         """When (monotonic) a loop last failed unexpectedly, and why (`_failed`)."""
 
-    def take(self, claimed: list[Run]) -> None:
+    def take(self, claimed: list[Run]) -> bool:
         """Hold newly claimed runs: start at once those the claim stamped to start (the
         loops idle when it was sent), keep the runs claimed ahead waiting, best first,
-        for the next loop to come free (and start them now if loops are free)."""
+        for the next loop to come free (and start them now if loops are free). Returns
+        whether it started any."""
         state = self.state
         ahead: list[Run] = []
         loop = asyncio.get_running_loop()
+        began = False
         for one in claimed:
             state.runs[one.key] = one
             state.in_use[one.name] += 1
@@ -90,21 +92,25 @@ class Runner:
             else:  # idle loops when the claim was sent: at least as many now
                 self._begin(one)
                 one.task = loop.create_task(self._loop(one))
+                began = True
         if not ahead:
             pass
         elif not state.waiting or state.waiting[-1].order <= ahead[0].order:
             state.waiting.extend(ahead)  # the usual case: later claims are no better
         else:
             state.waiting = sorted([*state.waiting, *ahead], key=order_of)
-        self._start_waiting()
+        return self._start_waiting() or began
 
-    def _start_waiting(self) -> None:
-        """Start waiting runs on idle loops."""
+    def _start_waiting(self) -> bool:
+        """Start waiting runs on idle loops; returns whether it started any."""
         state = self.state
+        began = False
         while state.waiting and state.active < state.slots:
             one = state.waiting.pop(0)
             self._begin(one)
             one.task = asyncio.get_running_loop().create_task(self._loop(one))
+            began = True
+        return began
 
     async def _loop(self, one: Run) -> None:
         """One loop: run `one`, then each run waiting when it ends, until none waits.

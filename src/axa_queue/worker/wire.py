@@ -99,7 +99,14 @@ def exchange_rows(
     limit_of = attempts.of
 
     def factory(cursor: Any) -> RowMaker[Any]:
-        at = {column.name: i for i, column in enumerate(cursor.description or ())}
+        # The result's own names (`fname`): `cursor.description` makes an object per
+        # column, 15 µs a statement against 2 on the start of every claimed run.
+        result = cursor.pgresult
+        at = (
+            {result.fname(i).decode(): i for i in range(result.nfields)}
+            if result is not None
+            else {}
+        )
         id_, attempts, name, args, limit, timeout, priority, run_at, trace, ahead = (
             at[c] for c in COLUMNS
         )
