@@ -241,9 +241,10 @@ class Exchange:
             self.failing = None
             if claimed is not None:
                 got = len(claimed)
-                if self.runner.take(claimed):
-                    # Runs started now: let each reach its handler before the
-                    # bookkeeping below (a turn of the event loop, once a statement).
+                if self.runner.take(claimed) and not state.endings and not state.starts:
+                    # Runs started now, and nothing waits to be sent: let each reach its
+                    # handler before the bookkeeping below (a turn of the event loop).
+                    # With endings waiting, the next statement goes first, as before.
                     await asyncio.sleep(0)
             if self.skips.skipped and wanted:
                 self.skips.cleared(wanted)
