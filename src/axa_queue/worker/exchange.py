@@ -241,10 +241,12 @@ class Exchange:
             self.failing = None
             if claimed is not None:
                 got = len(claimed)
-                if self.runner.take(claimed) and not state.endings and not state.starts:
-                    # Runs started now, and nothing waits to be sent: let each reach its
-                    # handler before the bookkeeping below (a turn of the event loop).
-                    # With endings waiting, the next statement goes first, as before.
+                began = self.runner.take(claimed)
+                if began and not batch and not state.endings and not state.starts:
+                    # A claim alone started runs, and nothing waits to be sent: let each
+                    # reach its handler before the bookkeeping below (a turn of the
+                    # event loop; a cancel here leaves no ending untold). Else the next
+                    # statement goes first, as before.
                     await asyncio.sleep(0)
             if self.skips.skipped and wanted:
                 self.skips.cleared(wanted)
