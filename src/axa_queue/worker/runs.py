@@ -83,7 +83,6 @@ class Runner:
         state = self.state
         ahead: list[Run] = []
         loop = asyncio.get_running_loop()
-        began = False
         for one in claimed:
             state.runs[one.key] = one
             state.in_use[one.name] += 1
@@ -92,14 +91,13 @@ class Runner:
             else:  # idle loops when the claim was sent: at least as many now
                 self._begin(one)
                 one.task = loop.create_task(self._loop(one))
-                began = True
         if not ahead:
             pass
         elif not state.waiting or state.waiting[-1].order <= ahead[0].order:
             state.waiting.extend(ahead)  # the usual case: later claims are no better
         else:
             state.waiting = sorted([*state.waiting, *ahead], key=order_of)
-        return self._start_waiting() or began
+        return self._start_waiting() or len(ahead) < len(claimed)
 
     def _start_waiting(self) -> bool:
         """Start waiting runs on idle loops; returns whether it started any."""

@@ -100,7 +100,7 @@ def exchange_rows(
 
     def factory(cursor: Any) -> RowMaker[Any]:
         # The result's own names (`fname`): `cursor.description` makes an object per
-        # column, 15 µs a statement against 2 on the start of every claimed run.
+        # column (15 µs a statement, against 2), on the way to every claimed run's start.
         result = cursor.pgresult
         at = (
             {result.fname(i).decode(): i for i in range(result.nfields)}
