@@ -379,10 +379,13 @@ def test_many_paused_names_are_listed_a_page_at_a_time(page, served, admin) -> N
     assert page.locator("#paused tbody tr").count() == PAUSED_PAGE
     assert len(page.content()) < 1_000_000  # 10,000 paused names made a page of 5.9 MB
     page.click("#next")
+    page.wait_for_url("**/paused?page=2")  # else the second click may land on page 1's link
     page.click("#next")
+    page.wait_for_url("**/paused?page=3")
     rows = page.locator("#paused tbody tr")
     assert rows.count() == 200 and rows.nth(199).get_attribute("data-name") == "Name1200"
     page.click("#previous")
+    page.wait_for_url("**/paused?page=2")
     assert page.inner_text("#paused-page") == "1,200 names paused. Page 2 of 3."
     assert page.locator("#paused tbody tr").first.get_attribute("data-name") == "Name0501"
     assert not page.errors
@@ -400,7 +403,9 @@ def test_many_worker_processes_are_listed_a_page_at_a_time(page, served, admin) 
     assert page.inner_text("#workers-page") == "1,100 worker processes. Page 1 of 3."
     assert page.locator("#workers tbody tr").count() == WORKERS_PAGE
     page.click("#next")
+    page.wait_for_url("**/workers?page=2")
     page.click("#next")
+    page.wait_for_url("**/workers?page=3")
     rows = page.locator("#workers tbody tr")
     assert rows.count() == 100 and rows.nth(99).locator("td").first.inner_text() == "host-1100"
     assert not page.errors
@@ -827,7 +832,9 @@ def test_a_big_workflows_page_draws_its_first_jobs_and_lists_them_all_by_page(
     assert page.locator("#workflow-members tbody tr").count() == MEMBERS_PAGE
     assert len(page.content()) < 400_000  # a chord of 30,000 made a page of 25 MB
     page.click("#next")
+    page.wait_for_url("**?page=2")
     page.click("#next")
+    page.wait_for_url("**?page=3")
     assert page.inner_text("#members-page") == "Page 3 of 3."
     rows = page.locator("#workflow-members tbody tr")
     assert rows.count() == 201
