@@ -8,6 +8,7 @@ import json
 import re
 from typing import Any
 
+import pytest
 from psycopg import sql as pgsql
 
 from axa_queue import NewJob, sql
@@ -508,3 +509,30 @@ def test_the_claim_alone_is_the_exchange_without_its_endings_and_marks() -> None
 """,
         "",
     )
+
+
+def test_each_exchange_variant_numbered_once_is_the_text_psycopg_would_send_for_it() -> None:
+    # The worker sends the exchange through a raw cursor, its parameters numbered once
+    # (`sql.numbered`), where psycopg would convert a text this long on every execution:
+    # the same `$n` text psycopg makes, each name numbered where it first appears.
+    from psycopg._queries import PostgresQuery  # psycopg's own conversion, to compare
+    from psycopg.adapt import Transformer
+
+    for name in ("EXCHANGE", "EXCHANGE_LIMITED", "EXCHANGE_RATED", "EXCHANGE_KEYED", "CLAIM"):
+        text = getattr(sql, name)
+        made = sql.numbered(text)
+        first_seen = list(dict.fromkeys(re.findall(r"%\((\w+)\)s", text)))
+        assert list(made.names) == first_seen, name
+        theirs = PostgresQuery(Transformer())
+        theirs.convert(text, dict.fromkeys(made.names))
+        assert made.query == theirs.query, name
+        assert sql.numbered(text) is made, "numbered once, then taken from the cache"
+        schema = sql.in_schema(text, "jobs")
+        assert sql.numbered(schema).names == made.names and b'"jobs".axa_queue' in (
+            sql.numbered(schema).query
+        )
+    assert sql.numbered("SELECT '100%%', %(a)s, %(b)s, %(a)s").query == b"SELECT '100%', $1, $2, $1"
+    assert sql.numbered("SELECT %(a)s").values({"a": 1, "unused": 2}) == [1]
+    for refused in ("SELECT %s", "SELECT %(a)b", "SELECT %(a)t"):
+        with pytest.raises(ValueError, match=r"only %\(name\)s placeholders"):
+            sql.numbered(refused)

@@ -112,7 +112,8 @@ def test_only_a_process_with_a_rate_limit_claims_through_the_rate_gate() -> None
     ):
         exchange = Exchange.__new__(Exchange)
         exchange.registry = queue.registry
-        assert exchange.statement(recording) is statement
+        exchange.schema = None
+        assert exchange.statement(recording) is sql.numbered(statement)
 
 
 # --- one process -------------------------------------------------------------------------

@@ -30,7 +30,9 @@ exception is DDL, which takes no parameters: `maintenance.reindex` and `drop_ind
 name an index the catalog gave, quoted by `psycopg.sql.Identifier`.) Names are
 unqualified, so the connection's `search_path` decides the schema, unless the queue is
 given one (`QueueOptions.schema`): then `in_schema` names it in each statement, by
-filling the statement's template with `psycopg.sql` (`naming`).
+filling the statement's template with `psycopg.sql` (`naming`). The statements a
+worker sends on every turn go with their parameters numbered once (`numbered`), so
+psycopg need not convert a long text on each execution.
 
 Statements that read or stamp the time take it as `%(now)s`, read as
 `COALESCE(%(now)s::timestamptz, now())` (or `clock_timestamp()` where that is the
@@ -232,6 +234,8 @@ from .notifications import (
 from .notifications import (
     WAITING_LOCK_TIMEOUT as WAITING_LOCK_TIMEOUT,
 )
+from .numbered import Numbered as Numbered
+from .numbered import numbered as numbered
 from .pauses import (
     NAME_ACTS as NAME_ACTS,
 )
@@ -384,7 +388,7 @@ from .workflows import WORKFLOW as WORKFLOW
 from .workflows import WORKFLOW_OF as WORKFLOW_OF
 from .workflows import WORKFLOWS_DROP as WORKFLOWS_DROP
 
-__all__ = ["CANCEL_CHANNEL", "CHANNEL", "DONE_CHANNEL", "in_schema"]
+__all__ = ["CANCEL_CHANNEL", "CHANNEL", "DONE_CHANNEL", "Numbered", "in_schema", "numbered"]
 
 
 def statements() -> dict[str, str]:

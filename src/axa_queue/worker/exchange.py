@@ -27,6 +27,7 @@ from typing import Any
 
 import psycopg
 
+from .. import sql
 from ..handlers.registry import Registry
 from ..handlers.retries import first_line, kind
 from ..options import QueueOptions, to_seconds
@@ -69,6 +70,7 @@ class Exchange:
         self.claims = claims
         self.registry = registry
         self.options = options
+        self.schema = options.resolved_schema()
         self.flush_at: asyncio.TimerHandle | None = None
         """Sends the endings gathered once the oldest has waited `HOLD_ENDINGS`."""
         self.attempts = registry.attempt_limits(options.max_attempts)
@@ -97,9 +99,11 @@ class Exchange:
         self.held = HeldRows(state, connections)
         """The endings kept aside while another transaction holds their job's row."""
 
-    def statement(self, recording: bool) -> str:
-        """The statement to send now (`wire.statement_for`)."""
-        return statement_for(self.registry.limits, recording)
+    def statement(self, recording: bool) -> sql.Numbered:
+        """The statement to send now (`wire.statement_for`), in the queue's schema when
+        it has one, its parameters numbered once (`sql.numbered`)."""
+        text = statement_for(self.registry.limits, recording)
+        return sql.numbered(text if self.schema is None else sql.in_schema(text, self.schema))
 
     async def _idle(self, free: int, poll: float) -> None:
         """Wait for something to do: a nudge, or the poll interval while places are free
@@ -279,27 +283,27 @@ class Exchange:
         conn = await self.connections.for_exchange()
         completed, completed_attempts, others = endings(batch)
         sent = self.connections.monotonic()  # when the claims made here last proved theirs
-        try:
-            cursor = conn.cursor(
-                row_factory=exchange_rows(self.attempts, sent, self.timeouts, self.options.log_keys)
-            )
-            await cursor.execute(
-                self.statement(bool(batch or starts)),
-                {
-                    "completed": completed,
-                    "completed_attempts": completed_attempts,
-                    "endings": others,
-                    "free": free,
-                    "wanted": json.dumps(wanted, ensure_ascii=False),
-                    "losing": self.state.fence(self.claims.stalled),
-                    "idle": idle,
-                    "starts": "{" + ",".join(r.id for r in starts) + "}",
-                    "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",
-                    "now": self.connections.now(),
-                    **self.connections.identity,
-                    **self.claim_limits,
-                },
-            )
+        statement = self.statement(bool(batch or starts))
+        values = statement.values(
+            {
+                "completed": completed,
+                "completed_attempts": completed_attempts,
+                "endings": others,
+                "free": free,
+                "wanted": json.dumps(wanted, ensure_ascii=False),
+                "losing": self.state.fence(self.claims.stalled),
+                "idle": idle,
+                "starts": "{" + ",".join(r.id for r in starts) + "}",
+                "started_attempts": "{" + ",".join(str(r.attempts) for r in starts) + "}",
+                "now": self.connections.now(),
+                **self.connections.identity,
+                **self.claim_limits,
+            }
+        )
+        made = exchange_rows(self.attempts, sent, self.timeouts, self.options.log_keys)
+        try:  # a raw cursor: the statement goes as numbered once, not converted each time
+            cursor = psycopg.AsyncRawCursor(conn, row_factory=made)
+            await cursor.execute(statement.query, values)
             rows: list[Any] = await cursor.fetchall()
         except psycopg.OperationalError:
             await self.connections.exchange_broke(conn)
