@@ -364,3 +364,42 @@ def test_one_sigterm_stops_a_worker_within_its_grace_whatever_its_jobs_and_sched
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_a_workers_first_round_and_first_move_wait_a_random_part_of_their_interval(
+    make_queue, monkeypatch
+) -> None:
+    # The processes one deploy starts spread their first housekeeping, and a process
+    # starting on a backlog gives its first moments to jobs: the first round of
+    # maintenance and the first move to the history each wait a random part of their
+    # interval, at most `FIRST_ROUND_SPREAD`.
+    from types import SimpleNamespace
+
+    from axa_queue.worker import housekeeping
+
+    assert housekeeping.first_wait(3600.0, 0.5) == housekeeping.FIRST_ROUND_SPREAD / 2
+    assert housekeeping.first_wait(0.3, 0.5) == 0.15  # a short interval: part of it
+    assert housekeeping.first_wait(3600.0, 0.0) == 0.0
+    waits: list[float] = []
+    both = asyncio.Event()
+    rounds = asyncio.Event()
+
+    first_wait = housekeeping.first_wait
+
+    def recorded(every: float, draw: float) -> float:
+        waits.append(first_wait(every, draw))
+        if len(waits) == 2:
+            both.set()
+        return waits[-1]
+
+    async def round_run(*args: Any, **kwargs: Any) -> None:
+        rounds.set()
+
+    monkeypatch.setattr(housekeeping, "random", SimpleNamespace(random=lambda: 0.5))
+    monkeypatch.setattr(housekeeping, "first_wait", recorded)
+    monkeypatch.setattr(housekeeping.maintenance, "run_once", round_run)
+    queue = await make_queue(maintenance_interval=3600, keep_recent=60)
+    async with running(queue):
+        await asyncio.wait_for(both.wait(), 10)
+    assert sorted(waits) == [15.0, 15.0]  # rounds: min(3600, 30) / 2; moves: min(30, 30) / 2
+    assert not rounds.is_set(), "no round before its first wait was over"

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 
 import psycopg
 from psycopg_pool import AsyncConnectionPool
@@ -41,6 +42,19 @@ from .tasks import Troubles, beat_retry, cancel_all, lasting, pause, summary
 __all__ = ["Housekeeping"]
 
 log = logging.getLogger("axa_queue.worker")
+
+FIRST_ROUND_SPREAD = 30.0
+"""The longest wait, in seconds, before a worker's first round of maintenance and its
+first move to the history: each waits a random part of its interval, at most this, so
+that the processes one deploy starts spread theirs, and a process that starts on a
+backlog spends its first moments on jobs. (Stale recovery waits for `stale_after`
+anyway; the give-backs for three heartbeat intervals.)"""
+
+
+def first_wait(every: float, draw: float) -> float:
+    """The wait before the first of rounds `every` seconds apart: the part `draw` (from
+    0 to 1) of the interval, at most `FIRST_ROUND_SPREAD`."""
+    return min(every, FIRST_ROUND_SPREAD) * draw
 
 
 class Housekeeping:
@@ -152,12 +166,13 @@ class Housekeeping:
         return None
 
     async def moves(self) -> None:
-        """Move finished jobs to the history every `history.move_interval`: often, in
-        small batches, so the hot table stays small. A failure is logged and counted in
-        the health check until a move goes through, tried again sooner (from
-        `poll_interval` on, backing off)."""
+        """Move finished jobs to the history every `history.move_interval` (the first
+        after `first_wait`): often, in small batches, so the hot table stays small. A
+        failure is logged and counted in the health check until a move goes through,
+        tried again sooner (from `poll_interval` on, backing off)."""
         every = history.move_interval(self.options)
         retry = self.options.poll_interval.total_seconds()
+        await asyncio.sleep(first_wait(every, random.random()))
         while True:
             try:
                 failure: BaseException | None = await maintenance.move_history(
@@ -178,9 +193,11 @@ class Housekeeping:
                 retry = decisions.next_retry(retry)
 
     async def rounds(self) -> None:
-        """A round of maintenance every `maintenance_interval` (sooner after a failure)."""
+        """A round of maintenance every `maintenance_interval` (sooner after a failure),
+        the first after `first_wait`."""
         every = self.options.maintenance_interval.total_seconds()
         retry = self.options.poll_interval.total_seconds()
+        await asyncio.sleep(first_wait(every, random.random()))
         while True:
             failure: BaseException | None
             try:
