@@ -19,7 +19,10 @@ A schema is recycled only when its catalog entries, read with its name replaced,
 those of a schema fresh from setup (`FINGERPRINT`) once the history's day partitions a
 test's worker made are dropped (setup makes none; housekeeping makes them at a worker's
 start), it records every version from 1 to this code's, and it has no session left (the
-test's are ended first, by `conftest.Schemas.drop`).
+test's are ended first, by `conftest.Schemas.drop`). Reading that fingerprint takes
+about 10 ms of server time, half of a recycling; a schema that came from a swap is
+spared it when none of its catalog rows was written after the swap and it has as many
+as its kind's reference (`UNTOUCHED`): then it is still what the swap gave the test.
 Emptying it truncates the tables the test wrote to (`WRITTEN`; restarting their
 sequences; the acts table's triggers that refuse a truncate are turned off for it, then
 set back as they were: a truncate makes new files for each table and index, tens of
@@ -97,6 +100,52 @@ FROM (
 renamed copy agree): one digest, equal for two schemas only when a test changed nothing
 but rows."""
 
+CATALOG_ROWS = """
+WITH n AS (SELECT oid FROM pg_namespace WHERE nspname = %(name)s),
+rels AS (SELECT array_agg(c.oid) AS oids FROM pg_class c WHERE c.relnamespace = (SELECT oid FROM n))
+SELECT count(*) AS rows,
+       coalesce(bool_or(age(x) < age(%(since)s::xid)), false) AS written_since
+FROM (
+    SELECT xmin FROM pg_namespace WHERE oid = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_class WHERE relnamespace = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_attribute WHERE attrelid = ANY ((SELECT oids FROM rels)::oid[])
+    UNION ALL
+    SELECT xmin FROM pg_attrdef WHERE adrelid = ANY ((SELECT oids FROM rels)::oid[])
+    UNION ALL
+    SELECT xmin FROM pg_index WHERE indexrelid = ANY ((SELECT oids FROM rels)::oid[])
+    UNION ALL
+    SELECT xmin FROM pg_constraint WHERE connamespace = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_trigger WHERE tgrelid = ANY ((SELECT oids FROM rels)::oid[])
+    UNION ALL
+    SELECT xmin FROM pg_proc WHERE pronamespace = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_type WHERE typnamespace = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_policy WHERE polrelid = ANY ((SELECT oids FROM rels)::oid[])
+    UNION ALL
+    SELECT xmin FROM pg_rewrite WHERE ev_class = ANY ((SELECT oids FROM rels)::oid[])
+    UNION ALL
+    SELECT xmin FROM pg_statistic_ext WHERE stxnamespace = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_default_acl WHERE defaclnamespace = (SELECT oid FROM n)
+    UNION ALL
+    SELECT xmin FROM pg_description
+    WHERE classoid = 'pg_class'::regclass AND objoid = ANY ((SELECT oids FROM rels)::oid[])
+) f(x)
+"""
+"""How many catalog rows make schema `name` (in the catalogs `FINGERPRINT` reads), and
+whether any was written by a transaction later than `since` (an xid; `age` counts back
+from the current one, so wraparound is no matter). A DDL statement inserts, deletes or
+updates such rows (an update writes a new version, with a new `xmin`); what the server
+updates in place (a table's page and row estimates, which VACUUM and ANALYZE write) is
+no part of the fingerprint either."""
+
+SWAP_XID = "SELECT (txid_current() % 4294967296)::text AS xid"
+"""The swap's transaction id, as the 32-bit xid a catalog row's `xmin` holds."""
+
 SESSIONS_ON = """SELECT count(*) AS left FROM pg_stat_activity
     WHERE pid <> pg_backend_pid() AND application_name = %(name)s"""
 """Sessions that could still use the schema (ended by the test's teardown before)."""
@@ -163,6 +212,7 @@ class Kind:
 
     keep: frozenset[str]
     reference: str | None = None
+    catalog_rows: int | None = None
     kept_rows: dict[str, int] = field(default_factory=dict)
     ready: deque[str] = field(default_factory=deque)
 
@@ -198,6 +248,8 @@ class Recycler:
         }
         self.made: set[str] = set()
         """The tests' schemas (`conftest.Schemas.make`): only these are swapped."""
+        self.swapped: dict[str, tuple[str, str]] = {}
+        """The tests' schemas a swap gave tables: their kind and the swap's xid."""
         self.lock = threading.Lock()
         self.incoming = 0
         """Test schemas handed to the dropper and not yet recycled or dropped."""
@@ -231,10 +283,31 @@ class Recycler:
         made = self.kinds[kind]
         made.kept_rows = self._kept_rows(conn, name, self._tables(conn, name), made.keep)
         made.reference = self._fingerprint(conn, name)
+        made.catalog_rows = self._catalog_rows(conn, name, since=None)[0]
 
     def _fingerprint(self, conn: psycopg.Connection[Any], name: str) -> str | None:
         row = conn.execute(FINGERPRINT, {"name": name}).fetchone()
         return None if row is None else str(row[0])
+
+    def _catalog_rows(
+        self, conn: psycopg.Connection[Any], name: str, since: str | None
+    ) -> tuple[int, bool]:
+        """How many catalog rows make `name`, and whether one was written after
+        transaction `since` (`CATALOG_ROWS`; never, without one)."""
+        cursor = conn.cursor(row_factory=namedtuple_row)
+        row = cursor.execute(CATALOG_ROWS, {"name": name, "since": since or "0"}).fetchone()
+        assert row is not None
+        return int(row.rows), since is not None and bool(row.written_since)
+
+    def untouched(self, conn: psycopg.Connection[Any], name: str) -> Kind | None:
+        """The kind a swap gave test schema `name`, when the test changed none of its
+        catalog rows since (see the module); None when it did, or `name` was not swapped."""
+        swapped = self.swapped.get(name)
+        if swapped is None:
+            return None
+        kind, since = self.kinds[swapped[0]], swapped[1]
+        rows, written = self._catalog_rows(conn, name, since)
+        return kind if not written and rows == kind.catalog_rows else None
 
     def _tables(self, conn: psycopg.Connection[Any], name: str) -> list[str]:
         """The tables of schema `name` (a partitioned one, not its partitions)."""
@@ -273,6 +346,8 @@ class Recycler:
             return name in self.made and self._recycle(conn, name)
         except psycopg.Error:
             return False  # dropped instead
+        finally:
+            self.swapped.pop(name, None)
 
     def settle(self) -> None:
         """The dropper is done with a schema `expect` announced (recycled or dropped)."""
@@ -293,15 +368,17 @@ class Recycler:
                     )
                 )
             )
-        fingerprint = self._fingerprint(conn, name)
-        kind = next(
-            (
-                k
-                for k in self.kinds.values()
-                if k.reference is not None and k.reference == fingerprint
-            ),
-            None,
-        )
+        kind = self.untouched(conn, name)
+        if kind is None:
+            fingerprint = self._fingerprint(conn, name)
+            kind = next(
+                (
+                    k
+                    for k in self.kinds.values()
+                    if k.reference is not None and k.reference == fingerprint
+                ),
+                None,
+            )
         tables = self._tables(conn, name)
         if kind is None or self._kept_rows(conn, name, tables, kind.keep) != kind.kept_rows:
             return False
@@ -400,6 +477,8 @@ class Recycler:
                         return False
                     conn.execute(sql.SQL("DROP SCHEMA {}").format(sql.Identifier(name)))
                     self._rename(conn, ready, name)
+                    xid = conn.execute(SWAP_XID).fetchone()
+                self.swapped[name] = (kind, str(xid[0]))  # type: ignore[index]
             except psycopg.Error:
                 waiting.appendleft(ready)  # rolled back: as it was (dropped at the end)
                 return False

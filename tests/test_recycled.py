@@ -109,6 +109,23 @@ def test_a_schema_a_test_changed_is_dropped_not_recycled(
         assert not recycler.recycle(conn, name)
 
 
+CATALOG_CHANGES = {k: v for k, v in CHANGES.items() if "version" not in k}
+
+
+@pytest.mark.parametrize("change", CATALOG_CHANGES.values(), ids=CATALOG_CHANGES.keys())
+def test_a_catalog_change_after_the_swap_is_seen_without_the_fingerprint(
+    database_url: str, recycler: Recycler, change: str
+) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        name = _new(conn, recycler, "t_recycled_touched")
+        assert recycler.swap(name)
+        with psycopg.connect(schema_dsn(database_url, name), autocommit=True) as tables:
+            enqueue_on(tables, NewJob("recycled.job", {}))  # rows only: untouched
+        assert recycler.untouched(conn, name) is recycler.kinds[SETUP]
+        conn.execute(sql.SQL(change).format(sql.Identifier(name)))
+        assert recycler.untouched(conn, name) is None
+
+
 def test_a_schema_that_is_not_empty_is_never_swapped(database_url: str, recycler: Recycler) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         name = _new(conn, recycler, "t_recycled_taken")
