@@ -1,9 +1,10 @@
 """The docs run as written, and say what a user needs to configure.
 
 Every fenced block in README.md and docs/*.md names its language. Each ```python
-block is a complete program: it is run as a script in a fresh Python process, with
-`AXA_QUEUE_DSN` set to this test's own schema (a `postgresql://` URL, as a user's
-`DATABASE_URL` is) (and nothing else from the queue's
+block is a complete program: it is run as a script in a Python process of its own
+(forked from a server that imported the package already, and started as `python
+script` starts one: `forked`), with `AXA_QUEUE_DSN` set to this test's own schema (a
+`postgresql://` URL, as a user's `DATABASE_URL` is) (and nothing else from the queue's
 environment), so `asyncio.run`, module-level queues and signals behave as for a user
 who pastes it into a file. A block meant to run until stopped (a worker) is preceded by
 
@@ -32,17 +33,18 @@ the package reads, so a new one cannot go undocumented.
 from __future__ import annotations
 
 import ast
+import atexit
 import dataclasses
 import os
 import re
 import selectors
 import signal
-import subprocess
-import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import quote, urlencode
 
 import psycopg
@@ -53,6 +55,7 @@ import userproject
 from axa_queue import QueueOptions
 from axa_queue.schema import SETUP_STATEMENTS
 from conftest import Schemas, schema_dsn
+from forked import Forked, Forker
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC_FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -183,15 +186,16 @@ def as_url(dsn: str) -> str:
     return f"postgresql://{login}{where}/{dbname}" + (f"?{query}" if query else "")
 
 
-def _environment(dsn: str) -> dict[str, str]:
+def _environment(dsn: str | None) -> dict[str, str]:
     """The caller's environment with the queue's variables replaced by this test's DSN
-    (as a URL)."""
+    (as a URL; none without one)."""
     env = {
         name: value
         for name, value in os.environ.items()
         if not (name.startswith("AXA_QUEUE_") or name == "DATABASE_URL")
     }
-    env["AXA_QUEUE_DSN"] = as_url(dsn)
+    if dsn is not None:
+        env["AXA_QUEUE_DSN"] = as_url(dsn)
     env["PYTHONUNBUFFERED"] = "1"  # so the marker is seen as soon as it is printed
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p
@@ -199,19 +203,52 @@ def _environment(dsn: str) -> dict[str, str]:
     return env
 
 
+_forkers: list[Forker] = []
+
+
+def _forker() -> Forker:
+    """This process's fork server for the blocks (`forked`), started at its first use
+    with the blocks' environment, the test's DSN aside."""
+    with _forker_lock:
+        if not _forkers:
+            _forkers.append(Forker(_environment(None)))
+            atexit.register(_forkers[0].close)
+        return _forkers[0]
+
+
+_forker_lock = threading.Lock()
+
+
+def _start(script: Path, dsn: str) -> tuple[Forked, BinaryIO, BinaryIO]:
+    """Start `script` as `python script` (from the fork server: `forked`), in its folder:
+    its process, and its stdout and stderr to read."""
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    try:
+        with open(os.devnull, "rb") as nothing:
+            process = _forker().start(
+                str(script),
+                str(script.parent),
+                _environment(dsn),
+                nothing.fileno(),
+                out_w,
+                err_w,
+            )
+    except BaseException:
+        os.close(out_r)
+        os.close(err_r)
+        raise
+    finally:
+        os.close(out_w)
+        os.close(err_w)
+    return process, open(out_r, "rb", buffering=0), open(err_r, "rb", buffering=0)
+
+
 def _run(block: Block, script: Path, dsn: str) -> tuple[int, str, str]:
     """Run `script` as `python script`; interrupt it after its marker if it has one.
     Returns the exit status, stdout and stderr."""
-    process = subprocess.Popen(
-        [sys.executable, str(script)],
-        cwd=script.parent,
-        env=_environment(dsn),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stderr is not None
-    output = {process.stdout: bytearray(), process.stderr: bytearray()}
+    process, stdout_pipe, stderr_pipe = _start(script, dsn)
+    output = {stdout_pipe: bytearray(), stderr_pipe: bytearray()}
     selector = selectors.DefaultSelector()
     for stream in output:
         os.set_blocking(stream.fileno(), False)
@@ -244,18 +281,20 @@ def _run(block: Block, script: Path, dsn: str) -> tuple[int, str, str]:
             if (
                 block.interrupt_after is not None
                 and not interrupted
-                and block.interrupt_after.encode() in output[process.stdout]
+                and block.interrupt_after.encode() in output[stdout_pipe]
             ):
                 process.send_signal(signal.SIGINT)
                 interrupted = True
         status = process.wait(timeout=max(deadline - time.monotonic(), 1.0))
     finally:
         selector.close()
+        stdout_pipe.close()
+        stderr_pipe.close()
         if process.poll() is None:
             process.kill()
             process.wait()
-    stdout = bytes(output[process.stdout]).decode(errors="replace")
-    stderr = bytes(output[process.stderr]).decode(errors="replace")
+    stdout = bytes(output[stdout_pipe]).decode(errors="replace")
+    stderr = bytes(output[stderr_pipe]).decode(errors="replace")
     if block.interrupt_after is not None:
         assert interrupted, (
             f"{block.where}: never printed {block.interrupt_after!r}\nstdout:\n{stdout}"
