@@ -207,3 +207,40 @@ async def test_an_unreachable_database_fails_at_open_with_psycopgs_error() -> No
     with pytest.raises(psycopg.OperationalError):
         await queue.open()
     assert not queue.is_open
+
+
+SESSIONS = (
+    "SELECT pid FROM pg_stat_activity "
+    "WHERE application_name = current_setting('application_name') AND pid <> pg_backend_pid()"
+)
+"""The test's sessions (its schema's `application_name`) but the one asking."""
+
+
+async def test_open_logs_in_once_the_connection_that_set_up_the_tables_is_the_pools_first(
+    dsn, admin
+) -> None:
+    queue = Queue(dsn, QueueOptions())
+    first = queue.connector.first_connection
+    pids: list[int] = []
+
+    async def recorded(pool: Any) -> psycopg.AsyncConnection[Any]:
+        conn = await first(pool)
+        pids.append(conn.info.backend_pid)
+        return conn
+
+    queue.connector.first_connection = recorded  # type: ignore[method-assign]
+    await queue.open()
+    try:
+        assert [row[0] for row in admin.execute(SESSIONS)] == pids  # no other login
+        async with queue.connection() as conn:
+            assert conn.info.backend_pid == pids[0]
+            cursor = await conn.execute("SELECT current_setting('plan_cache_mode')")
+            assert await cursor.fetchone() == ("force_generic_plan",)  # configured as new
+    finally:
+        await queue.close()
+
+
+async def test_a_failed_open_closes_the_connection_it_checked_the_tables_on(dsn, admin) -> None:
+    with pytest.raises(SchemaError):
+        await Queue(dsn, QueueOptions()).open(setup=False)  # nothing set up
+    await eventually(lambda: not admin.execute(SESSIONS).fetchall())

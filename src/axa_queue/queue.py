@@ -184,7 +184,9 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
         if self._pool is not None:
             return self
         self.dsn = dsn or self.dsn
-        async with await self.connector.first_connection() as conn:
+        pool = self.connector.pool()
+        conn = await self.connector.first_connection(pool)
+        try:
             if setup:
                 # Setup leaves every table, column and trigger `check` looks for (its
                 # catalog read covers them all: `schema.missing`) as this code needs
@@ -197,14 +199,16 @@ class Queue(Registrations, Maintenance, Hosting, Connected):
             else:
                 await schema.check(conn)
             current, self.notifies = await run_async(conn, schema.where())
-            self.schema = self.options.resolved_schema() or current
+        except BaseException:
+            await conn.close()
+            raise
+        self.schema = self.options.resolved_schema() or current
         if self.options.listen and not self.notifies:
             log.warning(
                 "inserts do not notify (run setup to add the axa_queue_notify trigger); "
                 "workers find new jobs by polling only"
             )
-        pool = self.connector.pool()
-        await pool.open(wait=True, timeout=30)
+        await pool.open_with(conn, timeout=30)  # its first connection: one login fewer
         self._pool = pool
         return self
 

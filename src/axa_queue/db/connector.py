@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from typing_extensions import Self
 
@@ -44,6 +45,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("axa_queue")
+
+IDLE = TransactionStatus.IDLE
 
 RECONNECT_DELAYS = (0.05, 0.5)
 """The pool's first wait between tries to connect again, and the longest: psycopg_pool's
@@ -76,6 +79,35 @@ class QuickPool(AsyncConnectionPool):
 
     def __init__(self, conninfo: str = "", **kwargs: Any) -> None:
         super().__init__(conninfo, connection_class=_reconnecting(self), **kwargs)
+        self.handed: psycopg.AsyncConnection[Any] | None = None
+        """A connection made for this pool before it opened (`open_with`), to be its
+        first instead of a new one."""
+
+    async def open_with(self, conn: psycopg.AsyncConnection[Any], timeout: float) -> None:
+        """Open the pool (waiting for its first connection, `timeout` seconds at most)
+        with `conn`, made by `connection_class` before, as that first connection in
+        place of a new one: `Queue.open` checks the tables on one, and a new server
+        process for the pool would cost another login and about 5 ms of CPU. The pool
+        configures it as it configures every one it makes; `conn` is closed if the pool
+        does not take it."""
+        self.handed = conn
+        try:
+            await self.open(wait=True, timeout=timeout)
+        finally:
+            left, self.handed = self.handed, None
+            if left is not None:
+                await left.close()
+
+    async def take_handed(self) -> psycopg.AsyncConnection[Any] | None:
+        """The connection handed over, once, if it is still good (open, idle);
+        closed, and None, if not."""
+        conn, self.handed = self.handed, None
+        if conn is None:
+            return None
+        if conn.closed or conn.broken or conn.info.transaction_status != IDLE:
+            await conn.close()
+            return None
+        return conn
 
     def connection(self, timeout: float | None = None) -> Any:
         job = _running()
@@ -112,9 +144,11 @@ def _reconnecting(pool: QuickPool) -> type[psycopg.AsyncConnection[Any]]:
 
         @classmethod
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Self:
-            made = await pool.keep_connecting(
-                lambda: super(Reconnecting, cls).connect(conninfo, **kwargs)
-            )
+            made = await pool.take_handed()
+            if made is None:
+                made = await pool.keep_connecting(
+                    lambda: super(Reconnecting, cls).connect(conninfo, **kwargs)
+                )
             assert isinstance(made, cls)
             return made
 
@@ -201,19 +235,25 @@ class Connector:
         """Whether workers should LISTEN (see `pooler.listens`)."""
         return pooler.listens(self.options)
 
-    async def connect(self, *, session: bool = True, **extra: Any) -> psycopg.AsyncConnection[Any]:
-        """One autocommit connection of the caller's own, with the queue's settings and,
-        unless behind a transaction pooler (or `session=False`), its session settings."""
-        conn = await psycopg.AsyncConnection.connect(
-            self.dsn or "", autocommit=True, **self.kwargs(), **extra
-        )
+    async def connect(
+        self,
+        *,
+        session: bool = True,
+        kind: type[psycopg.AsyncConnection[Any]] = psycopg.AsyncConnection,
+        **extra: Any,
+    ) -> psycopg.AsyncConnection[Any]:
+        """One autocommit connection of the caller's own (of class `kind`), with the
+        queue's settings and, unless behind a transaction pooler (or `session=False`),
+        its session settings."""
+        conn = await kind.connect(self.dsn or "", autocommit=True, **self.kwargs(), **extra)
         if session and self.keeps_session_state():
             await conn.execute(sql.SESSION_SETTINGS)
         return conn
 
-    async def first_connection(self) -> psycopg.AsyncConnection[Any]:
+    async def first_connection(self, pool: QuickPool) -> psycopg.AsyncConnection[Any]:
         """The DSN resolved, and one connection to it with no session settings (what
-        `Queue.open` checks the tables on): tried again with backoff while the
+        `Queue.open` checks the tables on, then hands over to `pool`, not yet open, as
+        its first: made by its connection class): tried again with backoff while the
         database cannot be reached, for up to `wait_for_database` (a worker started
         during an outage or a restart); a login refused for good is raised at once."""
         self.resolve()
@@ -223,7 +263,7 @@ class Connector:
         first = True
         while True:
             try:
-                return await self.connect(session=False)
+                return await self.connect(session=False, kind=pool.connection_class)
             except psycopg.OperationalError as error:
                 left = deadline - time.monotonic()
                 if left <= 0 or refused(error):
