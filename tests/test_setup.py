@@ -244,3 +244,16 @@ async def test_a_failed_open_closes_the_connection_it_checked_the_tables_on(dsn,
     with pytest.raises(SchemaError):
         await Queue(dsn, QueueOptions()).open(setup=False)  # nothing set up
     await eventually(lambda: not admin.execute(SESSIONS).fetchall())
+
+
+async def test_a_queue_given_no_dsn_opens_its_pool_on_the_environments(dsn, monkeypatch) -> None:
+    monkeypatch.setenv("AXA_QUEUE_DSN", dsn)
+    queue = Queue(options=QueueOptions())
+    await queue.open()
+    try:
+        async with queue.connection() as first, queue.connection() as second:
+            for conn in (first, second):  # the one open() made, and one the pool made
+                cursor = await conn.execute("SELECT count(*) FROM axa_queue")
+                assert await cursor.fetchone() == (0,)
+    finally:
+        await queue.close()

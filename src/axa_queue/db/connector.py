@@ -292,9 +292,10 @@ class Connector:
         )
 
     def pool(self, name: str = "axa-queue") -> QuickPool:
-        """The async pool (not yet open) of `Queue`: autocommit connections."""
+        """The async pool (not yet open) of `Queue`: autocommit connections, to the
+        DSN resolved (given, else the environment's)."""
         return QuickPool(
-            self.dsn or "",
+            self.resolve(),
             min_size=1,
             max_size=self.options.connections,
             kwargs={"autocommit": True, **self.kwargs()},
