@@ -317,10 +317,13 @@ def _busy_since(before: float | None) -> float | None:
     return None if before is None or after is None else after - before
 
 
-CHECKPOINTS: ContextVar[bool] = ContextVar("checkpoints", default=True)
+CHECKPOINTS: ContextVar[bool] = ContextVar(
+    "checkpoints", default=os.environ.get("AXA_BENCH_CHECKPOINTS", "1") != "0"
+)
 """Whether `checkpoint` runs CHECKPOINT: a smoke run of the benchmark (tests/test_bench.py)
 sets it off, as its figures measure nothing and a CHECKPOINT flushes the whole server,
-which every other session then waits on."""
+which every other session then waits on. `AXA_BENCH_CHECKPOINTS=0` turns it off in a
+process and in the processes it starts (`against.py`'s cases): the tests set it."""
 
 
 def checkpoint(conn: psycopg.Connection) -> bool:

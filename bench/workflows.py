@@ -134,7 +134,7 @@ async def _drain(
             total = jobs + (1 if as_chord else 0)
             with psycopg.connect(inner, autocommit=True) as conn:
                 conn.execute("ANALYZE axa_queue")
-                conn.execute("CHECKPOINT")
+                bench.floor.checkpoint(conn)
             stop = asyncio.Event()
             spent: list[dict[int, float] | None] = []
             ended = 0

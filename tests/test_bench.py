@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,18 @@ TINY = bench.Config(
     checkpoints=False,  # what they keep out of a measurement, and this run measures nothing
     idle_sample=0.0,
 )
+
+
+@pytest.fixture(autouse=True)
+def _no_checkpoints(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No CHECKPOINT in these runs, here or in the processes they start: they measure
+    nothing, and each would flush the whole server while the other tests run."""
+    monkeypatch.setenv("AXA_BENCH_CHECKPOINTS", "0")
+    token = bench.floor.CHECKPOINTS.set(False)
+    try:
+        yield
+    finally:
+        bench.floor.CHECKPOINTS.reset(token)
 
 
 @pytest.mark.timeout(300)  # a guard against a hang, not a measure: every workload runs

@@ -513,7 +513,11 @@ def test_every_environment_variable_the_package_reads_is_in_the_docs() -> None:
 def test_every_variable_the_docs_name_is_one_the_code_or_the_tests_read() -> None:
     named = set(re.findall(r"\bAXA_[A-Z0-9_]+\b", _documented_text()))
     named.discard("AXA_QUEUE")  # the Django setting (axa_queue.contrib.django.conf.SETTING)
-    read = environment_variables_read() | environment_variables_read(ROOT / "tests")
+    read = (
+        environment_variables_read()
+        | environment_variables_read(ROOT / "tests")
+        | environment_variables_read(ROOT / "bench")
+    )
     assert "AXA_TEST_DATABASE_URL" in read
     assert not named - read, f"the docs name variables nothing reads: {sorted(named - read)}"
 
