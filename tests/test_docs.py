@@ -204,6 +204,7 @@ def _environment(dsn: str | None) -> dict[str, str]:
 
 
 _forkers: list[Forker] = []
+_forker_lock = threading.Lock()
 
 
 def _forker() -> Forker:
@@ -214,9 +215,6 @@ def _forker() -> Forker:
             _forkers.append(Forker(_environment(None)))
             atexit.register(_forkers[0].close)
         return _forkers[0]
-
-
-_forker_lock = threading.Lock()
 
 
 def _start(script: Path, dsn: str) -> tuple[Forked, BinaryIO, BinaryIO]:

@@ -46,8 +46,6 @@ __all__ = [
 
 log = logging.getLogger("axa_queue")
 
-IDLE = TransactionStatus.IDLE
-
 RECONNECT_DELAYS = (0.05, 0.5)
 """The pool's first wait between tries to connect again, and the longest: psycopg_pool's
 own (1, 2, 4, 8 s ...) would leave handlers and housekeeping waiting for seconds after
@@ -104,7 +102,7 @@ class QuickPool(AsyncConnectionPool):
         conn, self.handed = self.handed, None
         if conn is None:
             return None
-        if conn.closed or conn.broken or conn.info.transaction_status != IDLE:
+        if conn.closed or conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
             await conn.close()
             return None
         return conn
