@@ -23,7 +23,7 @@ from axa_queue import (
     retry,
 )
 from axa_queue.acts import check_code
-from conftest import acting_role, eventually, lock_waits, running, status_of
+from conftest import acting_role, eventually, lock_waits, running, set_up, status_of
 
 
 def set_state(admin: psycopg.Connection[Any], job_id: UUID, state: str, attempts: int) -> None:
@@ -422,12 +422,7 @@ async def test_a_by_and_reason_of_200_accented_characters_are_kept_whole(make_qu
 def test_the_acts_table_itself_refuses_a_row_that_is_not_a_code(
     admin, column: str, value: str
 ) -> None:
-    # Set the tables up (a sync test: no event loop needed).
-    from axa_queue.schema import SETUP_STATEMENTS
-
-    with admin.transaction():
-        for statement in SETUP_STATEMENTS:
-            admin.execute(statement)
+    set_up(admin)  # a sync test: no event loop needed
     row = {
         "job_id": uuid4(),
         "job_name": "Report",

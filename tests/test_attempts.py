@@ -20,7 +20,7 @@ from psycopg.rows import namedtuple_row
 import seed_crate as crate
 from axa_queue import Attempt, JobState, NewJob, attempts_on, cancel, retry, sql
 from axa_queue.cli import main
-from conftest import eventually, later, running
+from conftest import eventually, later, running, set_up
 
 
 def rows_of(admin: psycopg.Connection[Any], job_id: uuid.UUID) -> list[Any]:
@@ -200,10 +200,9 @@ async def test_cancelling_a_running_job_ends_its_attempt_cancelled(make_queue, a
 def test_cancel_all_ends_each_running_jobs_attempt_cancelled_and_leaves_queued_ones_none(
     admin,
 ) -> None:
-    from axa_queue import SETUP_STATEMENTS, cancel_all
+    from axa_queue import cancel_all
 
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     ids = [uuid.uuid4() for _ in range(3)]
     for job_id in ids:
         admin.execute("INSERT INTO axa_queue (id, name, args) VALUES (%s, 'Bulk', '{}')", (job_id,))

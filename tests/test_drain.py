@@ -21,7 +21,7 @@ from axa_queue import (
     current_job,
     enqueue_on,
 )
-from conftest import FAST, eventually, running, status_of
+from conftest import FAST, eventually, running, set_up, status_of
 
 
 async def test_a_drain_runs_the_ready_jobs_and_counts_how_each_run_ended(make_queue, admin) -> None:
@@ -219,8 +219,7 @@ def test_drain_sync_runs_jobs_queued_from_synchronous_code_without_an_event_loop
         sent.append(-args["order"])
 
     with queue.sync() as jobs:
-        for statement in __import__("axa_queue").SETUP_STATEMENTS:
-            admin.execute(statement)
+        set_up(admin)
         jobs.enqueue("SendReceipt", {"order": 7})
         with jobs.connection() as conn:  # a view's transaction
             enqueue_on(conn, NewJob("Audit", {"order": 7}))

@@ -44,8 +44,7 @@ from axa_queue.cli import main
 from axa_queue.handlers.retries import describe, first_line
 from axa_queue.jobs.model import LATEST_RUN_AT, MAX_ARGS_DEPTH, MAX_NAME_CHARS
 from axa_queue.options import MAX_DURATION
-from axa_queue.schema import SETUP_STATEMENTS
-from conftest import eventually, running, status_of
+from conftest import eventually, running, set_up, status_of
 
 SECRET = "943 476 5919"
 """What must never leave the `args` column."""
@@ -179,8 +178,7 @@ def test_a_plain_dict_holding_a_decimal_is_told_to_use_a_dataclass_or_convert() 
 def test_bad_arguments_are_refused_by_every_way_of_queuing_before_any_sql(
     dsn, admin, case: str
 ) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     args = bad_args(case)
     with psycopg.connect(dsn) as conn:  # in a transaction, that a statement would abort
         with pytest.raises(OptionsError):
@@ -307,8 +305,7 @@ BAD_IDS = ["not-a-uuid", 42, "", None, b"\x00" * 16]
 
 
 def test_a_malformed_id_is_refused_naming_it_and_the_transaction_goes_on(dsn, admin) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     with psycopg.connect(dsn) as conn:
         conn.execute("SELECT 1")  # a transaction is open, that a refused id would abort
         for bad in BAD_IDS:

@@ -25,7 +25,7 @@ from axa_queue import (
     current_job,
     enqueue_on,
 )
-from conftest import FAST
+from conftest import FAST, set_up
 
 AsyncWay = Callable[[Queue, JobHandler[Any], Any], Awaitable[UUID]]
 
@@ -138,8 +138,7 @@ async def test_enqueue_on_stores_its_job_whatever_the_mode(make_queue, dsn, admi
 
 
 def _sync_setup(admin: psycopg.Connection[Any]) -> None:
-    for statement in axa_queue.SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
 
 
 @pytest.mark.parametrize("way", SYNC_WAYS)

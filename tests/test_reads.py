@@ -17,7 +17,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from axa_queue import JobState, SyncQueue, cancel, job_on, jobs_on
 from axa_queue.cli import main
-from axa_queue.schema import SETUP_STATEMENTS
+from conftest import set_up
 
 LATEST = datetime.max.replace(tzinfo=timezone.utc)
 EARLIEST = datetime.min.replace(tzinfo=timezone.utc)
@@ -32,8 +32,7 @@ ODD_TIMES = {
 
 
 def setup(admin: psycopg.Connection[Any]) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
 
 
 def insert(admin: psycopg.Connection[Any], name: str, at: str, status: str = "queued") -> uuid.UUID:

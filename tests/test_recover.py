@@ -14,8 +14,7 @@ from click.testing import CliRunner, Result
 
 from axa_queue import Queue, QueueOptions
 from axa_queue.cli import main
-from axa_queue.schema import SETUP_STATEMENTS
-from conftest import status_of
+from conftest import set_up, status_of
 
 
 def cli(*args: str, dsn: str) -> Result:
@@ -36,8 +35,7 @@ def stale(admin: psycopg.Connection[Any], attempts: int, max_attempts: int | Non
 
 
 def test_recover_with_max_attempts_agrees_with_the_workers_own_recovery(admin, dsn: str) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     jobs = {
         "no limit, first try": stale(admin, 1, None),
         "no limit, out of tries": stale(admin, 3, None),
@@ -69,8 +67,7 @@ def test_recover_with_max_attempts_agrees_with_the_workers_own_recovery(admin, d
 
 
 def test_recover_by_default_gives_queue_options_default_and_says_so(admin, dsn: str) -> None:
-    for statement in SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     job_id = stale(admin, 1, None)
     done = cli("recover", dsn=dsn)
     assert done.exit_code == 0, done.output

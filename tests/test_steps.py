@@ -19,7 +19,6 @@ import psycopg
 import pytest
 
 from axa_queue import (
-    SETUP_STATEMENTS,
     ClaimLostError,
     JobState,
     Retry,
@@ -30,7 +29,7 @@ from axa_queue import (
 )
 from axa_queue.db.calls import drive, send_sync
 from axa_queue.jobs.steps import StepBook
-from conftest import eventually, lock_waits, running
+from conftest import eventually, lock_waits, running, set_up
 
 SECRET = "card-4242-secret"
 
@@ -39,8 +38,7 @@ SECRET = "card-4242-secret"
 def admin(dsn: str) -> Any:
     """A sync autocommit connection to this test's schema, the tables made."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in SETUP_STATEMENTS:
-            conn.execute(statement)
+        set_up(conn)
         yield conn
 
 

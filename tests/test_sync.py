@@ -30,16 +30,13 @@ from axa_queue import (
     jobs_on,
     retry,
 )
-from axa_queue.schema import SETUP_STATEMENTS
-from conftest import eventually, running, status_of
+from conftest import eventually, running, set_up, status_of
 
 
 @pytest.fixture
 def tables(admin: psycopg.Connection[Any]) -> None:
     """The queue's tables in this test's schema, made without a Queue or an event loop."""
-    with admin.transaction():
-        for statement in SETUP_STATEMENTS:
-            admin.execute(statement)
+    set_up(admin)
 
 
 @pytest.fixture(params=[None, dict_row, namedtuple_row], ids=["tuple", "dict", "namedtuple"])

@@ -18,17 +18,14 @@ from axa_queue import (
     WaitTimeoutError,
     cancel,
 )
-from conftest import running
+from conftest import running, set_up
 
 
 def test_sync_code_queues_inspects_and_acts_on_jobs_without_an_event_loop(dsn, admin) -> None:
     Queue(dsn).sync()  # a queue defined for workers hands out a sync twin of itself
     with SyncQueue(dsn) as jobs:
         admin.execute("SELECT 1")
-        from axa_queue.schema import SETUP_STATEMENTS
-
-        for statement in SETUP_STATEMENTS:
-            admin.execute(statement)
+        set_up(admin)
         job_id = jobs.enqueue("Report", {"id": 7}, priority=3)
         ids = jobs.enqueue_all([NewJob("Report", {"id": n}) for n in range(3)])
         assert len(ids) == 3

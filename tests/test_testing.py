@@ -24,6 +24,7 @@ from axa_queue.testing import (
     fresh_schema,
     refute_enqueued,
 )
+from conftest import set_up
 
 
 @dataclass
@@ -86,8 +87,7 @@ async def test_a_failed_assert_enqueued_shows_what_was_queued_instead(make_queue
 
 
 def test_an_assertion_on_an_empty_queue_says_nothing_is_stored(admin, dsn) -> None:
-    for statement in __import__("axa_queue").SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     with pytest.raises(AssertionError, match=r"stored instead:\n  \(no job is stored\)"):
         assert_enqueued(admin, "Receipt")
     refute_enqueued(admin, "Receipt")
@@ -95,8 +95,7 @@ def test_an_assertion_on_an_empty_queue_says_nothing_is_stored(admin, dsn) -> No
 
 
 def test_refute_enqueued_passes_when_nothing_matches_and_lists_what_does(admin) -> None:
-    for statement in __import__("axa_queue").SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     enqueue_on(admin, NewJob("Receipt", Receipt(7, "ann@example.com")))
     refute_enqueued(admin, "Report")
     refute_enqueued(admin, "Receipt", args=Receipt(8, "ann@example.com"))
@@ -117,8 +116,7 @@ def test_a_field_stored_jobs_do_not_have_is_refused_by_name(admin) -> None:
 
 
 def test_a_long_listing_is_cut_short_with_a_count_of_the_rest(admin) -> None:
-    for statement in __import__("axa_queue").SETUP_STATEMENTS:
-        admin.execute(statement)
+    set_up(admin)
     with SyncQueue(admin.info.dsn) as sync:
         sync.enqueue_all([NewJob("Report", {"id": n, "pad": "x" * 300}) for n in range(25)])
         with pytest.raises(AssertionError) as failure:

@@ -17,7 +17,6 @@ import pytest
 from psycopg import sql as pgsql
 
 from axa_queue import (
-    SETUP_STATEMENTS,
     JobState,
     NewJob,
     Queue,
@@ -40,7 +39,7 @@ from axa_queue.errors import OptionsError
 from axa_queue.jobs.linked import linked_call, workflow_call
 from axa_queue.schema.migrations.v22 import NOTE_CHUNK
 from axa_queue.schema.migrations.v24 import DEPS_FILLFACTOR
-from conftest import eventually, exchange_params, running
+from conftest import eventually, exchange_params, running, set_up
 from test_big_reads import nodes
 from test_fencing import exchange
 
@@ -49,8 +48,7 @@ from test_fencing import exchange
 def admin(dsn: str) -> Any:
     """A sync autocommit connection to this test's schema, the tables made."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for statement in SETUP_STATEMENTS:
-            conn.execute(statement)
+        set_up(conn)
         yield conn
 
 
