@@ -2,8 +2,10 @@
 
 These tests skip, saying why, where Playwright or chromium is missing; CI sets
 `AXA_TEST_REQUIRE_BROWSER=1` (`.ci/run` installs chromium), which turns the skip into a
-failure. One browser serves the whole session; each test has its own server, on its own
-schema, and a fresh browser context (no cookies).
+failure. One browser page serves the whole session (a context and its page cost some
+0.35 s of CPU to make, ten times a navigation); each test has its own server, on its own
+schema, so its own origin (storage and cache are an origin's), and the page starts it
+with no cookie and ends it on a blank page (its timers gone with the document).
 
 Playwright's sync API keeps an event loop running in the thread that started it, where
 `asyncio.run` and async tests could no longer run: so it lives in a thread of its own
@@ -66,6 +68,7 @@ class Browsing:
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="playwright")
         self.playwright: Any = None
         self.browser: Any = None
+        self.page: Any = None
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` in Playwright's thread; return what it returns, raise what it raises."""
@@ -78,6 +81,29 @@ class Browsing:
         self.browser = self.playwright.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox"]
         )
+
+    def fresh_page(self) -> Any:
+        """The session's page, without cookies and with no error seen: made anew when
+        there is none yet or a test closed or crashed it."""
+        if self.page is None or self.page.is_closed():
+            context = self.browser.new_context(viewport={"width": 1280, "height": 900})
+            self.page = context.new_page()
+            self.page.errors = []
+            self.page.on(
+                "console", lambda m: self.page.errors.append(m.text) if m.type == "error" else None
+            )
+        self.page.context.clear_cookies()
+        self.page.errors.clear()
+        return self.page
+
+    def leave(self) -> None:
+        """End a test on a blank page (no timer of its document runs on), or drop the
+        page when that fails."""
+        try:
+            self.page.goto("about:blank")
+        except Exception:
+            self.page.context.close()
+            self.page = None
 
     def stop(self) -> None:
         if self.browser is not None:
@@ -162,17 +188,9 @@ def served(tables: str) -> Iterator[Served]:
 
 @pytest.fixture
 def page(browser: Browsing) -> Iterator[Any]:
-    def opened() -> tuple[Any, Any]:
-        context = browser.browser.new_context(viewport={"width": 1280, "height": 900})
-        one = context.new_page()
-        errors: list[str] = []
-        one.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-        one.errors = errors
-        return context, one
-
-    context, one = browser.call(opened)
-    yield one
-    browser.call(context.close)
+    """The session's page (`Browsing.fresh_page`), left on a blank page afterwards."""
+    yield browser.call(browser.fresh_page)
+    browser.call(browser.leave)
 
 
 def seed(
