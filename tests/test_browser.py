@@ -169,6 +169,15 @@ class Served:
         self.sock.close()
 
 
+@pytest.fixture(autouse=True)
+def _live_every_half_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The overview's live part fetched every 0.5 s (`overview.LIVE_EVERY`) and the
+    finished counts read as often (`history.REFRESH_EVERY`), both 2 s as shipped: a
+    test waiting for the next refresh waits a quarter as long."""
+    monkeypatch.setattr("axa_queue.web.overview.LIVE_EVERY", 0.5)
+    monkeypatch.setattr("axa_queue.web.history.REFRESH_EVERY", 0.5)
+
+
 @pytest.fixture
 def tables(dsn: str) -> str:
     async def setup() -> None:
@@ -736,7 +745,7 @@ def test_a_database_outage_shows_the_status_page_and_the_pages_come_back_by_them
         expect(page.locator("#total-ready")).to_have_text("2")
         page.evaluate("window.sameDocument = true")
         with shorter_waits(monkeypatch):
-            proxy.cut()  # the live part, polled every 2 s, shows the outage in its place
+            proxy.cut()  # the live part, polled every 0.5 s here, shows the outage in its place
             expect(page.locator("#outage")).to_contain_text(
                 "The database cannot be reached", timeout=20_000
             )

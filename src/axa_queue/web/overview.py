@@ -19,12 +19,16 @@ from .board import Dashboard
 from .history import DAY, HOUR, Tally
 from .reads import COUNT_CAP, estimate_call, finished_call, live_counts_call
 
-__all__ = ["NAMES_PAGE", "TOP_NAMES", "live", "names", "overview"]
+__all__ = ["LIVE_EVERY", "NAMES_PAGE", "TOP_NAMES", "live", "names", "overview"]
 
 TOP_NAMES = 50
 """The most names the overview's table shows, those with the most jobs not finished:
 so the overview, fetched every two seconds by every open page, stays the same size
 however many names there are. The names page (`/names`) lists them all."""
+
+LIVE_EVERY = 2
+"""Seconds between two fetches of the overview's live part by an open page (htmx's
+`every`)."""
 
 NAMES_PAGE = 100
 """Names on one page of `/names`."""
@@ -152,7 +156,8 @@ async def _overview_values(board: Dashboard) -> dict[str, Any]:
 
 async def overview(board: Dashboard, request: Request) -> Response:
     """The overview: the totals, the charts and the names with the most jobs not finished."""
-    return board.page(request, "overview.html", **await _overview_values(board))
+    values = await _overview_values(board)
+    return board.page(request, "overview.html", live_every=LIVE_EVERY, **values)
 
 
 async def live(board: Dashboard, request: Request) -> Response:
