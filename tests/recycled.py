@@ -74,6 +74,7 @@ FROM (
     UNION ALL
     SELECT concat_ws(' ', 'trg', t.tgname, t.tgenabled, pg_get_triggerdef(t.oid))
     FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid JOIN n ON c.relnamespace = n.oid
+    WHERE NOT t.tgisinternal  -- a foreign key's, named by its oid: its constraint is read
     UNION ALL
     SELECT concat_ws(' ', 'fn', p.proname, pg_get_function_identity_arguments(p.oid),
                      md5(p.prosrc), array_to_string(p.proconfig, ','), p.proacl::text)

@@ -126,6 +126,29 @@ def test_a_catalog_change_after_the_swap_is_seen_without_the_fingerprint(
         assert recycler.untouched(conn, name) is None
 
 
+FOREIGN_KEYED = (
+    "CREATE TABLE {schema}.parent (id int PRIMARY KEY)",
+    "CREATE TABLE {schema}.child (parent int REFERENCES {schema}.parent (id))",
+)
+
+
+def test_two_schemas_made_alike_with_a_foreign_key_have_one_fingerprint(
+    database_url: str, recycler: Recycler
+) -> None:
+    """As `migrate` makes the Django tests' schemas: a foreign key's triggers are named
+    after their oids, new in each schema, so the fingerprint reads the key itself."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        prints = []
+        for name in ("t_recycled_keyed_1", "t_recycled_keyed_2"):
+            _new(conn, recycler, name)
+            for statement in FOREIGN_KEYED:
+                conn.execute(sql.SQL(statement).format(schema=sql.Identifier(name)))
+            prints.append(recycler._fingerprint(conn, name))
+        assert prints[0] == prints[1]
+        conn.execute("ALTER TABLE t_recycled_keyed_2.child DROP CONSTRAINT child_parent_fkey")
+        assert recycler._fingerprint(conn, "t_recycled_keyed_2") != prints[0]
+
+
 def test_a_schema_that_is_not_empty_is_never_swapped(database_url: str, recycler: Recycler) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         name = _new(conn, recycler, "t_recycled_taken")
