@@ -3,9 +3,10 @@
 These tests skip, saying why, where Playwright or chromium is missing; CI sets
 `AXA_TEST_REQUIRE_BROWSER=1` (`.ci/run` installs chromium), which turns the skip into a
 failure. One browser page serves the whole session (a context and its page cost some
-0.35 s of CPU to make, ten times a navigation); each test has its own server, on its own
-schema, so its own origin (storage and cache are an origin's), and the page starts it
-with no cookie and ends it on a blank page (its timers gone with the document).
+0.35 s of CPU to make and close, three navigations' worth); each test has its own
+server, on its own schema, so its own origin (storage and cache are an origin's), and
+the page starts it with no cookie and ends it on a blank page (its timers gone with
+the document).
 
 Playwright's sync API keeps an event loop running in the thread that started it, where
 `asyncio.run` and async tests could no longer run: so it lives in a thread of its own
@@ -87,11 +88,10 @@ class Browsing:
         there is none yet or a test closed or crashed it."""
         if self.page is None or self.page.is_closed():
             context = self.browser.new_context(viewport={"width": 1280, "height": 900})
-            self.page = context.new_page()
-            self.page.errors = []
-            self.page.on(
-                "console", lambda m: self.page.errors.append(m.text) if m.type == "error" else None
-            )
+            one = context.new_page()
+            one.errors = []
+            one.on("console", lambda m: one.errors.append(m.text) if m.type == "error" else None)
+            self.page = one
         self.page.context.clear_cookies()
         self.page.errors.clear()
         return self.page
