@@ -436,6 +436,19 @@ async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
 # --- a real worker, stalled, taken for gone, coming back ---------------------------------------
 
 
+def presence_locks(admin: psycopg.Connection[Any]) -> int:
+    """How many worker processes hold their presence lock (`sql.PRESENCE_HOLD`) in this
+    database."""
+    row = admin.execute(
+        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
+        "AND classid = %s AND objsubid = 2 "
+        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (sql.PRESENCE_LOCK,),
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 async def test_a_process_whose_event_loop_is_blocked_keeps_its_runs_claimed_ahead(
     make_queue, admin, dsn: str
 ) -> None:
@@ -451,6 +464,10 @@ async def test_a_process_whose_event_loop_is_blocked_keeps_its_runs_claimed_ahea
     async with running(queue):
         await asyncio.wait_for(first.started.wait(), 15)
         await eventually(lambda: row_of(admin, second_id).ahead == 1)
+        # Its side connection is made at its first heartbeat and takes the lock then: a
+        # moment after its first claim, which, on a loaded machine, the give-back below
+        # could come before (as it could for a process stalled from its first moment).
+        await eventually(lambda: presence_locks(admin) == 1)
         given = await give_back(dsn, now=later(admin, 3600))
         assert given == []
         assert row_of(admin, second_id).status == "running"
