@@ -437,12 +437,12 @@ async def test_looking_for_gone_processes_reads_only_the_silent_running_rows(
 
 
 def presence_locks(admin: psycopg.Connection[Any]) -> int:
-    """How many worker processes hold their presence lock (`sql.PRESENCE_HOLD`) in this
-    database."""
+    """How many presence locks (`sql.PRESENCE_HOLD`) this test's sessions hold (those
+    named after its schema, as `admin` is)."""
     row = admin.execute(
-        "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted "
-        "AND classid = %s AND objsubid = 2 "
-        "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objsubid = 2 "
+        "AND a.application_name = current_setting('application_name')",
         (sql.PRESENCE_LOCK,),
     ).fetchone()
     assert row is not None
