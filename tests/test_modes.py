@@ -137,15 +137,11 @@ async def test_enqueue_on_stores_its_job_whatever_the_mode(make_queue, dsn, admi
     assert ran == [{"id": 1}]
 
 
-def _sync_setup(admin: psycopg.Connection[Any]) -> None:
-    set_up(admin)
-
-
 @pytest.mark.parametrize("way", SYNC_WAYS)
 def test_a_sync_queue_in_inline_mode_runs_handlers_in_the_callers_thread(
     dsn, admin, way, monkeypatch
 ) -> None:
-    _sync_setup(admin)
+    set_up(admin)
     monkeypatch.setenv("AXA_QUEUE_MODE", "inline")
     queue = Queue(dsn, QueueOptions(**FAST))
     runs: list[tuple[str, JobContext, threading.Thread]] = []
@@ -175,7 +171,7 @@ def test_a_sync_queue_in_inline_mode_runs_handlers_in_the_callers_thread(
 def test_a_sync_queue_in_background_mode_runs_handlers_in_threads_close_waits_for(
     dsn, admin, way
 ) -> None:
-    _sync_setup(admin)
+    set_up(admin)
     queue = Queue(dsn, QueueOptions(**{**FAST, "mode": "background"}))
     release = threading.Event()
     runs: list[tuple[JobContext, threading.Thread]] = []
@@ -204,7 +200,7 @@ def test_a_sync_queue_made_on_its_own_refuses_to_run_a_job_inline(dsn) -> None:
 
 
 def test_a_sync_queue_in_queue_mode_stores_the_job(dsn, admin) -> None:
-    _sync_setup(admin)
+    set_up(admin)
     queue = Queue(dsn, QueueOptions(mode="queue"))
     queue.handle("Report", lambda args: None)
     with queue.sync() as jobs:

@@ -31,10 +31,6 @@ ODD_TIMES = {
 }
 
 
-def setup(admin: psycopg.Connection[Any]) -> None:
-    set_up(admin)
-
-
 def insert(admin: psycopg.Connection[Any], name: str, at: str, status: str = "queued") -> uuid.UUID:
     """A job row written by hand, every time column at `at`."""
     job_id = uuid.uuid4()
@@ -60,7 +56,7 @@ def in_tokyo(dsn: str) -> str:
 async def test_a_job_with_a_time_python_cannot_hold_is_read_with_the_time_clamped(
     make_queue, admin, dsn: str, at: str, expected: datetime
 ) -> None:
-    setup(admin)
+    set_up(admin)
     queue = await make_queue()
     normal = await queue.enqueue("Normal", {})
     odd = insert(admin, "Odd", at)
@@ -88,7 +84,7 @@ async def test_a_job_with_a_time_python_cannot_hold_is_read_with_the_time_clampe
 
 
 def test_year_9999_in_utc_is_read_in_a_tokyo_session(admin, dsn: str) -> None:
-    setup(admin)
+    set_up(admin)
     odd = insert(admin, "Odd", "9999-12-31 20:00:00+00")
     with psycopg.connect(in_tokyo(dsn)) as conn:
         assert conn.execute("SHOW TimeZone").fetchone() == ("Asia/Tokyo",)
@@ -98,7 +94,7 @@ def test_year_9999_in_utc_is_read_in_a_tokyo_session(admin, dsn: str) -> None:
 
 
 def test_times_in_range_are_read_to_the_microsecond(admin, dsn: str) -> None:
-    setup(admin)
+    set_up(admin)
     at = "2026-05-01 09:00:00.123457+02"
     job_id = insert(admin, "Exact", at)
     with psycopg.connect(in_tokyo(dsn)) as conn:
@@ -109,7 +105,7 @@ def test_times_in_range_are_read_to_the_microsecond(admin, dsn: str) -> None:
 
 
 async def test_a_cancelled_job_with_an_odd_time_breaks_no_listing(make_queue, admin) -> None:
-    setup(admin)
+    set_up(admin)
     queue = await make_queue()
     odd = insert(admin, "Odd", "9999-12-31 23:00:00-05")
     async with queue.connection() as conn:
@@ -119,7 +115,7 @@ async def test_a_cancelled_job_with_an_odd_time_breaks_no_listing(make_queue, ad
 
 
 def test_the_cli_lists_shows_and_acts_on_jobs_with_odd_times(admin, dsn: str) -> None:
-    setup(admin)
+    set_up(admin)
     tokyo = in_tokyo(dsn)
     normal = cli("enqueue", "Normal", dsn=tokyo).stdout.strip()
     odd = insert(admin, "Odd", "9999-12-31 23:00:00-05")
@@ -162,7 +158,7 @@ def test_the_cli_lists_shows_and_acts_on_jobs_with_odd_times(admin, dsn: str) ->
 
 
 async def test_schedules_with_odd_times_are_listed(make_queue, admin) -> None:
-    setup(admin)
+    set_up(admin)
     queue = await make_queue()
     admin.execute(
         "INSERT INTO axa_schedule (name, due_at, seen_at) VALUES "
